@@ -1,0 +1,34 @@
+"""jaxgcn: Graph Convolutional Networks (Kipf & Welling, ICLR 2017) in functional JAX.
+
+>>> import jaxgcn
+>>> prepared = jaxgcn.prepare(jaxgcn.load_dataset("cora"))
+>>> result = jaxgcn.fit(prepared.data, prepared.n_classes, log=None)  # doctest: +SKIP
+"""
+
+from jaxgcn.datasets import RawGraph, load_dataset, normalize_features, planetoid_split, prepare, synthetic
+from jaxgcn.graph import Graph, from_edges, from_scipy, gcn_norm, to_dense, with_dense
+from jaxgcn.layers import dropout, gcn_apply, gcn_init, keep_mask, matmul, sparse_features
+from jaxgcn.models import GCNConfig, Model, gcn
+from jaxgcn.propagate import BACKENDS, choose_backend, propagate
+from jaxgcn.train import (
+    FitResult,
+    TrainConfig,
+    TrainData,
+    TrainingDiverged,
+    fit,
+    l2_penalty,
+    make_optimizer,
+    make_runner,
+    masked_accuracy,
+    masked_cross_entropy,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BACKENDS", "FitResult", "GCNConfig", "Graph", "Model", "RawGraph", "TrainConfig", "TrainData",
+    "TrainingDiverged", "choose_backend", "dropout", "fit", "from_edges", "from_scipy", "gcn",
+    "gcn_apply", "gcn_init", "gcn_norm", "keep_mask", "l2_penalty", "load_dataset", "make_optimizer",
+    "make_runner", "masked_accuracy", "masked_cross_entropy", "matmul", "normalize_features",
+    "planetoid_split", "prepare", "propagate", "sparse_features", "synthetic", "to_dense", "with_dense",
+]

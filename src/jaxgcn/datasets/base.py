@@ -1,0 +1,31 @@
+"""Host-side dataset records shared by the loaders."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class RawGraph(NamedTuple):
+    """A node-classification dataset as read from files, before cleaning (host NumPy/SciPy).
+
+    Attributes:
+        name: dataset name.
+        senders: [n_input_edges] int64 source ids, as listed in the files (may repeat, loop, be one-way).
+        receivers: [n_input_edges] int64 target ids.
+        features: [n_nodes, n_features] ``scipy.sparse.csr_matrix`` or dense ``np.ndarray``.
+        labels: [n_nodes] int32 class ids; -1 marks an unlabelled node.
+        splits: ``{"train"|"val"|"test": int array of node ids}``.
+        weights: optional [n_input_edges] edge weights.
+        class_names: optional list of class names, index = class id.
+    """
+
+    name: str
+    senders: np.ndarray
+    receivers: np.ndarray
+    features: Any
+    labels: np.ndarray
+    splits: dict[str, np.ndarray]
+    weights: np.ndarray | None = None
+    class_names: list[str] | None = None

