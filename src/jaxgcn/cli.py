@@ -16,11 +16,14 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument as one line (no usage dump) and exits 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"jaxgcn: error: {message} (see 'jaxgcn {self.prog.split()[-1]} --help')\n")
+        self.exit(EXIT_USAGE, f"jaxgcn: error: {message} (see '{self.prog} --help')\n")
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
@@ -42,6 +45,8 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--features", type=_positive_int, default=64)
     s.add_argument("--avg-degree", type=float, default=8.0)
     s.add_argument("--homophily", type=float, default=0.8)
+    s.add_argument("--train-per-class", type=_positive_int, default=20,
+                   help="train nodes per class of the random split (default 20)")
     m = p.add_argument_group("model (defaults: the paper's)")
     m.add_argument("--hidden", type=_positive_int, default=16)
     m.add_argument("--layers", type=_positive_int, default=2)
@@ -127,7 +132,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     say = (lambda msg: None) if args.quiet else print
     raw = load_dataset(args.dataset, data_dir=args.data_dir, n_nodes=args.nodes, n_classes=args.classes,
                        n_features=args.features, avg_degree=args.avg_degree, homophily=args.homophily,
-                       seed=args.seed)
+                       train_per_class=args.train_per_class, seed=args.seed)
     prepared = prepare(raw, norm=args.norm, feature_norm=args.feature_norm,
                        symmetrize=not args.no_symmetrize, backend=args.backend)
     model_config, train_config = _configs(args, prepared.backend)
@@ -177,7 +182,10 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxgcn`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed on one line
+        return int(exc.code or 0)
     try:
         if args.command == "train":
             if not args.no_compile_cache:

@@ -57,6 +57,7 @@ def _as_index_array(values: Any, what: str, source: str) -> np.ndarray:
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
             bad = arr.ravel()[0] if arr.dtype.kind not in "fc" else arr[~np.isfinite(arr) | (arr != np.round(arr))][0]
+            bad = bad.item() if isinstance(bad, np.generic) else bad
             raise ValueError(f"{source}: {what} must hold integer node ids, found {bad!r}; "
                              "map node names to 0..n-1 first")
     return arr.astype(np.int64, copy=False)
@@ -83,7 +84,7 @@ def _check_weights(weights: Any, n_edges: int, source: str) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
     if bad.size:
         pos = int(bad[0])
-        raise ValueError(f"{source}: edge weight {w[pos]!r} at position {pos} is not a finite "
+        raise ValueError(f"{source}: edge weight {float(w[pos])!r} at position {pos} is not a finite "
                          "non-negative number; fix or drop that edge")
     return w
 
@@ -221,7 +222,8 @@ def gcn_norm(graph: Graph, norm: str = "sym") -> Graph:
     else:
         inv = np.where(degree > 0, 1.0 / safe, 0.0)
         w_new, diag_new = inv[recv] * w, inv * diag
-    return graph._replace(weights=w_new.astype(np.float32), self_weights=diag_new.astype(np.float32))
+    out = graph._replace(weights=w_new.astype(np.float32), self_weights=diag_new.astype(np.float32))
+    return with_dense(out) if graph.dense is not None else out
 
 
 def to_dense(graph: Graph) -> np.ndarray:

@@ -88,10 +88,10 @@ def dropout(key: jax.Array | None, x: Features, rate: float, *, train: bool, rng
     >>> sorted(set(y.ravel().tolist()))
     [0.0, 2.0]
     """
-    if not train or rate == 0.0:
-        return x
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"dropout rate {rate} must be in [0, 1): it is the probability to drop")
+    if not train or rate == 0.0:
+        return x
     if key is None:
         raise ValueError("dropout in training needs a PRNG key: pass key=jax.random.key(seed)")
     if isinstance(x, jsparse.BCOO):
@@ -157,11 +157,11 @@ def gcn_apply(
     """
     h = matmul(dropout(key, x, dropout_rate, train=train), params["w"])
     h = propagate(graph, h, backend=backend)
-    return h + params["b"] if "b" in params else h
+    return h + params["b"][None, :] if "b" in params else h
 
 
 def layer_norm(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Array:
     """Layer normalization over the feature axis: [n, d] -> [n, d], with ``scale``/``bias`` [d]."""
     mean = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + eps) * params["scale"] + params["bias"]
+    return (x - mean) * jax.lax.rsqrt(var + eps) * params["scale"][None, :] + params["bias"][None, :]

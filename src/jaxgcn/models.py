@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgcn.graph import Graph
+from jaxgcn.propagate import BACKENDS
 from jaxgcn.layers import Features, Params, dropout, gcn_apply, gcn_init, glorot, layer_norm, matmul
 
 
@@ -45,6 +46,11 @@ class GCNConfig:
             raise ValueError(f"hidden={self.hidden}: the hidden width must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout}: the drop probability must be in [0, 1)")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r} must be one of {BACKENDS} (resolve 'auto' with "
+                             "choose_backend first)")
+        if self.dropout_rng not in ("hash", "jax"):
+            raise ValueError(f"dropout_rng={self.dropout_rng!r} must be 'hash' or 'jax'")
 
 
 class Model(NamedTuple):

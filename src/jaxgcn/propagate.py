@@ -56,7 +56,7 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment") -> jax.Ar
     [[3.0], [3.0]]
     """
     n = x.shape[0]
-    loops = jnp.asarray(graph.self_weights)[:, None] * x
+    loops = jnp.asarray(graph.self_weights, x.dtype)[:, None] * x
     if backend == "segment":
         msgs = x[graph.senders] * jnp.asarray(graph.weights)[:, None].astype(x.dtype)
         return loops + jax.ops.segment_sum(msgs, graph.receivers, num_segments=n, indices_are_sorted=True)
@@ -68,6 +68,6 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment") -> jax.Ar
     if backend == "dense":
         if graph.dense is not None:
             return jnp.asarray(graph.dense, x.dtype) @ x
-        adj = jnp.zeros((n, n), x.dtype).at[graph.receivers, graph.senders].add(graph.weights)
+        adj = jnp.zeros((n, n), x.dtype).at[graph.receivers, graph.senders].add(jnp.asarray(graph.weights, x.dtype))
         return loops + adj @ x
     raise ValueError(f"backend {backend!r} is not one of {BACKENDS}")

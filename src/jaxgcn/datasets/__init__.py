@@ -95,9 +95,6 @@ class Prepared(NamedTuple):
 
 
 def _check_features_labels(raw: RawGraph, n_nodes: int) -> None:
-    if raw.features.shape[0] != n_nodes:
-        raise ValueError(f"{raw.name}: features have {raw.features.shape[0]} rows but the graph has "
-                         f"{n_nodes} nodes; give one feature row per node")
     values = raw.features.data if sp.issparse(raw.features) else np.asarray(raw.features)
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{raw.name}: features contain NaN or inf; clean or impute them first")
@@ -111,8 +108,10 @@ def _masks(raw: RawGraph, n_nodes: int) -> list[jax.Array]:
         idx = np.asarray(raw.splits.get(split, []), dtype=np.int64)
         if idx.size == 0:
             raise ValueError(f"{raw.name}: the {split} split is empty; give it at least one node")
-        if idx.min() < 0 or idx.max() >= n_nodes:
-            raise ValueError(f"{raw.name}: {split} split holds node id {int(idx.max())} outside [0, {n_nodes})")
+        bad = idx[(idx < 0) | (idx >= n_nodes)]
+        if bad.size:
+            raise ValueError(f"{raw.name}: {split} split holds node id {int(bad[0])} outside [0, {n_nodes}); "
+                             "split ids must be node ids of the graph")
         if np.any(raw.labels[idx] < 0):
             raise ValueError(f"{raw.name}: the {split} split contains unlabelled nodes; drop them from it")
         mask = np.zeros(n_nodes, np.float32)

@@ -15,6 +15,7 @@ def synthetic(
     avg_degree: float = 8.0,
     homophily: float = 0.8,
     signal: float = 0.5,
+    train_per_class: int = 20,
     seed: int = 0,
 ) -> RawGraph:
     """Generate a homophilous SBM graph, vectorized (millions of edges in seconds).
@@ -22,7 +23,8 @@ def synthetic(
     Each node gets a uniform random class. ``n_nodes * avg_degree / 2`` edges are drawn: a uniform
     source, and a target from the source's class with probability ``homophily`` (else uniform).
     Features are ``signal * mean[class] + N(0, 1)`` with a random unit-variance mean per class.
-    The split is Planetoid-style: 20 train nodes per class, then up to 500 val and 1000 test.
+    The split is Planetoid-style: ``train_per_class`` train nodes per class, then up to 500 val and
+    1000 test.
 
     >>> g = synthetic(200, n_classes=3, n_features=8, seed=1)
     >>> g.features.shape, int(g.labels.max())
@@ -50,5 +52,5 @@ def synthetic(
 
     means = rng.standard_normal((n_classes, n_features)).astype(np.float32)
     features = signal * means[labels] + rng.standard_normal((n_nodes, n_features), dtype=np.float32)
-    splits = planetoid_split(labels, per_class=20, n_val=500, n_test=1000, seed=seed)
+    splits = planetoid_split(labels, per_class=train_per_class, n_val=500, n_test=1000, seed=seed)
     return RawGraph("synthetic", src, dst, features, labels, splits)

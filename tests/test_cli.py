@@ -1,0 +1,174 @@
+"""The ``jaxgcn`` command line, in-process through ``cli.main`` and once as the installed script."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from jaxgcn.cli import main
+from jaxgcn.datasets import prepare, synthetic
+from jaxgcn.models import GCNConfig
+from jaxgcn.train import TrainConfig, fit
+
+# 400 nodes -> the "dense" backend; "none" so every seed runs exactly --epochs epochs.
+SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
+         "--epochs", "30", "--early-stopping", "none", "--no-compile-cache"]
+
+JSON_KEYS = {"dataset", "n_nodes", "n_edges", "backend", "config", "seeds", "test_acc", "test_acc_mean",
+             "test_acc_std", "val_acc_mean", "epochs_run", "compile_seconds", "train_seconds"}
+
+SUMMARY = re.compile(r"^test accuracy \d\.\d{4} ± \d\.\d{4} over \d+ seed\(s\) \| val \d\.\d{4} \| epochs \d+-\d+ "
+                     r"\| compile \d+\.\d\ds \| train \d+\.\d\ds \(\d+\.\d\d ms/epoch\)$")
+EPOCH = re.compile(r"^Epoch +(\d+) \| loss \d\.\d{4} \| train \d\.\d{4} \| val \d\.\d{4}$")
+
+
+def run_main(argv):
+    """``main``'s exit code, whether it returns it or argparse raises SystemExit."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_train_writes_consistent_json(tmp_path, capsys, standard_dtype_promotion):
+    out = tmp_path / "r.json"
+    assert run_main([*SYNTH, "--seeds", "2", "--json", str(out), "--quiet"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temp file left behind
+    report = json.loads(out.read_text())
+    assert JSON_KEYS <= set(report)
+    assert report["dataset"] == "synthetic" and report["n_nodes"] == 400 and report["backend"] == "dense"
+    assert report["n_features"] == 16 and report["n_classes"] == 3
+    assert report["seeds"] == [0, 1]
+    assert len(report["test_acc"]) == 2 and report["epochs_run"] == [30, 30]
+    assert report["test_acc_mean"] == pytest.approx(np.mean(report["test_acc"]), abs=1e-9)
+    assert report["test_acc_std"] == pytest.approx(np.std(report["test_acc"]), abs=1e-9)
+    assert report["val_acc_mean"] == pytest.approx(np.mean(report["val_acc"]), abs=1e-9)
+    assert report["compile_seconds"] >= 0 and report["train_seconds"] > 0
+    assert report["config"]["train"]["epochs"] == 30 and report["config"]["train"]["lr"] == 0.01
+    assert report["config"]["model"]["backend"] == "dense" and report["config"]["model"]["dropout"] == 0.5
+    assert report["config"]["norm"] == "sym" and report["config"]["feature_norm"] == "row"
+
+    # The numbers are what the library computes for the same data, configs and seeds.
+    prepared = prepare(synthetic(400, n_classes=3, n_features=16, seed=0))
+    assert report["n_edges"] == prepared.info["undirected_edges"]
+    model_config = GCNConfig(backend="dense")
+    config = TrainConfig(epochs=30, early_stopping="none")
+    expected = [fit(prepared.data, 3, model_config=model_config, config=config, key=jax.random.key(s),
+                    log=None).metrics["test_acc"] for s in (0, 1)]
+    assert report["test_acc"] == pytest.approx(expected, abs=1e-6)
+    assert max(report["test_acc"]) > 0.6  # 3 classes: chance is 1/3
+
+    stdout = capsys.readouterr().out.splitlines()
+    assert len(stdout) == 1 and SUMMARY.match(stdout[0]), stdout  # --quiet: the summary only
+
+
+def test_train_progress_lines(capsys, standard_dtype_promotion):
+    assert run_main([*SYNTH, "--log-every", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert re.match(r"^synthetic: 400 nodes, \d+ edges, 16 features, 3 classes \| backend dense", lines[0])
+    epochs = [int(m.group(1)) for m in map(EPOCH.match, lines) if m]
+    assert epochs == [10, 20, 30]
+    assert any(line.startswith("Epoch  20 | loss ") for line in lines)
+    assert SUMMARY.match(lines[-1]) and "over 1 seed(s)" in lines[-1]
+
+
+def test_datasets_command_lists_bundled_data(capsys):
+    assert run_main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names[:3] == ["cora", "citeseer", "synthetic"]
+    assert "2,708 nodes" in out and "3,327 nodes" in out
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["train", "--dataset", "nope", "--no-compile-cache"], r"unknown dataset 'nope'"),
+    (["train", "--epochs", "0"], r"argument --epochs: 0 is not a positive integer"),
+    (["train", "--dataset", "synthetic", "--nodes", "100", "--classes", "2", "--dropout", "1.5",
+      "--no-compile-cache"], r"dropout=1\.5: the drop probability must be in \[0, 1\)"),
+    (["train", "--dataset", "synthetic", "--nodes", "100", "--classes", "2", "--lr", "-1",
+      "--no-compile-cache"], r"lr=-1\.0 must be a positive number"),
+    (["train", "--backend", "sparse"], r"argument --backend: invalid choice: 'sparse'"),
+    (["train", "--norm", "l2"], r"argument --norm: invalid choice: 'l2'"),
+    (["frobnicate"], r"invalid choice: 'frobnicate'"),
+])
+def test_bad_arguments_exit_2_with_one_line(capsys, args, match):
+    assert run_main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.splitlines()
+    assert len(err) == 1, captured.err
+    assert err[0].startswith("jaxgcn: error: ") and "Traceback" not in captured.err
+    assert re.search(match, err[0])
+
+
+def test_json_into_missing_folder_exits_2_and_writes_nothing(tmp_path, capsys):
+    target = tmp_path / "missing" / "r.json"
+    assert run_main(["train", "--json", str(target), "--no-compile-cache"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert f"--json {target}: folder {target.parent} does not exist" in err[0]
+    assert not target.parent.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_diverging_run_exits_1(capsys, standard_dtype_promotion):
+    args = [*SYNTH, "--lr", "1e20", "--norm", "none", "--feature-norm", "none", "--quiet"]
+    assert run_main(args) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("jaxgcn: error: training diverged") and "learning rate" in err[0]
+
+
+def test_top_level_error_hint_names_a_real_command(capsys):
+    assert run_main(["frobnicate"]) == 2
+    assert "(see 'jaxgcn --help')" in capsys.readouterr().err
+
+
+def test_non_integer_count_message_is_user_facing(capsys):
+    assert run_main(["train", "--epochs", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert "'abc'" in err and "_positive_int" not in err
+
+
+def test_error_advice_names_only_existing_options(capsys):
+    assert run_main(["train", "--dataset", "synthetic", "--nodes", "50", "--classes", "3",
+                     "--no-compile-cache"]) == 2
+    err = capsys.readouterr().err
+    suggested = set(re.findall(r"--[a-z][a-z-]+", err))
+    assert suggested, err
+    assert run_main(["train", "--help"]) == 0
+    known = set(re.findall(r"--[a-z][a-z-]+", capsys.readouterr().out))
+    assert "--nodes" in known
+    assert suggested <= known, f"suggests unknown options {suggested - known}"
+
+
+def console_script() -> list[str]:
+    script = Path(sys.executable).parent / "jaxgcn"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "jaxgcn.cli"]
+
+
+def test_installed_console_script(tmp_path):
+    out = tmp_path / "r.json"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    cmd = [*console_script(), "train", "--dataset", "synthetic", "--nodes", "60", "--classes", "2",
+           "--features", "8", "--epochs", "5", "--early-stopping", "none", "--json", str(out), "--quiet",
+           "--no-compile-cache"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["n_nodes"] == 60 and report["epochs_run"] == [5] and len(report["test_acc"]) == 1
+    assert 0.0 <= report["test_acc"][0] <= 1.0
+    assert SUMMARY.match(proc.stdout.strip())
+
+    bad = subprocess.run([*console_script(), "train", "--epochs", "0"], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr

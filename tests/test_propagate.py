@@ -1,0 +1,118 @@
+"""Every propagation backend against the dense formula ``to_dense(graph) @ x`` (jaxgcn.propagate)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_dense
+from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, choose_backend, propagate
+
+NORMS = ("sym", "row", "none")
+# (backend, attach the dense matrix with with_dense first)
+VARIANTS = [("dense", True), ("dense", False), ("segment", False), ("bcoo", False)]
+VARIANT_IDS = ["dense-attached", "dense-on-the-fly", "segment", "bcoo"]
+
+# float32 finite differences: eps 1e-2 and 1e-2 tolerances (x64 stays off, see conftest).
+GRAD_TOL = dict(atol=1e-2, rtol=1e-2, eps=1e-2)
+
+
+def prepared(graph, norm, attach):
+    g = gcn_norm(graph, norm)
+    return with_dense(g) if attach else g
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize(("backend", "attach"), VARIANTS, ids=VARIANT_IDS)
+def test_backend_equals_dense_formula(graph, node_features, norm, backend, attach):
+    g = prepared(graph, norm, attach)
+    expected = to_dense(gcn_norm(graph, norm)).astype(np.float64) @ node_features.astype(np.float64)
+    out = propagate(g, jnp.asarray(node_features), backend=backend)
+    assert out.dtype == jnp.float32 and out.shape == (6, 3)
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize(("backend", "attach"), VARIANTS, ids=VARIANT_IDS)
+def test_jit_equals_eager(graph, node_features, norm, backend, attach):
+    g = jax.device_put(prepared(graph, norm, attach))
+    x = jnp.asarray(node_features)
+    eager = propagate(g, x, backend=backend)
+    jitted = jax.jit(propagate, static_argnames="backend")(g, x, backend=backend)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=1e-6, atol=1e-6)
+
+
+def test_backends_agree_on_a_random_directed_graph():
+    rng = np.random.default_rng(0)
+    senders, receivers = rng.integers(0, 40, 300), rng.integers(0, 40, 300)
+    g, _ = from_edges(senders, receivers, rng.uniform(0.1, 2.0, 300), n_nodes=40, symmetrize=False)
+    g = gcn_norm(g, "sym")
+    x = rng.standard_normal((40, 5)).astype(np.float32)
+    expected = to_dense(g).astype(np.float64) @ x.astype(np.float64)
+    for backend, attach in VARIANTS:
+        out = propagate(with_dense(g) if attach else g, jnp.asarray(x), backend=backend)
+        np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-5, err_msg=backend)
+
+
+@pytest.mark.parametrize(("backend", "attach"), VARIANTS, ids=VARIANT_IDS)
+def test_gradients_match_finite_differences(graph, node_features, backend, attach):
+    g = prepared(graph, "sym", attach)
+    x = jnp.asarray(node_features) / 4.0
+
+    def linear(x):
+        return propagate(g, x, backend=backend)
+
+    def nonlinear(x):
+        return jnp.sum(jnp.tanh(propagate(g, x, backend=backend)) ** 2)
+
+    check_grads(linear, (x,), order=1, modes=("rev", "fwd"), **GRAD_TOL)
+    check_grads(nonlinear, (x,), order=2, modes=("rev", "fwd"), **GRAD_TOL)
+
+
+def test_gradient_is_transpose_of_adjacency(graph, node_features):
+    # d/dx sum(c * (A x)) = A^T c: checks the backward pass of the segment gather/scatter exactly.
+    g, _ = from_edges([0, 1, 2], [1, 2, 3], [1.0, 2.0, 3.0], symmetrize=False)
+    c = jnp.asarray(np.arange(8, dtype=np.float32).reshape(4, 2))
+    expected = to_dense(g).T @ np.asarray(c)
+    for backend in BACKENDS:
+        grad = jax.grad(lambda x: jnp.sum(c * propagate(g, x, backend=backend)))(jnp.zeros((4, 2), jnp.float32))
+        np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-6, err_msg=backend)
+
+
+def test_choose_backend_by_size():
+    assert choose_backend(6, 8) == "dense"
+    assert choose_backend(100, 400) == "dense"
+    assert choose_backend(DENSE_MAX_NODES, 10) == "dense"
+    assert choose_backend(DENSE_MAX_NODES + 1, 10) == "segment"
+    assert choose_backend(2708, 10556) == "segment"  # Cora
+    assert choose_backend(3327, 9104) == "segment"  # CiteSeer
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_choose_backend_keeps_explicit_names(name):
+    assert choose_backend(2708, 10556, name) == name
+    assert choose_backend(6, 8, name) == name
+
+
+def test_choose_backend_rejects_unknown_name():
+    with pytest.raises(ValueError, match=r"backend 'sparse' is not one of \('auto', 'dense', 'segment', 'bcoo'\)"):
+        choose_backend(10, 10, "sparse")
+
+
+@pytest.mark.parametrize("name", ["auto", "csr"])
+def test_propagate_rejects_unresolved_or_unknown_backend(graph, node_features, name):
+    with pytest.raises(ValueError, match=f"backend '{name}' is not one of"):
+        propagate(gcn_norm(graph), jnp.asarray(node_features), backend=name)
+
+
+@pytest.mark.parametrize(("backend", "attach"), VARIANTS, ids=VARIANT_IDS)
+def test_output_dtype_follows_input_dtype(graph, node_features, backend, attach):
+    g = prepared(graph, "sym", attach)
+    x = jnp.asarray(node_features, jnp.bfloat16)
+    out = propagate(g, x, backend=backend)
+    assert out.dtype == jnp.bfloat16
+    expected = to_dense(gcn_norm(graph)) @ np.asarray(x, np.float32)
+    np.testing.assert_allclose(np.asarray(out, np.float32), expected, rtol=3e-2, atol=3e-2)
