@@ -83,10 +83,11 @@ def test_gradient_is_transpose_of_adjacency(graph, node_features):
 
 
 def test_choose_backend_by_size():
-    assert choose_backend(6, 8) == "dense"
-    assert choose_backend(100, 400) == "dense"
-    assert choose_backend(DENSE_MAX_NODES, 10) == "dense"
-    assert choose_backend(DENSE_MAX_NODES + 1, 10) == "segment"
+    assert choose_backend(6, 8) == "dense"  # 8 of 36 pairs
+    assert choose_backend(100, 1000) == "dense"
+    assert choose_backend(100, 999) == "segment"
+    assert choose_backend(DENSE_MAX_NODES, DENSE_MAX_NODES**2 // 5) == "dense"
+    assert choose_backend(DENSE_MAX_NODES + 1, DENSE_MAX_NODES**2 // 5) == "segment"
     assert choose_backend(2708, 10556) == "segment"  # Cora
     assert choose_backend(3327, 9104) == "segment"  # CiteSeer
 
