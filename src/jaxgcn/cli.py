@@ -29,7 +29,34 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_train_args(p: argparse.ArgumentParser) -> None:
+def _list_of(kind: Any, what: str) -> Any:
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: give at least one value")
+        return values
+    return parse
+
+
+def _bytes(text: str) -> int:
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    body, unit = (text[:-1], text[-1].upper()) if text[-1:].upper() in units and text[-1:].isalpha() else (text, "")
+    try:
+        value = float(body) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 4G or 512M") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return int(value)
+
+
+def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
+    """Arguments shared by ``train`` and ``sweep``; with ``grid`` the swept ones take lists."""
+    ints = _list_of(int, "integers") if grid else _positive_int
+    floats = _list_of(float, "numbers") if grid else float
     d = p.add_argument_group("data")
     d.add_argument("--dataset", default="cora", help="cora, citeseer, synthetic, or a raw Planetoid "
                    "name with --data-dir (default: cora)")
@@ -46,11 +73,17 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--avg-degree", type=float, default=8.0)
     s.add_argument("--homophily", type=float, default=0.8)
     s.add_argument("--train-per-class", type=_positive_int, default=20,
-                   help="train nodes per class of the random split (default 20)")
+                   help="train nodes per class of a random split (default 20)")
+    d.add_argument("--split", choices=("public", "random"), default="public",
+                   help="public (the dataset's own split) or random Planetoid-style splits")
+    d.add_argument("--splits", type=_positive_int, default=1, help="number of random splits (--split random)")
+    d.add_argument("--val", type=_positive_int, default=500, help="validation nodes of a random split")
+    d.add_argument("--test", type=_positive_int, default=1000, help="test nodes of a random split")
     m = p.add_argument_group("model (defaults: the paper's)")
-    m.add_argument("--hidden", type=_positive_int, default=16)
-    m.add_argument("--layers", type=_positive_int, default=2)
-    m.add_argument("--dropout", type=float, default=0.5, help="probability to DROP (default 0.5)")
+    m.add_argument("--hidden", type=ints, default=(16,) if grid else 16)
+    m.add_argument("--layers", type=ints, default=(2,) if grid else 2)
+    m.add_argument("--dropout", type=floats, default=(0.5,) if grid else 0.5,
+                   help="probability to DROP (default 0.5)")
     m.add_argument("--bias", action="store_true", help="add a bias per layer (the reference has none)")
     m.add_argument("--residual", action="store_true")
     m.add_argument("--layer-norm", action="store_true")
@@ -61,8 +94,8 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--seeds", type=_positive_int, default=1, help="number of seeds: seed, seed+1, ...")
     t.add_argument("--epochs", type=_positive_int, default=200)
-    t.add_argument("--lr", type=float, default=0.01)
-    t.add_argument("--weight-decay", type=float, default=5e-4, help="L2 added to the loss")
+    t.add_argument("--lr", type=floats, default=(0.01,) if grid else 0.01)
+    t.add_argument("--weight-decay", type=floats, default=(5e-4,) if grid else 5e-4, help="L2 added to the loss")
     t.add_argument("--l2", choices=("first", "all"), default="first", help="layers the L2 covers")
     t.add_argument("--clip-norm", type=float, default=None, help="global-norm gradient clipping")
     t.add_argument("--early-stopping", choices=("kipf", "patience", "none"), default="kipf")
@@ -70,6 +103,8 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--patience", type=_positive_int, default=50)
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, help="write the results to this JSON file")
+    o.add_argument("--devices", type=_positive_int, default=None,
+                   help="devices to shard the run axis over (default: all visible)")
     o.add_argument("--quiet", action="store_true", help="only the final summary")
     o.add_argument("--log-every", type=_positive_int, default=20)
     o.add_argument("--no-compile-cache", action="store_true",
@@ -81,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     train = sub.add_parser("train", help="train a GCN and report test accuracy")
     _add_train_args(train)
+    sweep = sub.add_parser("sweep", help="a hyperparameter grid x seeds x splits in few compiled programs")
+    _add_train_args(sweep, grid=True)
+    sweep.add_argument("--csv", type=Path, help="write one row per configuration to this CSV file")
+    sweep.add_argument("--memory-budget", type=_bytes, default=None,
+                       help="split groups into chunks that fit (e.g. 4G; default: half the available memory)")
     sub.add_parser("datasets", help="list the datasets --dataset accepts")
     return parser
 
@@ -101,74 +141,145 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _configs(args: argparse.Namespace, backend: str):
+def _configs(args: argparse.Namespace, backend: str, **grid: Any):
     from jaxgcn.models import GCNConfig
     from jaxgcn.train import TrainConfig
 
-    model = GCNConfig(hidden=args.hidden, layers=args.layers, dropout=args.dropout, bias=args.bias,
+    pick = {k: grid.get(k, getattr(args, k)) for k in ("hidden", "layers", "dropout", "lr", "weight_decay")}
+    model = GCNConfig(hidden=pick["hidden"], layers=pick["layers"], dropout=pick["dropout"], bias=args.bias,
                       residual=args.residual, layer_norm=args.layer_norm, backend=backend,
                       dropout_rng=args.dropout_rng)
-    train = TrainConfig(lr=args.lr, weight_decay=args.weight_decay, l2=args.l2, epochs=args.epochs,
+    train = TrainConfig(lr=pick["lr"], weight_decay=pick["weight_decay"], l2=args.l2, epochs=args.epochs,
                         early_stopping=args.early_stopping, window=args.window,
                         patience=args.patience, clip_norm=args.clip_norm)
     return model, train
 
 
-def _check_output(path: Path | None) -> None:
+def _check_output(flag: str, path: Path | None) -> None:
     if path is not None and not path.parent.is_dir():
-        raise ValueError(f"--json {path}: folder {path.parent} does not exist; create it first")
+        raise ValueError(f"{flag} {path}: folder {path.parent} does not exist; create it first")
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    import dataclasses
+def _load(args: argparse.Namespace, say: Any):
+    """Load, clean and prepare the dataset the arguments name (random splits stacked when asked)."""
+    from jaxgcn.datasets import load_dataset, prepare, with_random_splits
 
-    import jax
-    import numpy as np
-
-    from jaxgcn.datasets import load_dataset, prepare
-    from jaxgcn.train import fit
-
-    _check_output(args.json)
-    say = (lambda msg: None) if args.quiet else print
+    if args.splits > 1 and args.split != "random":
+        raise ValueError(f"--splits {args.splits} needs --split random (the public split is one split)")
     raw = load_dataset(args.dataset, data_dir=args.data_dir, n_nodes=args.nodes, n_classes=args.classes,
                        n_features=args.features, avg_degree=args.avg_degree, homophily=args.homophily,
                        train_per_class=args.train_per_class, seed=args.seed)
     prepared = prepare(raw, norm=args.norm, feature_norm=args.feature_norm,
                        symmetrize=not args.no_symmetrize, backend=args.backend)
-    model_config, train_config = _configs(args, prepared.backend)
+    if args.split == "random":
+        prepared = with_random_splits(prepared, raw.labels, args.splits, per_class=args.train_per_class,
+                                      n_val=args.val, n_test=args.test, seed=args.seed)
     info = prepared.info
     say(f"{info['dataset']}: {info['n_nodes']} nodes, {info['n_edges']} edges, {info['n_features']} "
         f"features, {info['n_classes']} classes | backend {prepared.backend}"
-        + (f" | {info['edges_symmetrized']} one-way edges symmetrized" if info["edges_symmetrized"] else ""))
+        + (f" | {info['edges_symmetrized']} one-way edges symmetrized" if info["edges_symmetrized"] else "")
+        + (f" | split {info['split']}" if "split" in info else ""))
+    return prepared
+
+
+def _base_report(args: argparse.Namespace, prepared: Any) -> dict[str, Any]:
+    info = prepared.info
+    return {
+        "dataset": info["dataset"], "n_nodes": info["n_nodes"], "n_edges": info["n_edges"],
+        "n_features": info["n_features"], "n_classes": info["n_classes"], "backend": prepared.backend,
+        "split": info.get("split", "public"), "split_sizes": info["split_sizes"],
+        "graph_report": {k: info[k] for k in ("input_edges", "duplicates_merged", "self_loops_found",
+                                              "edges_symmetrized", "isolated_nodes")},
+    }
+
+
+def _train_runs(args: argparse.Namespace, prepared: Any, model_config: Any, train_config: Any, say: Any):
+    """One run through ``fit``; several seeds/splits as one batched program. Returns per-run
+    (seed, split, test_acc, val_acc, epochs_run, stopped_early), compile and train seconds."""
+    import jax
+    import numpy as np
+
+    from jaxgcn.batched import concat_specs, fit_runs, make_specs
+    from jaxgcn.train import fit
+
     seeds = [args.seed + i for i in range(args.seeds)]
-    results = []
-    for seed in seeds:
-        if len(seeds) > 1:
-            say(f"seed {seed}")
+    if len(seeds) == 1 and args.splits == 1:
         res = fit(prepared.data, prepared.n_classes, model_config=model_config, config=train_config,
-                  key=jax.random.key(seed), log_every=args.log_every, log=say)
-        results.append(res)
-    test = np.array([r.metrics["test_acc"] for r in results])
-    val = np.array([r.metrics["val_acc"] for r in results])
-    compile_s = sum(r.compile_seconds for r in results)
-    train_s = sum(r.train_seconds for r in results)
-    epochs = [r.epochs_run for r in results]
-    print(f"test accuracy {test.mean():.4f} ± {test.std():.4f} over {len(seeds)} seed(s) | val "
+                  key=jax.random.key(seeds[0]), log_every=args.log_every, log=say)
+        m = res.metrics
+        return [(seeds[0], 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early)], \
+            res.compile_seconds, res.train_seconds
+    spec = concat_specs([make_specs(seeds, lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout,
+                                    hidden=args.hidden, split=k) for k in range(args.splits)])
+    say(f"{spec.n_runs} runs ({len(seeds)} seeds x {args.splits} split(s)) in one compiled program")
+    res = fit_runs(prepared.data, prepared.n_classes, spec, model_config=model_config, config=train_config,
+                   log_every=args.log_every, log=say, n_devices=args.devices)
+    runs = [(int(spec.seed[j]), int(spec.split[j]), float(res.metrics["test_acc"][j]),
+             float(res.metrics["val_acc"][j]), int(res.epochs_run[j]), bool(res.stopped_early[j]))
+            for j in range(spec.n_runs)]
+    return runs, res.compile_seconds, res.train_seconds
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import numpy as np
+
+    _check_output("--json", args.json)
+    say = (lambda msg: None) if args.quiet else print
+    prepared = _load(args, say)
+    model_config, train_config = _configs(args, prepared.backend)
+    runs, compile_s, train_s = _train_runs(args, prepared, model_config, train_config, say)
+    test = np.array([r[2] for r in runs])
+    val = np.array([r[3] for r in runs])
+    epochs = [r[4] for r in runs]
+    print(f"test accuracy {test.mean():.4f} ± {test.std():.4f} over {len(runs)} run(s) | val "
           f"{val.mean():.4f} | epochs {min(epochs)}-{max(epochs)} | compile {compile_s:.2f}s | "
-          f"train {train_s:.2f}s ({1e3 * train_s / sum(epochs):.2f} ms/epoch)")
+          f"train {train_s:.2f}s")
     if args.json is not None:
         _write_json(args.json, {
-            "dataset": info["dataset"], "n_nodes": info["n_nodes"], "n_edges": info["n_edges"],
-            "n_features": info["n_features"], "n_classes": info["n_classes"], "backend": prepared.backend,
+            **_base_report(args, prepared),
             "config": {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
                        "norm": args.norm, "feature_norm": args.feature_norm},
-            "graph_report": {k: info[k] for k in ("input_edges", "duplicates_merged", "self_loops_found",
-                                                  "edges_symmetrized", "isolated_nodes")},
-            "seeds": seeds, "test_acc": test.tolist(), "test_acc_mean": float(test.mean()),
+            "seeds": sorted({r[0] for r in runs}), "splits": args.splits,
+            "runs": [{"seed": r[0], "split": r[1], "test_acc": r[2], "val_acc": r[3], "epochs_run": r[4],
+                      "stopped_early": r[5]} for r in runs],
+            "test_acc": test.tolist(), "test_acc_mean": float(test.mean()),
             "test_acc_std": float(test.std()), "val_acc": val.tolist(), "val_acc_mean": float(val.mean()),
-            "epochs_run": epochs, "stopped_early": [r.stopped_early for r in results],
+            "epochs_run": epochs, "stopped_early": [r[5] for r in runs],
             "compile_seconds": compile_s, "train_seconds": train_s,
         })
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from jaxgcn.sweep import Grid, format_table, rows_to_json, run_grid, write_csv, write_json
+
+    _check_output("--json", args.json)
+    _check_output("--csv", args.csv)
+    say = (lambda msg: None) if args.quiet else print
+    prepared = _load(args, say)
+    grid = Grid(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, hidden=args.hidden,
+                layers=args.layers)
+    model_config, train_config = _configs(args, prepared.backend, hidden=max(args.hidden), layers=args.layers[0],
+                                          dropout=args.dropout[0], lr=args.lr[0],
+                                          weight_decay=args.weight_decay[0])
+    seeds = [args.seed + i for i in range(args.seeds)]
+    n_configs = len(grid.configs())
+    say(f"sweep: {n_configs} configurations x {len(seeds)} seeds x {args.splits} split(s) = "
+        f"{n_configs * len(seeds) * args.splits} runs")
+    rows = run_grid(prepared.data, prepared.n_classes, grid, seeds, n_splits=args.splits,
+                    model_config=model_config, config=train_config, memory_budget=args.memory_budget, log=say)
+    print(format_table(rows))
+    if args.csv is not None:
+        write_csv(rows, args.csv)
+    if args.json is not None:
+        fixed = {k: v for k, v in dataclasses.asdict(train_config).items() if k not in ("lr", "weight_decay")}
+        write_json({**_base_report(args, prepared), "seeds": seeds, "splits": args.splits,
+                    "grid": dataclasses.asdict(grid), "fixed": fixed, "best": rows_to_json(rows[:1])[0],
+                    "configurations": rows_to_json(rows)}, args.json)
     return 0
 
 
@@ -187,10 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error already printed on one line
         return int(exc.code or 0)
     try:
-        if args.command == "train":
+        if args.command in ("train", "sweep"):
             if not args.no_compile_cache:
                 _enable_compile_cache()
-            return cmd_train(args)
+            return cmd_train(args) if args.command == "train" else cmd_sweep(args)
         return cmd_datasets(args)
     except ValueError as exc:
         from jaxgcn.train import TrainingDiverged

@@ -28,7 +28,7 @@ FEATURE_NORMS = ("row", "standardize", "none")
 
 __all__ = [
     "BUNDLED", "FEATURE_NORMS", "Prepared", "RawGraph", "available", "load_bundled", "load_dataset",
-    "load_raw", "normalize_features", "planetoid_split", "prepare", "synthetic",
+    "load_raw", "normalize_features", "planetoid_split", "prepare", "synthetic", "with_random_splits",
 ]
 
 
@@ -152,3 +152,30 @@ def prepare(
             "split_sizes": {k: int(len(v)) for k, v in raw.splits.items()}}
     data = TrainData(jax.device_put(graph), x, jnp.asarray(raw.labels, jnp.int32), *masks)
     return Prepared(data, n_classes, backend, info)
+
+
+def with_random_splits(prepared: Prepared, labels: np.ndarray, n_splits: int, *, per_class: int = 20,
+                       n_val: int = 500, n_test: int = 1000, seed: int = 0) -> Prepared:
+    """Replace the split masks with ``n_splits`` random Planetoid-style splits stacked as
+    [n_splits, n_nodes] masks (split ``k`` drawn with seed ``seed + k``), for batched runs.
+
+    >>> p = prepare(load_dataset("cora"))
+    >>> q = with_random_splits(p, load_dataset("cora").labels, 3)
+    >>> q.data.train_mask.shape, float(q.data.train_mask[0].sum())
+    ((3, 2708), 140.0)
+    """
+    if n_splits < 1:
+        raise ValueError(f"--splits {n_splits}: give at least one split")
+    n = labels.shape[0]
+    stacks: dict[str, list[np.ndarray]] = {"train": [], "val": [], "test": []}
+    for k in range(n_splits):
+        split = planetoid_split(labels, per_class=per_class, n_val=n_val, n_test=n_test, seed=seed + k)
+        for name, idx in split.items():
+            mask = np.zeros(n, np.float32)
+            mask[idx] = 1.0
+            stacks[name].append(mask)
+    masks = {k: jnp.asarray(np.stack(v)) for k, v in stacks.items()}
+    data = prepared.data._replace(train_mask=masks["train"], val_mask=masks["val"], test_mask=masks["test"])
+    info = {**prepared.info, "split": f"{n_splits} random (seed {seed}..{seed + n_splits - 1})",
+            "split_sizes": {k: int(v[0].sum()) for k, v in stacks.items()}}
+    return prepared._replace(data=data, info=info)

@@ -1,0 +1,547 @@
+"""Many training runs as ONE compiled program, batched along the feature axis.
+
+``jax.vmap`` of the single-run model turns every gather + ``segment_sum`` into a batched scatter,
+which measured SLOWER on CPU than running the seeds one after another. Here the runs are stacked
+*inside* the feature axis instead: node activations are ``[n_nodes, n_runs, width]`` and weights
+``[in_dim, n_runs, out_dim]``, so one gather and one ``segment_sum`` with ``n_runs * width``-wide
+rows propagate every run at once.
+
+Each run keeps its own PRNG stream (identical to a single run with the same key: same init, same
+dropout masks), its own learning rate, L2 factor, dropout rate, hidden width and split masks, and
+its own early stopping (per-run masks freeze a run once it has stopped). Hidden widths below the
+widest one are zero-padded; padded units receive zero gradients and Adam leaves them at exactly
+zero, so a padded run equals the unpadded model of its width.
+
+:func:`jaxgcn.train.make_runner` is the single-run reference this module is tested against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jax.experimental import sparse as jsparse
+
+from jaxgcn.layers import Features, Params, _mix32
+from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.propagate import propagate
+from jaxgcn.train import (
+    DIVERGED,
+    RUNNING,
+    STOPPED_EARLY,
+    RunState,
+    TrainConfig,
+    TrainData,
+    _advance,
+    masked_cross_entropy,
+)
+
+# Params in the stacked layout carry the run axis at position 1 ([in, runs, out] / [runs, out] for
+# biases and norms, whose run axis is 0); `run_axis` tells which.
+
+
+def run_axis(leaf: jax.Array) -> int:
+    return 1 if leaf.ndim == 3 else 0
+
+
+class RunSpec(NamedTuple):
+    """Per-run settings of a batch of R runs (host arrays, length R).
+
+    Attributes:
+        seed: PRNG seed of each run (``jax.random.key(seed)``, as a single run would use).
+        lr, weight_decay, dropout: per-run hyperparameters.
+        hidden: per-run hidden width (<= the model config's ``hidden``, which is the padded width).
+        split: index into the batch's stacked split masks (0 when there is one split).
+    """
+
+    seed: np.ndarray
+    lr: np.ndarray
+    weight_decay: np.ndarray
+    dropout: np.ndarray
+    hidden: np.ndarray
+    split: np.ndarray
+
+    @property
+    def n_runs(self) -> int:
+        return int(np.asarray(self.seed).shape[0])
+
+
+def make_specs(seeds: list[int], *, lr: float = 0.01, weight_decay: float = 5e-4, dropout: float = 0.5,
+               hidden: int = 16, split: int = 0) -> RunSpec:
+    """A :class:`RunSpec` for several seeds of one configuration."""
+    r = len(seeds)
+    return RunSpec(np.asarray(seeds, np.int64), np.full(r, lr, np.float32), np.full(r, weight_decay, np.float32),
+                   np.full(r, dropout, np.float32), np.full(r, hidden, np.int32), np.full(r, split, np.int32))
+
+
+def concat_specs(specs: list[RunSpec]) -> RunSpec:
+    return RunSpec(*(np.concatenate(parts) for parts in zip(*specs)))
+
+
+# --- the stacked model -----------------------------------------------------------------------------
+
+
+class RunInputs(NamedTuple):
+    """Per-run device arrays (length R) derived from a :class:`RunSpec` on the host."""
+
+    lr: jax.Array
+    weight_decay: jax.Array
+    keep_threshold: jax.Array
+    keep_scale: jax.Array
+    hidden: jax.Array
+    split: jax.Array
+
+
+def run_inputs(spec: RunSpec) -> RunInputs:
+    """Keep thresholds and scales computed exactly as :func:`jaxgcn.layers.keep_mask` does."""
+    thresholds = [min(int(round(float(r) * 2.0**32)), 2**32 - 1) for r in np.asarray(spec.dropout, np.float64)]
+    scales = [np.float32(1.0 - float(r)) for r in np.asarray(spec.dropout, np.float64)]
+    return RunInputs(jnp.asarray(spec.lr, jnp.float32), jnp.asarray(spec.weight_decay, jnp.float32),
+                     jnp.asarray(np.asarray(thresholds, np.uint32)), jnp.asarray(np.asarray(scales, np.float32)),
+                     jnp.asarray(spec.hidden, jnp.int32), jnp.asarray(spec.split, jnp.int32))
+
+
+def _hash_keep(counter: jax.Array, seeds: jax.Array, threshold: jax.Array) -> jax.Array:
+    """The hash of :func:`jaxgcn.layers.keep_mask`, for arrays of counters, seeds and thresholds that
+    broadcast against each other (``seeds[..., 0]``, ``seeds[..., 1]``)."""
+    bits = _mix32(_mix32(counter * jnp.uint32(0x9E3779B9) ^ seeds[..., 0]) + seeds[..., 1])
+    return bits >= threshold
+
+
+def _drop_input(x: Features, seeds: jax.Array, runs: RunInputs) -> Features:
+    """Per-run dropout of the shared input features: BCOO -> per-run values [nnz, R];
+    dense [n, F] -> [n, R, F]."""
+    if isinstance(x, jsparse.BCOO):
+        counter = jax.lax.iota(jnp.uint32, x.nse)[:, None]
+        keep = _hash_keep(counter, seeds[None, :, :], runs.keep_threshold[None, :])
+        return jnp.where(keep, x.data[:, None] / runs.keep_scale[None, :], 0.0)
+    n, f = x.shape
+    counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * jnp.uint32(f)
+               + jax.lax.iota(jnp.uint32, f)[None, None, :])
+    keep = _hash_keep(counter, seeds[None, :, None, :], runs.keep_threshold[None, :, None])
+    return jnp.where(keep, x[:, None, :] / runs.keep_scale[None, :, None], 0.0)
+
+
+def _drop_hidden(h: jax.Array, seeds: jax.Array, runs: RunInputs) -> jax.Array:
+    """Per-run dropout of hidden activations [n, R, H]; element (i, j) of run r uses counter
+    ``i * hidden_r + j``, as a single run of width ``hidden_r`` does."""
+    n, _, width = h.shape
+    counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * runs.hidden.astype(jnp.uint32)[None, :, None]
+               + jax.lax.iota(jnp.uint32, width)[None, None, :])
+    keep = _hash_keep(counter, seeds[None, :, None, :], runs.keep_threshold[None, :, None])
+    return jnp.where(keep, h / runs.keep_scale[None, :, None], 0.0)
+
+
+def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Array:
+    """Per-run ``x_r @ w_r`` -> [n, R, out] with ``w``: [in, R, out].
+
+    ``x`` is the shared input (BCOO, with per-run ``values`` [nnz, R] after dropout, or shared when
+    ``values`` is None; or dense [n, in]) or per-run hidden activations [n, R, in].
+    """
+    if isinstance(x, jsparse.BCOO):
+        rows, cols = x.indices[:, 0], x.indices[:, 1]
+        vals = x.data[:, None, None] if values is None else values[:, :, None]
+        msgs = w[cols] * vals.astype(w.dtype)  # one gather of R * out-wide rows
+        return jax.ops.segment_sum(msgs, rows, num_segments=x.shape[0], indices_are_sorted=True)
+    if x.ndim == 2:
+        return jnp.einsum("nf,fro->nro", x, w)
+    return jnp.einsum("nrf,fro->nro", x, w)
+
+
+def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs: RunInputs, *,
+               seeds: jax.Array | None = None, train: bool = False) -> jax.Array:
+    """The GCN of :func:`jaxgcn.models.gcn` for R stacked runs.
+
+    Args:
+        config: the architecture (``hidden`` is the padded width).
+        params: stacked params, ``w``: [in, R, out], ``b``: [R, out].
+        graph: normalized graph.
+        x: shared [n, F] features (dense or BCOO).
+        runs: per-run inputs.
+        seeds: [layers, R, 2] uint32 dropout seeds (training only).
+        train: dropout on.
+
+    Returns:
+        [n, R, n_classes] logits.
+    """
+    n = x.shape[0]
+    dropping = train and config.dropout > 0.0
+    h, values = x, None
+    for i in range(config.layers):
+        layer = params[f"layer_{i}"]
+        if dropping and i == 0:
+            dropped = _drop_input(x, seeds[i], runs)
+            h, values = (x, dropped) if isinstance(x, jsparse.BCOO) else (dropped, None)
+        elif dropping:
+            h = _drop_hidden(h, seeds[i], runs)
+        out = _matmul_runs(h, values, layer["w"])
+        r, width = out.shape[1], out.shape[2]
+        out = propagate(graph, out.reshape(n, r * width), backend=config.backend).reshape(n, r, width)
+        if "b" in layer:
+            out = out + layer["b"][None, :, :]
+        if i == config.layers - 1:
+            return out
+        if "ln" in layer:
+            out = _layer_norm_runs(layer["ln"], out)
+        out = jax.nn.relu(out)
+        if config.residual:
+            out = out + (_matmul_runs(h, values, layer["w_res"]) if "w_res" in layer else h)
+        h, values = out, None
+    raise AssertionError("unreachable")
+
+
+def _layer_norm_runs(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Array:
+    """Layer norm over the last axis of [n, R, d] with per-run ``scale``/``bias`` [R, d]."""
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * params["scale"][None] + params["bias"][None]
+
+
+# --- init and the batched training run ------------------------------------------------------------
+
+
+def _pad_to(leaf: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    return jnp.pad(leaf, [(0, t - s) for s, t in zip(leaf.shape, shape)])
+
+
+def init_params(config: GCNConfig, spec: RunSpec, n_features: int, n_classes: int) -> Params:
+    """Stacked params: each run initialized exactly as a single run of its seed and width, then
+    zero-padded to ``config.hidden`` and stacked along the run axis."""
+    hidden = np.asarray(spec.hidden)
+    if hidden.max() > config.hidden:
+        raise ValueError(f"a run has hidden width {hidden.max()} > the padded width {config.hidden}")
+    if config.layer_norm and np.any(hidden != config.hidden):
+        raise ValueError("layer norm needs every run of a batch to have the same hidden width")
+    full = gcn(config).init(jax.random.key(0), n_features, n_classes)
+    per_run = [None] * spec.n_runs
+    for width in np.unique(hidden):
+        idx = np.flatnonzero(hidden == width)
+        model = gcn(dataclasses.replace(config, hidden=int(width)))
+        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[0])(jnp.asarray(spec.seed[idx]))
+        group = jax.vmap(lambda k: model.init(k, n_features, n_classes))(keys)
+        for j, r in enumerate(idx):
+            per_run[r] = jax.tree.map(lambda g, f: _pad_to(g[j], f.shape), group, full)
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves, axis=run_axis(leaves[0][None])), *per_run)
+
+
+def _run_axes(tree: Any) -> Any:
+    return jax.tree.map(run_axis, tree)
+
+
+def _select(running: jax.Array, new: Any, old: Any, axes: Any) -> Any:
+    """Per run: ``new`` where ``running`` else ``old``; each leaf's run axis given by ``axes``."""
+    def pick(a: jax.Array, b: jax.Array, axis: int | None) -> jax.Array:
+        if axis is None:
+            return a
+        shape = [1] * a.ndim
+        shape[axis] = running.shape[0]
+        return jnp.where(running.reshape(shape), a, b)
+    return jax.tree.map(pick, new, old, axes)
+
+
+class BatchState(NamedTuple):
+    """The carry of a batch of runs: a :class:`RunState` whose leaves have a run axis, plus the
+    Adam state of the stacked params and the shared epoch counter."""
+
+    runs: RunState
+    adam: Any
+    step: jax.Array
+
+
+def _state_axes(params_axes: Any, config: TrainConfig) -> RunState:
+    zero = 0
+    return RunState(params=params_axes, opt_state=None, key=zero, epoch=zero, reason=zero, val_window=zero,
+                    best_params=params_axes, best_val_acc=zero, best_val_loss=zero, best_epoch=zero,
+                    history={k: zero for k in ("loss", "train_acc", "val_loss", "val_acc")})
+
+
+class BatchRunner(NamedTuple):
+    init: Callable[[Params, jax.Array], BatchState]
+    run_until: Callable[[BatchState, TrainData, RunInputs, jax.Array, jax.Array], BatchState]
+    evaluate: Callable[[Params, TrainData, RunInputs, jax.Array], dict[str, jax.Array]]
+    final_params: Callable[[BatchState], Params]
+
+
+def _per_run_l2(params: Params, scope: str) -> jax.Array:
+    """``sum(w**2) / 2`` per run ([R]) over the weights :func:`jaxgcn.train.l2_penalty` covers."""
+    layers = [params["layer_0"]] if scope == "first" else list(params.values())
+    terms = [jnp.sum(jnp.square(layer[k]), axis=(0, 2)) for layer in layers for k in ("w", "w_res") if k in layer]
+    return 0.5 * sum(terms[1:], terms[0])
+
+
+def _split_metrics(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Per-run masked cross-entropy and accuracy: logits [n, R, C], masks [R, n] -> ([R], [R])."""
+    loss = jax.vmap(masked_cross_entropy, in_axes=(1, None, 0))(logits, labels, masks)
+    hit = (jnp.argmax(logits, axis=-1) == labels[:, None]).astype(masks.dtype)  # [n, R]
+    acc = jnp.sum(hit.T * masks, axis=1) / jnp.maximum(jnp.sum(masks, axis=1), 1.0)
+    return loss, acc
+
+
+def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunner:
+    """The pure functions of a batch of runs (compile them with ``jax.jit``).
+
+    Split masks are passed stacked, ``[n_splits, n_nodes]`` per split (``data.train_mask`` etc. may
+    be [n_nodes] for one split); each run reads the split its :class:`RunSpec` names.
+    """
+    if model_config.dropout_rng != "hash":
+        raise ValueError("batched runs need dropout_rng='hash' (per-run masks from one counter hash)")
+    adam = optax.scale_by_adam()
+    keep_best = config.early_stopping == "patience"
+
+    def masks(data: TrainData, runs: RunInputs) -> tuple[jax.Array, jax.Array, jax.Array]:
+        def per_run(m: jax.Array) -> jax.Array:  # [n] or [n_splits, n] -> [R, n]
+            return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
+        return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
+
+    def init(params: Params, seeds: jax.Array) -> BatchState:
+        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
+        r, epochs = seeds.shape[0], config.epochs
+        nan = jnp.full((r, epochs), jnp.nan, jnp.float32)
+        runs = RunState(
+            params=params, opt_state=None, key=keys, epoch=jnp.zeros(r, jnp.int32),
+            reason=jnp.full(r, RUNNING, jnp.int32), val_window=jnp.zeros((r, config.window), jnp.float32),
+            best_params=params, best_val_acc=jnp.full(r, -1.0, jnp.float32),
+            best_val_loss=jnp.full(r, jnp.inf, jnp.float32), best_epoch=jnp.zeros(r, jnp.int32),
+            history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
+        )
+        return BatchState(runs, adam.init(params), jnp.int32(0))
+
+    def epoch_step(state: BatchState, data: TrainData, runs: RunInputs) -> BatchState:
+        st = state.runs
+        axes = _run_axes(st.params)
+        train_m, val_m, _ = masks(data, runs)
+        split_keys = jax.vmap(jax.random.split)(st.key)
+        key, k_drop = split_keys[:, 0], split_keys[:, 1]
+        layer_keys = jax.vmap(lambda k: jax.random.split(k, model_config.layers))(k_drop)  # [R, L]
+        seeds = jax.vmap(jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32)))(layer_keys)
+        seeds = jnp.swapaxes(seeds, 0, 1)  # [L, R, 2]
+
+        def loss_fn(params: Params) -> tuple[jax.Array, jax.Array]:
+            logits = apply_runs(model_config, params, data.graph, data.x, runs, seeds=seeds, train=True)
+            ce, _ = _split_metrics(logits, data.labels, train_m)
+            per_run = ce + runs.weight_decay * _per_run_l2(params, config.l2)
+            return jnp.sum(per_run), per_run
+
+        (_, loss), grads = jax.value_and_grad(loss_fn, has_aux=True)(st.params)
+        if config.clip_norm:
+            grads = _clip_per_run(grads, axes, config.clip_norm)
+        updates, adam_state = adam.update(grads, state.adam, st.params)
+        lr = jax.tree.map(lambda u, a: jnp.expand_dims(runs.lr, [d for d in range(u.ndim) if d != a]),
+                          updates, axes)
+        params = jax.tree.map(lambda p, u, s: p - s * u, st.params, updates, lr)
+        logits = apply_runs(model_config, params, data.graph, data.x, runs)
+        _, train_acc = _split_metrics(logits, data.labels, train_m)
+        val_loss, val_acc = _split_metrics(logits, data.labels, val_m)
+        kipf_loss = val_loss + runs.weight_decay * _per_run_l2(params, config.l2)
+        state_axes = _state_axes(axes, config)
+        advanced = jax.vmap(
+            lambda s, p, k, *m: _advance(s, config, keep_best, p, None, k, *m[:4], kipf_loss=m[4]),
+            in_axes=(state_axes, axes, 0, 0, 0, 0, 0, 0), out_axes=state_axes,
+        )(st, params, key, loss, train_acc, val_loss, val_acc, kipf_loss)
+        running = st.reason == RUNNING
+        new_runs = _select(running, advanced, st, state_axes)
+        adam_state = _select(running, adam_state, state.adam, _adam_axes(adam_state, axes))
+        return BatchState(new_runs, adam_state, state.step + 1)
+
+    def run_until(state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
+        def cond(s: BatchState) -> jax.Array:
+            return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
+
+        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, runs), state)
+
+    def final_params(state: BatchState) -> Params:
+        return state.runs.best_params if keep_best else state.runs.params
+
+    def evaluate(params: Params, data: TrainData, runs: RunInputs) -> dict[str, jax.Array]:
+        logits = apply_runs(model_config, params, data.graph, data.x, runs)
+        out = {}
+        for name, m in zip(("train", "val", "test"), masks(data, runs)):
+            out[f"{name}_loss"], out[f"{name}_acc"] = _split_metrics(logits, data.labels, m)
+        return out
+
+    return BatchRunner(init, run_until, evaluate, final_params)
+
+
+def _clip_per_run(grads: Params, axes: Any, max_norm: float) -> Params:
+    """``optax.clip_by_global_norm`` applied to each run's gradients separately."""
+    def sq(g: jax.Array, a: int) -> jax.Array:
+        return jnp.sum(jnp.square(g), axis=tuple(d for d in range(g.ndim) if d != a))
+    norm = jnp.sqrt(sum(jax.tree.leaves(jax.tree.map(sq, grads, axes))))
+
+    def clip(g: jax.Array, a: int) -> jax.Array:
+        n = jnp.expand_dims(norm, [d for d in range(g.ndim) if d != a])
+        return jnp.where(n < max_norm, g, g / n * max_norm)
+    return jax.tree.map(clip, grads, axes)
+
+
+def _adam_axes(adam_state: Any, params_axes: Any) -> Any:
+    """Run axes of a ``scale_by_adam`` state: mu/nu like the params, the shared count none."""
+    return optax.ScaleByAdamState(count=None, mu=params_axes, nu=params_axes)
+
+
+# --- the host-side driver ---------------------------------------------------------------------------
+
+
+class BatchResult(NamedTuple):
+    """Outcome of a batch of runs (host NumPy, one entry per run).
+
+    Attributes:
+        spec: the runs.
+        metrics: ``{"train_acc", "val_acc", "test_acc", ...}`` -> [R] of the final (or best) params.
+        epochs_run: [R]. stopped_early: [R] bool.
+        history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [R, epochs] (NaN after a run stopped).
+        params: stacked final params (see :func:`unstack_params`).
+        compile_seconds, train_seconds: wall times of compiling and of running the batch.
+    """
+
+    spec: RunSpec
+    metrics: dict[str, np.ndarray]
+    epochs_run: np.ndarray
+    stopped_early: np.ndarray
+    history: dict[str, np.ndarray]
+    params: Params
+    compile_seconds: float
+    train_seconds: float
+
+
+_COMPILED: dict[Any, Any] = {}
+
+
+def run_mesh(n_devices: int | None = None) -> jax.sharding.Mesh | None:
+    """A 1-D mesh named ``runs`` over the visible devices, or None with a single device."""
+    devices = jax.devices()[: n_devices or None]
+    return jax.sharding.Mesh(np.asarray(devices), ("runs",)) if len(devices) > 1 else None
+
+
+def _shard_runs(tree: Any, mesh: jax.sharding.Mesh | None, axes: Any = 0) -> Any:
+    """Place each leaf's run axis on the mesh's ``runs`` axis (no-op without a mesh)."""
+    if mesh is None:
+        return tree
+
+    def put(leaf: jax.Array, axis: int | None) -> jax.Array:
+        spec = [None] * leaf.ndim
+        if axis is not None:
+            spec[axis] = "runs"
+        return jax.device_put(leaf, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec)))
+    return jax.tree.map(put, tree, axes) if not isinstance(axes, int) else jax.tree.map(lambda a: put(a, axes), tree)
+
+
+def _replicate(tree: Any, mesh: jax.sharding.Mesh | None) -> Any:
+    if mesh is None:
+        return tree
+    return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
+def _pad_spec(spec: RunSpec, multiple: int) -> RunSpec:
+    """Repeat the last run so the run count divides evenly over the devices (extra runs dropped later)."""
+    extra = (-spec.n_runs) % multiple
+    return spec if extra == 0 else RunSpec(*(np.concatenate([a, np.repeat(a[-1:], extra)]) for a in spec))
+
+
+def _compile(model_config: GCNConfig, config: TrainConfig, params: Params, data: TrainData,
+             runs: RunInputs, seeds: jax.Array, mesh: Any) -> tuple[Any, BatchState, float]:
+    """Compile (cached per configuration, shapes and mesh) and return the initial state."""
+    from jaxgcn.train import _signature
+
+    key = (model_config, config, _signature(data), jax.tree.structure(params),
+           tuple(leaf.shape for leaf in jax.tree.leaves(params)), mesh)
+    start = time.perf_counter()
+    if key not in _COMPILED:
+        runner = make_batch_runner(model_config, config)
+        init = jax.jit(runner.init).lower(params, seeds).compile()
+        state = init(params, seeds)
+        run_until = jax.jit(runner.run_until, donate_argnums=0).lower(state, data, runs, jnp.int32(0)).compile()
+        evaluate = jax.jit(runner.evaluate).lower(params, data, runs).compile()
+        final = jax.jit(runner.final_params).lower(state).compile()
+        _COMPILED[key] = (init, run_until, evaluate, final)
+        return _COMPILED[key], state, time.perf_counter() - start
+    compiled = _COMPILED[key]
+    return compiled, compiled[0](params, seeds), 0.0
+
+
+def fit_runs(
+    data: TrainData,
+    n_classes: int,
+    spec: RunSpec,
+    *,
+    model_config: GCNConfig = GCNConfig(),
+    config: TrainConfig = TrainConfig(),
+    log_every: int = 0,
+    log: Callable[[str], None] | None = None,
+    n_devices: int | None = None,
+) -> BatchResult:
+    """Train every run of ``spec`` in one compiled program (see the module docstring).
+
+    ``model_config.hidden`` is the padded width (>= every ``spec.hidden``). With more than one
+    device visible the run axis is sharded over them (``n_devices`` limits how many). Progress,
+    when ``log_every`` > 0, is one line per chunk: the epoch, runs still training, mean val accuracy.
+
+    Raises:
+        TrainingDiverged: a run's loss became NaN/inf (the message names the runs and the causes).
+    """
+    from jaxgcn.train import TrainingDiverged, divergence_message
+
+    n_runs = spec.n_runs
+    mesh = run_mesh(n_devices) if n_runs > 1 else None
+    padded = _pad_spec(spec, mesh.size if mesh is not None else 1)
+    params = init_params(model_config, padded, data.x.shape[1], n_classes)
+    params = _shard_runs(params, mesh, _run_axes(params))
+    runs = _shard_runs(run_inputs(padded), mesh)
+    seeds = _shard_runs(jnp.asarray(padded.seed, jnp.int32), mesh)
+    data = _replicate(data, mesh)
+    (_, run_until, evaluate, final), state, compile_s = _compile(model_config, config, params, data, runs,
+                                                                 seeds, mesh)
+    start = time.perf_counter()
+    chunk = log_every if log_every > 0 else config.epochs
+    while True:
+        state = run_until(state, data, runs, jnp.int32(min(int(state.step) + chunk, config.epochs)))
+        reason = np.asarray(state.runs.reason)[:n_runs]
+        if log is not None and log_every > 0:
+            val = np.asarray(state.runs.history["val_acc"])[:n_runs, int(state.step) - 1]
+            log(f"Epoch {int(state.step):3d} | runs training {int(np.sum(reason == RUNNING))}/{n_runs} "
+                f"| val mean {np.nanmean(val) if np.any(np.isfinite(val)) else float('nan'):.4f}")
+        if not np.any(np.asarray(state.runs.reason) == RUNNING):
+            break
+    if np.any(reason == DIVERGED):
+        bad = np.flatnonzero(reason == DIVERGED)
+        worst = int(bad[0])
+        one = dataclasses.replace(config, lr=float(spec.lr[worst]))
+        raise TrainingDiverged(f"run(s) {bad.tolist()} (seed {int(spec.seed[worst])}, lr {float(spec.lr[worst]):g}): "
+                               + divergence_message(data, one, int(np.asarray(state.runs.epoch)[worst])))
+    params = final(state)
+    metrics = {k: np.asarray(v)[:n_runs] for k, v in evaluate(params, data, runs).items()}
+    epochs = np.asarray(state.runs.epoch)[:n_runs]
+    history = {k: np.asarray(v)[:n_runs] for k, v in state.runs.history.items()}
+    params = jax.tree.map(lambda leaf: jnp.take(leaf, jnp.arange(n_runs), axis=run_axis(leaf)), params)
+    return BatchResult(spec, metrics, epochs, reason == STOPPED_EARLY, history, params, compile_s,
+                       time.perf_counter() - start)
+
+
+def unstack_params(params: Params, run: int, hidden: int | None = None) -> Params:
+    """The params of one run, in the single-run layout, cut to its hidden width when given."""
+    def take(leaf: jax.Array) -> jax.Array:
+        return jnp.take(leaf, run, axis=run_axis(leaf))
+    single = jax.tree.map(take, params)
+    if hidden is None:
+        return single
+    out = {}
+    n_layers = len(single)
+    for i in range(n_layers):
+        layer = dict(single[f"layer_{i}"])
+        for k in ("w", "w_res"):
+            if k in layer:
+                w = layer[k]
+                layer[k] = w[: (hidden if i > 0 else w.shape[0]), : (hidden if i < n_layers - 1 else w.shape[1])]
+        for k in ("b",):
+            if k in layer and i < n_layers - 1:
+                layer[k] = layer[k][:hidden]
+        if "ln" in layer:
+            layer["ln"] = {k: v[:hidden] for k, v in layer["ln"].items()}
+        out[f"layer_{i}"] = layer
+    return out
