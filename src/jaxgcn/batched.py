@@ -18,6 +18,7 @@ zero, so a padded run equals the unpadded model of its width.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -218,16 +219,26 @@ def init_params(config: GCNConfig, spec: RunSpec, n_features: int, n_classes: in
         raise ValueError(f"a run has hidden width {hidden.max()} > the padded width {config.hidden}")
     if config.layer_norm and np.any(hidden != config.hidden):
         raise ValueError("layer norm needs every run of a batch to have the same hidden width")
-    full = gcn(config).init(jax.random.key(0), n_features, n_classes)
-    per_run = [None] * spec.n_runs
-    for width in np.unique(hidden):
-        idx = np.flatnonzero(hidden == width)
+    return _init_stacked(config, tuple(int(h) for h in hidden), n_features, n_classes,
+                         jnp.asarray(spec.seed, jnp.int32))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _init_stacked(config: GCNConfig, hidden: tuple[int, ...], n_features: int, n_classes: int,
+                  seeds: jax.Array) -> Params:
+    widths = np.asarray(hidden)
+    full = jax.eval_shape(lambda: gcn(config).init(jax.random.key(0), n_features, n_classes))
+    order, groups = [], []
+    for width in np.unique(widths):
+        idx = np.flatnonzero(widths == width)
         model = gcn(dataclasses.replace(config, hidden=int(width)))
-        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[0])(jnp.asarray(spec.seed[idx]))
-        group = jax.vmap(lambda k: model.init(k, n_features, n_classes))(keys)
-        for j, r in enumerate(idx):
-            per_run[r] = jax.tree.map(lambda g, f: _pad_to(g[j], f.shape), group, full)
-    return jax.tree.map(lambda *leaves: jnp.stack(leaves, axis=run_axis(leaves[0][None])), *per_run)
+        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[0])(seeds[idx])
+        group = jax.vmap(lambda k, m=model: m.init(k, n_features, n_classes))(keys)
+        groups.append(jax.tree.map(lambda g, f: _pad_to(g, (g.shape[0], *f.shape)), group, full))
+        order.append(idx)
+    inverse = np.argsort(np.concatenate(order))
+    stacked = jax.tree.map(lambda *g: jnp.concatenate(g, axis=0)[inverse], *groups)
+    return jax.tree.map(lambda leaf: jnp.moveaxis(leaf, 0, 1) if leaf.ndim == 3 else leaf, stacked)
 
 
 def _run_axes(tree: Any) -> Any:
@@ -444,6 +455,28 @@ def _pad_spec(spec: RunSpec, multiple: int) -> RunSpec:
     return spec if extra == 0 else RunSpec(*(np.concatenate([a, np.repeat(a[-1:], extra)]) for a in spec))
 
 
+def _state_shardings(state: BatchState, mesh: jax.sharding.Mesh | None) -> Any:
+    """Shardings that keep every run-axis leaf of a :class:`BatchState` split over ``runs`` (so the
+    while loop's output can be fed back in), the shared Adam count and epoch counter replicated."""
+    if mesh is None:
+        return None
+    params_axes = _run_axes(state.runs.params)
+    axes = BatchState(
+        runs=RunState(params=params_axes, opt_state=None, key=0, epoch=0, reason=0, val_window=0,
+                      best_params=params_axes, best_val_acc=0, best_val_loss=0, best_epoch=0,
+                      history={k: 0 for k in state.runs.history}),
+        adam=_adam_axes(state.adam, params_axes), step=None)
+
+    def spec(leaf: Any, axis: int | None) -> jax.sharding.NamedSharding | None:
+        if leaf is None:
+            return None
+        parts = [None] * leaf.ndim
+        if axis is not None:
+            parts[axis] = "runs"
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*parts))
+    return jax.tree.map(spec, state, axes, is_leaf=lambda x: x is None)
+
+
 def _compile(model_config: GCNConfig, config: TrainConfig, params: Params, data: TrainData,
              runs: RunInputs, seeds: jax.Array, mesh: Any) -> tuple[Any, BatchState, float]:
     """Compile (cached per configuration, shapes and mesh) and return the initial state."""
@@ -454,9 +487,11 @@ def _compile(model_config: GCNConfig, config: TrainConfig, params: Params, data:
     start = time.perf_counter()
     if key not in _COMPILED:
         runner = make_batch_runner(model_config, config)
-        init = jax.jit(runner.init).lower(params, seeds).compile()
+        shardings = _state_shardings(jax.eval_shape(runner.init, params, seeds), mesh)
+        init = jax.jit(runner.init, out_shardings=shardings).lower(params, seeds).compile()
         state = init(params, seeds)
-        run_until = jax.jit(runner.run_until, donate_argnums=0).lower(state, data, runs, jnp.int32(0)).compile()
+        run_until = jax.jit(runner.run_until, donate_argnums=0, out_shardings=shardings) \
+            .lower(state, data, runs, jnp.int32(0)).compile()
         evaluate = jax.jit(runner.evaluate).lower(params, data, runs).compile()
         final = jax.jit(runner.final_params).lower(state).compile()
         _COMPILED[key] = (init, run_until, evaluate, final)

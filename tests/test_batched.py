@@ -1,0 +1,407 @@
+"""Batched runs (jaxgcn.batched) against the single-run reference (jaxgcn.train.fit / models.gcn).
+
+Every batched run must reproduce, to float rounding, the single run with the same seed, split and
+hyperparameters: same init, same dropout masks, same early-stopping decisions. Each distinct
+(config, data shape, run count) compiles once per process (~5 s), so the tests share a few
+module-scoped datasets and configurations; single runs go through a memoizing ``single`` fixture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from jaxgcn import datasets
+from jaxgcn.batched import (
+    apply_runs,
+    concat_specs,
+    fit_runs,
+    init_params,
+    make_batch_runner,
+    make_specs,
+    run_inputs,
+    unstack_params,
+)
+from jaxgcn.datasets.splits import planetoid_split
+from jaxgcn.layers import sparse_features
+from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.train import TrainConfig, fit
+
+SEEDS = [0, 1, 2]
+MODEL = GCNConfig(backend="segment")  # hidden 16, dropout 0.5, no bias: the paper's
+# On the weakly homophilous graph below, lr 0.1 makes Kipf's rule stop every seed well before 60
+# epochs, each at its own epoch (measured 33-35), so stopped runs sit frozen while others train.
+KIPF = TrainConfig(epochs=60, lr=0.1, window=5)
+PATIENCE = TrainConfig(epochs=60, lr=0.05, early_stopping="patience", patience=5)
+NONE = TrainConfig(epochs=40, early_stopping="none")
+CORA = TrainConfig(epochs=15)  # sparse (BCOO) features; few epochs, cora is the largest graph here
+HISTORY = ("loss", "train_acc", "val_loss", "val_acc")
+# Trained params: the loss histories agree to ~1e-6, but Adam divides by sqrt(second moment), so a
+# weight whose gradient is almost zero amplifies float rounding (measured up to ~2e-4 at lr 0.01).
+PARAM_TOL = dict(rtol=1e-3, atol=5e-4)
+
+
+def standard():
+    """optax's Adam needs standard dtype promotion (see conftest.standard_dtype_promotion)."""
+    return jax.numpy_dtype_promotion("standard")
+
+
+@pytest.fixture(scope="module")
+def raw_hard():
+    """A weakly homophilous 4-class SBM (400 nodes, dense features): validation plateaus early."""
+    return datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1)
+
+
+@pytest.fixture(scope="module")
+def hard(raw_hard):
+    prepared = datasets.prepare(raw_hard)
+    assert prepared.backend == MODEL.backend and isinstance(prepared.data.x, jax.Array)
+    return prepared
+
+
+@pytest.fixture(scope="module")
+def cora():
+    prepared = datasets.prepare(datasets.load_dataset("cora"))
+    assert prepared.backend == MODEL.backend and not isinstance(prepared.data.x, jax.Array)  # BCOO
+    return prepared
+
+
+@pytest.fixture(scope="module")
+def single():
+    """``single(prepared, model_config, config, seed, data=None)`` -> memoized ``fit`` result."""
+    cache = {}
+
+    def run(prepared, model_config, config, seed, data=None, tag=""):
+        key = (id(prepared), model_config, config, seed, tag)
+        if key not in cache:
+            with standard():
+                cache[key] = fit(prepared.data if data is None else data, prepared.n_classes,
+                                 model_config=model_config, config=config, key=jax.random.key(seed), log=None)
+        return cache[key]
+    return run
+
+
+def batch(prepared, spec, model_config=MODEL, config=KIPF, data=None, **kwargs):
+    with standard():
+        return fit_runs(prepared.data if data is None else data, prepared.n_classes, spec,
+                        model_config=model_config, config=config, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def kipf_batch(hard):
+    return batch(hard, make_specs(SEEDS, lr=KIPF.lr), config=KIPF)
+
+
+def assert_run_equals_fit(result, r, one, *, params_hidden=None, param_tol=PARAM_TOL):
+    """Run ``r`` of a batch equals the single run ``one``: metrics, epochs, histories, params."""
+    e = one.epochs_run
+    assert int(result.epochs_run[r]) == e
+    assert bool(result.stopped_early[r]) == one.stopped_early
+    for split in ("train", "val", "test"):
+        assert float(result.metrics[f"{split}_acc"][r]) == pytest.approx(one.metrics[f"{split}_acc"], abs=1e-6)
+        assert float(result.metrics[f"{split}_loss"][r]) == pytest.approx(one.metrics[f"{split}_loss"],
+                                                                          rel=1e-5, abs=1e-6)
+    for name in HISTORY:
+        np.testing.assert_allclose(result.history[name][r, :e], one.history[name], rtol=1e-5, atol=1e-5,
+                                   err_msg=name)
+        assert np.all(np.isnan(result.history[name][r, e:])), f"{name} recorded after the run stopped"
+    mine = unstack_params(result.params, r, hidden=params_hidden)
+    assert jax.tree.structure(mine) == jax.tree.structure(one.params)
+    for got, want in zip(jax.tree.leaves(mine), jax.tree.leaves(one.params)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), **param_tol)
+
+
+# --- 1. seeds in one batch equal single runs ---------------------------------------------------------
+
+
+def test_kipf_batch_equals_single_runs_and_some_stop_early(hard, kipf_batch, single):
+    res = kipf_batch
+    assert res.spec.n_runs == 3 and res.epochs_run.shape == (3,)
+    assert res.history["loss"].shape == (3, KIPF.epochs)
+    assert np.all(res.epochs_run < KIPF.epochs) and np.all(res.stopped_early)
+    assert len(set(res.epochs_run.tolist())) > 1  # stopped at different epochs of the same program
+    for r, seed in enumerate(SEEDS):
+        assert_run_equals_fit(res, r, single(hard, MODEL, KIPF, seed))
+    # The seeds are really different runs.
+    assert len({round(float(v), 6) for v in res.history["loss"][:, 0]}) == 3
+    assert res.metrics["test_acc"].min() > 0.5  # 4 classes: chance is 0.25
+
+
+def test_patience_batch_returns_each_runs_best_params(hard, single):
+    res = batch(hard, make_specs(SEEDS, lr=PATIENCE.lr), config=PATIENCE)
+    assert np.any(res.stopped_early)
+    np.testing.assert_array_equal(res.stopped_early, res.epochs_run < PATIENCE.epochs)
+    for r, seed in enumerate(SEEDS):
+        one = single(hard, MODEL, PATIENCE, seed)
+        assert_run_equals_fit(res, r, one)
+        e = int(res.epochs_run[r])
+        val_acc, val_loss = res.history["val_acc"][r, :e], res.history["val_loss"][r, :e]
+        best = int(np.argmax(val_acc))  # first epoch with the highest accuracy (ties: lower loss wins)
+        ties = np.flatnonzero(val_acc == val_acc[best])
+        best = int(ties[np.argmin(val_loss[ties])])
+        if res.stopped_early[r]:
+            assert e - (best + 1) == PATIENCE.patience  # stopped `patience` epochs after the best one
+        assert float(res.metrics["val_acc"][r]) == pytest.approx(val_acc[best], abs=1e-6)
+        assert float(res.metrics["val_loss"][r]) == pytest.approx(val_loss[best], rel=1e-5)
+        assert float(res.metrics["val_loss"][r]) != pytest.approx(val_loss[-1], rel=1e-5)  # not the last
+
+
+def test_no_early_stopping_batch_runs_every_epoch(hard, single):
+    res = batch(hard, make_specs(SEEDS), config=NONE)  # make_specs' defaults are the paper's
+    assert res.epochs_run.tolist() == [NONE.epochs] * 3 and not np.any(res.stopped_early)
+    assert np.all(np.isfinite(res.history["loss"]))
+    for r, seed in enumerate(SEEDS):
+        assert_run_equals_fit(res, r, single(hard, MODEL, NONE, seed))
+
+
+def test_sparse_feature_batch_equals_single_runs(cora, single):
+    res = batch(cora, make_specs(SEEDS), config=CORA)
+    for r, seed in enumerate(SEEDS):
+        assert_run_equals_fit(res, r, single(cora, MODEL, CORA, seed))
+    assert res.metrics["test_acc"].min() > 0.3  # 15 epochs; 7 classes: chance is ~0.14
+
+
+def test_progress_lines_report_runs_still_training(hard, kipf_batch):
+    lines = []
+    res = batch(hard, make_specs(SEEDS, lr=KIPF.lr), config=KIPF, log_every=20, log=lines.append)
+    assert res.compile_seconds == 0.0  # the kipf_batch program was reused
+    np.testing.assert_array_equal(res.epochs_run, kipf_batch.epochs_run)
+    pattern = re.compile(r"^Epoch +(\d+) \| runs training (\d+)/3 \| val mean (\d\.\d{4})$")
+    epochs = []
+    for line in lines:
+        m = pattern.match(line)
+        assert m, line
+        epoch = int(m.group(1))
+        epochs.append(epoch)
+        assert int(m.group(2)) == int(np.sum(res.epochs_run > epoch))
+        assert m.group(3) == f"{np.nanmean(res.history['val_acc'][:, epoch - 1]):.4f}"
+    assert epochs == [20, 40, 60]
+
+
+# --- 2. per-run hyperparameters ----------------------------------------------------------------------
+
+# (seed, lr, weight_decay, dropout) of three runs sharing one program.
+HYPER = [(0, 0.1, 5e-4, 0.5), (1, 0.02, 0.0, 0.2), (2, 0.05, 2e-3, 0.0)]
+
+
+def test_per_run_hyperparameters_equal_single_runs(hard, kipf_batch, single):
+    spec = concat_specs([make_specs([s], lr=lr, weight_decay=wd, dropout=d) for s, lr, wd, d in HYPER])
+    assert spec.n_runs == 3 and spec.lr.dtype == np.float32
+    res = batch(hard, spec, config=KIPF)
+    assert res.compile_seconds == 0.0  # hyperparameters are inputs, not part of the program
+    for r, (seed, lr, wd, d) in enumerate(HYPER):
+        one = single(hard, dataclasses.replace(MODEL, dropout=d),
+                     dataclasses.replace(KIPF, lr=lr, weight_decay=wd), seed)
+        assert_run_equals_fit(res, r, one)
+    # Runs 1 and 2 differ from the same seeds with the shared defaults: the per-run values were used.
+    for r in (1, 2):
+        assert not np.allclose(res.history["loss"][r, :5], kipf_batch.history["loss"][r, :5])
+
+
+# --- 3. padded hidden widths ---------------------------------------------------------------------------
+
+
+def test_padded_hidden_widths_equal_unpadded_runs(hard, single):
+    widths = [8, 16, 8]
+    spec = concat_specs([make_specs([s], lr=KIPF.lr, hidden=h) for s, h in zip(SEEDS, widths)])
+    res = batch(hard, spec, config=KIPF)  # MODEL.hidden = 16 is the padded width
+    assert res.params["layer_0"]["w"].shape == (16, 3, 16)
+    assert res.params["layer_1"]["w"].shape == (16, 3, hard.n_classes)
+    for r, (seed, h) in enumerate(zip(SEEDS, widths)):
+        one = single(hard, dataclasses.replace(MODEL, hidden=h), KIPF, seed)
+        assert_run_equals_fit(res, r, one, params_hidden=h)
+        # The padded hidden units are exactly zero after training (zero gradients, zero Adam steps).
+        assert np.all(np.asarray(res.params["layer_0"]["w"][:, r, h:]) == 0.0)
+        assert np.all(np.asarray(res.params["layer_1"]["w"][h:, r, :]) == 0.0)
+    wide = single(hard, MODEL, KIPF, 0)
+    narrow = single(hard, dataclasses.replace(MODEL, hidden=8), KIPF, 0)
+    assert not np.allclose(narrow.history["loss"][:5], wide.history["loss"][:5])  # the width mattered
+
+
+# --- 4. init_params / apply_runs against the single model --------------------------------------------
+
+ARCHS = {
+    "paper": (GCNConfig(hidden=16), [8, 16, 12]),
+    "bias_residual_3_layers": (GCNConfig(hidden=16, layers=3, bias=True, residual=True), [8, 16, 12]),
+    "layer_norm": (GCNConfig(hidden=16, layers=3, layer_norm=True, bias=True), [16, 16, 16]),
+}
+
+
+@pytest.fixture(scope="module")
+def sparse_hard(raw_hard):
+    """``hard`` with sparse features (entries below 1 in magnitude dropped, ~30% stored)."""
+    dense = np.asarray(raw_hard.features)
+    features = sp.csr_matrix(np.where(np.abs(dense) > 1.0, dense, 0.0).astype(np.float32))
+    prepared = datasets.prepare(raw_hard._replace(features=features))
+    assert not isinstance(prepared.data.x, jax.Array) and 0 < prepared.data.x.nse < 0.5 * dense.size
+    return prepared
+
+
+def single_params(config, seed, width, n_features, n_classes):
+    model_config = dataclasses.replace(config, hidden=width)
+    k_init, _ = jax.random.split(jax.random.key(seed))
+    return model_config, gcn(model_config).init(k_init, n_features, n_classes)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_init_params_stack_single_run_inits_zero_padded(arch):
+    config, widths = ARCHS[arch]
+    spec = concat_specs([make_specs([s], hidden=h) for s, h in zip([3, 4, 5], widths)])
+    stacked = init_params(config, spec, 10, 4)
+    for r, (seed, h) in enumerate(zip([3, 4, 5], widths)):
+        _, want = single_params(config, seed, h, 10, 4)
+        got = unstack_params(stacked, r, hidden=h)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), got, want)
+        # Everything outside the run's own width is zero.
+        full = unstack_params(stacked, r)
+        kept = sum(int(np.count_nonzero(np.asarray(leaf))) for leaf in jax.tree.leaves(got))
+        assert sum(int(np.count_nonzero(np.asarray(leaf))) for leaf in jax.tree.leaves(full)) == kept
+
+
+@pytest.mark.parametrize("features", ["dense", "sparse"])
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_apply_runs_equals_the_single_model_per_run(arch, features, hard, sparse_hard):
+    config, widths = ARCHS[arch]
+    data = (hard if features == "dense" else sparse_hard).data
+    config = dataclasses.replace(config, backend=MODEL.backend)
+    seeds, dropouts = [3, 4, 5], [0.5, 0.3, 0.0]
+    spec = concat_specs([make_specs([s], hidden=h, dropout=d) for s, h, d in zip(seeds, widths, dropouts)])
+    n_features, n_classes = data.x.shape[1], hard.n_classes
+    stacked = init_params(config, spec, n_features, n_classes)
+    runs = run_inputs(spec)
+    logits = apply_runs(config, stacked, data.graph, data.x, runs)
+    assert logits.shape == (data.x.shape[0], 3, n_classes)
+
+    # Training mode: run r's dropout seeds are drawn from its key as the single model draws them.
+    keys = [jax.random.key(100 + r) for r in range(3)]
+    drop_seeds = jnp.stack([jnp.stack([jax.random.bits(k, (2,), jnp.uint32)
+                                       for k in jax.random.split(key, config.layers)]) for key in keys], axis=1)
+    assert drop_seeds.shape == (config.layers, 3, 2)
+    train_logits = apply_runs(config, stacked, data.graph, data.x, runs, seeds=drop_seeds, train=True)
+    for r, (seed, h, d) in enumerate(zip(seeds, widths, dropouts)):
+        model_config, params = single_params(dataclasses.replace(config, dropout=d), seed, h, n_features,
+                                             n_classes)
+        model = gcn(model_config)
+        np.testing.assert_allclose(np.asarray(logits[:, r]), np.asarray(model.apply(params, data.graph, data.x)),
+                                   rtol=1e-5, atol=1e-6)
+        want = model.apply(params, data.graph, data.x, key=keys[r], train=True)
+        np.testing.assert_allclose(np.asarray(train_logits[:, r]), np.asarray(want), rtol=1e-5, atol=1e-6)
+    # Dropout did something for the runs that drop (and nothing for the rate-0 run).
+    assert not np.allclose(np.asarray(train_logits[:, 0]), np.asarray(logits[:, 0]), atol=1e-3)
+    np.testing.assert_allclose(np.asarray(train_logits[:, 2]), np.asarray(logits[:, 2]), rtol=1e-5, atol=1e-6)
+
+
+def test_init_params_rejects_widths_it_cannot_stack():
+    with pytest.raises(ValueError, match="hidden width 32 > the padded width 16"):
+        init_params(GCNConfig(hidden=16), make_specs([0], hidden=32), 5, 3)
+    spec = concat_specs([make_specs([0], hidden=8), make_specs([1], hidden=16)])
+    with pytest.raises(ValueError, match="layer norm needs every run"):
+        init_params(GCNConfig(hidden=16, layers=3, layer_norm=True), spec, 5, 3)
+
+
+def test_batch_runner_needs_hash_dropout():
+    with pytest.raises(ValueError, match="dropout_rng='hash'"):
+        make_batch_runner(GCNConfig(dropout_rng="jax"), TrainConfig())
+
+
+# --- 5. random splits -----------------------------------------------------------------------------------
+
+SPLIT_ARGS = dict(per_class=10, n_val=100, n_test=150, seed=5)
+
+
+@pytest.fixture(scope="module")
+def three_splits(hard, raw_hard):
+    return datasets.with_random_splits(hard, raw_hard.labels, 3, **SPLIT_ARGS)
+
+
+def test_random_splits_masks(three_splits, raw_hard, hard):
+    d = three_splits.data
+    labels = raw_hard.labels
+    masks = {name: np.asarray(getattr(d, f"{name}_mask")) for name in ("train", "val", "test")}
+    for m in masks.values():
+        assert m.shape == (3, 400) and m.dtype == np.float32 and set(np.unique(m)) <= {0.0, 1.0}
+    for k in range(3):
+        for c in range(4):
+            assert masks["train"][k][labels == c].sum() == 10
+        assert masks["val"][k].sum() == 100 and masks["test"][k].sum() == 150
+        assert np.max(masks["train"][k] + masks["val"][k] + masks["test"][k]) == 1.0  # disjoint
+        want = planetoid_split(labels, per_class=10, n_val=100, n_test=150, seed=5 + k)
+        for name, idx in want.items():
+            np.testing.assert_array_equal(np.flatnonzero(masks[name][k]), idx)
+    for a, b in ((0, 1), (0, 2), (1, 2)):
+        assert not np.array_equal(masks["train"][a], masks["train"][b])
+        assert not np.array_equal(masks["test"][a], masks["test"][b])
+    assert three_splits.info["split_sizes"] == {"train": 40, "val": 100, "test": 150}
+    assert three_splits.info["split"] == "3 random (seed 5..7)"
+    assert hard.data.train_mask.shape == (400,)  # the input was not modified
+    with pytest.raises(ValueError, match="at least one split"):
+        datasets.with_random_splits(hard, labels, 0)
+
+
+def test_run_split_selects_its_masks(three_splits, hard, single):
+    spec = concat_specs([make_specs([7], lr=KIPF.lr, split=k) for k in range(3)])
+    res = batch(three_splits, spec, config=KIPF)
+    d = three_splits.data
+    for k in range(3):
+        data_k = hard.data._replace(train_mask=d.train_mask[k], val_mask=d.val_mask[k], test_mask=d.test_mask[k])
+        assert_run_equals_fit(res, k, single(hard, MODEL, KIPF, 7, data=data_k, tag=f"split{k}"))
+    assert len({round(float(v), 6) for v in res.history["loss"][:, 0]}) == 3  # same seed, other splits
+
+
+# --- 6. the run axis sharded over several devices --------------------------------------------------
+
+SHARDED_SCRIPT = """
+import json, sys
+import jax
+import numpy as np
+from jaxgcn import batched, datasets
+from jaxgcn.batched import fit_runs, make_specs
+from jaxgcn.models import GCNConfig
+from jaxgcn.train import TrainConfig
+
+assert len(jax.devices()) == 4, jax.devices()
+prepared = datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1))
+with jax.numpy_dtype_promotion("standard"):
+    res = fit_runs(prepared.data, prepared.n_classes, make_specs([0, 1, 2], lr={lr}),
+                   model_config=GCNConfig(backend="segment"),
+                   config=TrainConfig(epochs={epochs}, lr={lr}, window={window}))
+meshes = [key[-1] for key in batched._COMPILED]
+print(json.dumps({{
+    "mesh_sizes": [None if m is None else int(m.size) for m in meshes],
+    "test_acc": res.metrics["test_acc"].tolist(), "val_acc": res.metrics["val_acc"].tolist(),
+    "epochs_run": res.epochs_run.tolist(),
+    "loss": np.nan_to_num(res.history["loss"], nan=-1.0).tolist(),
+    "params_runs": [int(leaf.shape[1 if leaf.ndim == 3 else 0]) for leaf in jax.tree.leaves(res.params)],
+}}))
+"""
+
+
+def test_sharded_over_four_devices_equals_one_device(tmp_path, kipf_batch):
+    script = tmp_path / "sharded.py"
+    script.write_text(SHARDED_SCRIPT.format(lr=KIPF.lr, epochs=KIPF.epochs, window=KIPF.window))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["mesh_sizes"] == [4]  # 3 runs padded to 4, one per device
+    assert out["params_runs"] == [3, 3]  # the padding run was dropped
+    assert out["epochs_run"] == kipf_batch.epochs_run.tolist()
+    np.testing.assert_allclose(out["test_acc"], kipf_batch.metrics["test_acc"], atol=1e-6)
+    np.testing.assert_allclose(out["val_acc"], kipf_batch.metrics["val_acc"], atol=1e-6)
+    np.testing.assert_allclose(out["loss"], np.nan_to_num(kipf_batch.history["loss"], nan=-1.0), atol=1e-5)
+    assert len(jax.devices()) == 1  # this process was left alone
