@@ -44,6 +44,8 @@ def main() -> int:
           f"({batch.train_seconds / args.seeds:.3f} s per run) | total {total:.1f} s | test "
           f"{acc.mean():.4f} ± {acc.std():.4f}")
 
+    if args.loop == 0:
+        return 0
     loop_acc, run_s, compile_s = [], 0.0, 0.0
     start = time.perf_counter()
     for seed in range(args.loop):

@@ -5,11 +5,21 @@
 >>> result = jaxgcn.fit(prepared.data, prepared.n_classes, log=None)  # doctest: +SKIP
 """
 
-from jaxgcn.datasets import RawGraph, load_dataset, normalize_features, planetoid_split, prepare, synthetic
+from jaxgcn.batched import BatchResult, RunSpec, concat_specs, fit_runs, make_specs, unstack_params
+from jaxgcn.datasets import (
+    RawGraph,
+    load_dataset,
+    normalize_features,
+    planetoid_split,
+    prepare,
+    synthetic,
+    with_random_splits,
+)
 from jaxgcn.graph import Graph, from_edges, from_scipy, gcn_norm, to_dense, with_dense
 from jaxgcn.layers import dropout, gcn_apply, gcn_init, keep_mask, matmul, sparse_features
 from jaxgcn.models import GCNConfig, Model, gcn
 from jaxgcn.propagate import BACKENDS, choose_backend, propagate
+from jaxgcn.sweep import Grid, format_table, run_grid
 from jaxgcn.train import (
     FitResult,
     TrainConfig,
@@ -26,6 +36,8 @@ from jaxgcn.train import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchResult", "Grid", "RunSpec", "concat_specs", "fit_runs", "format_table", "make_specs", "run_grid",
+    "unstack_params", "with_random_splits",
     "BACKENDS", "FitResult", "GCNConfig", "Graph", "Model", "RawGraph", "TrainConfig", "TrainData",
     "TrainingDiverged", "choose_backend", "dropout", "fit", "from_edges", "from_scipy", "gcn",
     "gcn_apply", "gcn_init", "gcn_norm", "keep_mask", "l2_penalty", "load_dataset", "make_optimizer",

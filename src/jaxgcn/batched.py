@@ -165,14 +165,15 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         graph: normalized graph.
         x: shared [n, F] features (dense or BCOO).
         runs: per-run inputs.
-        seeds: [layers, R, 2] uint32 dropout seeds (training only).
+        seeds: [layers, R, 2] uint32 dropout seeds (training only). Each run drops with its own rate
+            (``runs``); ``config.dropout`` is not used here.
         train: dropout on.
 
     Returns:
         [n, R, n_classes] logits.
     """
     n = x.shape[0]
-    dropping = train and config.dropout > 0.0
+    dropping = train and seeds is not None  # per-run rates; a rate of 0 keeps everything
     h, values = x, None
     for i in range(config.layers):
         layer = params[f"layer_{i}"]
@@ -513,7 +514,10 @@ def fit_runs(
 ) -> BatchResult:
     """Train every run of ``spec`` in one compiled program (see the module docstring).
 
-    ``model_config.hidden`` is the padded width (>= every ``spec.hidden``). With more than one
+    The per-run learning rate, L2 factor, dropout and hidden width come from ``spec`` (see
+    :func:`make_specs`, whose defaults are the paper's), not from ``config.lr``,
+    ``config.weight_decay``, ``model_config.dropout``; ``model_config.hidden`` is the padded width
+    (>= every ``spec.hidden``). With more than one
     device visible the run axis is sharded over them (``n_devices`` limits how many). Progress,
     when ``log_every`` > 0, is one line per chunk: the epoch, runs still training, mean val accuracy.
 

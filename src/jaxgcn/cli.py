@@ -45,12 +45,12 @@ def _bytes(text: str) -> int:
     units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
     body, unit = (text[:-1], text[-1].upper()) if text[-1:].upper() in units and text[-1:].isalpha() else (text, "")
     try:
-        value = float(body) * units[unit]
-    except ValueError:
+        value = int(float(body) * units[unit])
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 4G or 512M") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return int(value)
+    return value
 
 
 def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
@@ -72,6 +72,9 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     s.add_argument("--features", type=_positive_int, default=64)
     s.add_argument("--avg-degree", type=float, default=8.0)
     s.add_argument("--homophily", type=float, default=0.8)
+    d.add_argument("--data-seed", type=int, default=0,
+                   help="seed of the synthetic graph and of random split k (data seed + k); --seed "
+                        "only seeds training, so --seeds N equals N runs of --seed s")
     s.add_argument("--train-per-class", type=_positive_int, default=20,
                    help="train nodes per class of a random split (default 20)")
     d.add_argument("--split", choices=("public", "random"), default="public",
@@ -184,12 +187,12 @@ def _load(args: argparse.Namespace, say: Any):
         raise ValueError(f"--splits {args.splits} needs --split random (the public split is one split)")
     raw = load_dataset(args.dataset, data_dir=args.data_dir, n_nodes=args.nodes, n_classes=args.classes,
                        n_features=args.features, avg_degree=args.avg_degree, homophily=args.homophily,
-                       train_per_class=args.train_per_class, seed=args.seed)
+                       train_per_class=args.train_per_class, seed=args.data_seed)
     prepared = prepare(raw, norm=args.norm, feature_norm=args.feature_norm,
                        symmetrize=not args.no_symmetrize, backend=args.backend)
     if args.split == "random":
         prepared = with_random_splits(prepared, raw.labels, args.splits, per_class=args.train_per_class,
-                                      n_val=args.val, n_test=args.test, seed=args.seed)
+                                      n_val=args.val, n_test=args.test, seed=args.data_seed)
     info = prepared.info
     say(f"{info['dataset']}: {info['n_nodes']} nodes, {info['n_edges']} edges, {info['n_features']} "
         f"features, {info['n_classes']} classes | backend {prepared.backend}"
@@ -283,7 +286,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _configs(args, "segment", **cfg)
     prepared = _load(args, say)
     model_config, train_config = _configs(args, prepared.backend, hidden=max(args.hidden), layers=args.layers[0],
-                                          dropout=args.dropout[0], lr=args.lr[0],
+                                          dropout=max(args.dropout), lr=args.lr[0],
                                           weight_decay=args.weight_decay[0])
     seeds = [args.seed + i for i in range(args.seeds)]
     n_configs = len(grid.configs())
@@ -312,6 +315,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxgcn`` console script; returns the exit code."""
+    from_console = argv is None  # in-process callers keep their own JAX device setup
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed on one line
@@ -320,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("train", "sweep"):
             if not args.no_compile_cache:
                 _enable_compile_cache()
-            _use_cpu_cores(args)
+            if from_console:
+                _use_cpu_cores(args)
             return cmd_train(args) if args.command == "train" else cmd_sweep(args)
         return cmd_datasets(args)
     except ValueError as exc:

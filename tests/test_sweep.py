@@ -1,0 +1,332 @@
+"""Hyperparameter sweeps (jaxgcn.sweep) and the batched CLI (``train --seeds``, ``sweep``).
+
+The data is the synthetic graph the CLI builds from ``--dataset synthetic --nodes 300 --classes 3
+--features 16`` (seed 0), and the configurations are the CLI's defaults with ``--epochs 30``, so
+the programs compiled by the library tests are reused by the CLI tests (~5 s per compile).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from jaxgcn import datasets
+from jaxgcn.cli import main
+from jaxgcn.models import GCNConfig
+from jaxgcn.sweep import GRID_KEYS, Grid, estimate_bytes, format_table, rows_to_json, run_grid, write_csv
+from jaxgcn.train import TrainConfig, fit
+
+MODEL = GCNConfig(backend="segment")
+BASE = TrainConfig(epochs=30)
+GRID = Grid(lr=(0.01, 0.05), hidden=(8, 16), layers=(2, 3))
+SEEDS = [0, 1]
+DATA_ARGS = ["--dataset", "synthetic", "--nodes", "300", "--classes", "3", "--features", "16"]
+CLI = [*DATA_ARGS, "--epochs", "30", "--no-compile-cache", "--quiet"]
+CSV_FIELDS = [*GRID_KEYS, "n_runs", "val_acc_mean", "val_acc_std", "test_acc_mean", "test_acc_std", "epochs_mean"]
+GROUP = re.compile(r"^group (\d+)/(\d+) \(layers (\d+), padded hidden (\d+)\): (\d+) runs in one program \| "
+                   r"compile \d+\.\ds \| train \d+\.\ds \| val mean (\d\.\d{4})$")
+
+
+def standard():
+    """optax's Adam needs standard dtype promotion (see conftest.standard_dtype_promotion)."""
+    return jax.numpy_dtype_promotion("standard")
+
+
+def run_main(argv):
+    """``main``'s exit code, whether it returns it or argparse raises SystemExit."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    p = datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=16, seed=0))
+    assert p.backend == MODEL.backend and p.n_classes == 3
+    return p
+
+
+@pytest.fixture(scope="module")
+def single(prepared):
+    """``single(model_config, config, seed)`` -> memoized ``fit`` result on ``prepared``."""
+    cache = {}
+
+    def run(model_config, config, seed):
+        key = (model_config, config, seed)
+        if key not in cache:
+            with standard():
+                cache[key] = fit(prepared.data, prepared.n_classes, model_config=model_config, config=config,
+                                 key=jax.random.key(seed), log=None)
+        return cache[key]
+    return run
+
+
+@pytest.fixture(scope="module")
+def swept(prepared):
+    lines = []
+    with standard():
+        rows = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE,
+                        log=lines.append)
+    return rows, lines
+
+
+def find(rows, **config):
+    matches = [r for r in rows if all(r.config[k] == v for k, v in config.items())]
+    assert len(matches) == 1, config
+    return matches[0]
+
+
+# --- run_grid ------------------------------------------------------------------------------------------
+
+
+def test_run_grid_rows_summarize_their_runs_best_first(swept):
+    rows, _ = swept
+    assert len(rows) == 8
+    assert sorted((r.config["lr"], r.config["hidden"], r.config["layers"]) for r in rows) == sorted(
+        (c["lr"], c["hidden"], c["layers"]) for c in GRID.configs())
+    for r in rows:
+        assert r.config["weight_decay"] == 5e-4 and r.config["dropout"] == 0.5
+        assert r.n_runs == 2 and [(run["seed"], run["split"]) for run in r.runs] == [(0, 0), (1, 0)]
+        val = np.array([run["val_acc"] for run in r.runs])
+        test = np.array([run["test_acc"] for run in r.runs])
+        assert r.val_mean == pytest.approx(val.mean(), abs=1e-12) and r.val_std == pytest.approx(val.std(), abs=1e-12)
+        assert r.test_mean == pytest.approx(test.mean(), abs=1e-12)
+        assert r.test_std == pytest.approx(test.std(), abs=1e-12)
+        assert r.epochs_mean == pytest.approx(np.mean([run["epochs_run"] for run in r.runs]))
+        assert all(1 <= run["epochs_run"] <= BASE.epochs for run in r.runs)
+    keys = [(-r.val_mean, -r.test_mean) for r in rows]
+    assert keys == sorted(keys)
+    assert rows[0].val_mean > 0.8  # 3 homophilous classes: chance is 1/3
+    assert len({(r.val_mean, r.test_mean) for r in rows}) > 1  # the configurations differ
+
+
+def test_run_grid_compiles_one_program_per_layer_count(swept):
+    rows, lines = swept
+    groups = [GROUP.match(line) for line in lines]
+    assert all(groups), lines  # no chunking line: the default budget is half the free memory
+    assert [(m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)) for m in groups] == [
+        ("1", "2", "2", "16", "8"), ("2", "2", "3", "16", "8")]
+    for m in groups:  # the logged mean is the mean over that group's runs
+        runs = [run["val_acc"] for r in rows if r.config["layers"] == int(m.group(3)) for run in r.runs]
+        assert m.group(6) == f"{np.mean(runs):.4f}"
+
+
+def test_run_grid_row_equals_single_runs(swept, single):
+    rows, _ = swept
+    # The least default row: padded (8 of 16 hidden units), its own lr, and 3 layers.
+    row = find(rows, lr=0.05, hidden=8, layers=3)
+    for run in row.runs:
+        one = single(dataclasses.replace(MODEL, hidden=8, layers=3), dataclasses.replace(BASE, lr=0.05), run["seed"])
+        assert run["val_acc"] == pytest.approx(one.metrics["val_acc"], abs=1e-6)
+        assert run["test_acc"] == pytest.approx(one.metrics["test_acc"], abs=1e-6)
+        assert run["epochs_run"] == one.epochs_run
+
+
+def test_memory_budget_splits_a_group_into_chunks_with_the_same_results(prepared, swept):
+    rows, _ = swept
+    grid = Grid(lr=(0.01, 0.05), hidden=(8, 16))  # the layers-2 half of GRID: 8 runs
+    per_run = estimate_bytes(prepared.data, dataclasses.replace(MODEL, hidden=16), 1, prepared.n_classes)
+    lines = []
+    with standard():
+        chunked = run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, config=BASE,
+                           memory_budget=4 * per_run, log=lines.append)
+    assert lines[0].startswith("group 1: 8 runs need ~") and lines[0].endswith("running 2 chunks of <= 4 runs")
+    assert [m.group(5) for m in map(GROUP.match, lines[1:])] == ["4", "4"]
+    assert len(chunked) == 4
+    for r in chunked:
+        whole = find(rows, lr=r.config["lr"], hidden=r.config["hidden"], layers=2)
+        assert [run["seed"] for run in r.runs] == SEEDS
+        for a, b in zip(r.runs, whole.runs):
+            assert a["val_acc"] == pytest.approx(b["val_acc"], abs=1e-6)
+            assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1e-6)
+            assert a["epochs_run"] == b["epochs_run"]
+
+
+def test_estimate_bytes_is_linear_in_runs_and_grows_with_width(prepared):
+    one = estimate_bytes(prepared.data, MODEL, 1, 3)
+    assert one > 0 and estimate_bytes(prepared.data, MODEL, 7, 3) == 7 * one
+    assert estimate_bytes(prepared.data, dataclasses.replace(MODEL, hidden=64), 1, 3) > one
+
+
+def test_grid_configs_cross_every_value_and_reject_empty_lists():
+    configs = GRID.configs()
+    assert len(configs) == 8 and all(set(c) == set(GRID_KEYS) for c in configs)
+    assert len({tuple(c.values()) for c in configs}) == 8
+    with pytest.raises(ValueError, match="--weight-decay: give at least one value"):
+        Grid(weight_decay=()).configs()
+
+
+# --- reports ----------------------------------------------------------------------------------------
+
+
+def test_format_table_lists_rows_best_first_and_names_the_best(swept):
+    rows, _ = swept
+    lines = format_table(rows).splitlines()
+    assert len(lines) == 2 + 8 + 1
+    assert lines[0].split() == ["lr", "wd", "drop", "hid", "lay", "runs", "val", "acc", "test", "acc", "epochs"]
+    assert set(lines[1]) == {"-"}
+    for line, r in zip(lines[2:10], rows):
+        fields = line.split()
+        assert float(fields[0]) == pytest.approx(r.config["lr"]) and int(fields[3]) == r.config["hidden"]
+        assert int(fields[4]) == r.config["layers"] and int(fields[5]) == 2
+        assert fields[6:9] == [f"{r.val_mean:.4f}", "±", f"{r.val_std:.4f}"]
+        assert fields[9:12] == [f"{r.test_mean:.4f}", "±", f"{r.test_std:.4f}"]
+    best = rows[0]
+    c = best.config
+    assert lines[-1] == (f"best: lr={c['lr']:g}, weight_decay=0.0005, dropout=0.5, hidden={c['hidden']}, "
+                         f"layers={c['layers']} (val {best.val_mean:.4f}, test {best.test_mean:.4f} "
+                         f"± {best.test_std:.4f})")
+
+
+def test_write_csv_one_row_per_configuration(swept, tmp_path):
+    rows, _ = swept
+    path = tmp_path / "sweep.csv"
+    write_csv(rows, path)
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.csv"]  # no temp file left behind
+    with open(path, newline="") as f:
+        table = list(csv.reader(f))
+    assert table[0] == CSV_FIELDS and len(table) == 1 + 8
+    for line, r in zip(table[1:], rows):
+        record = dict(zip(CSV_FIELDS, line))
+        assert float(record["lr"]) == r.config["lr"] and int(record["hidden"]) == r.config["hidden"]
+        assert int(record["layers"]) == r.config["layers"] and int(record["n_runs"]) == 2
+        assert float(record["val_acc_mean"]) == r.val_mean and float(record["test_acc_std"]) == r.test_std
+        assert float(record["epochs_mean"]) == r.epochs_mean
+
+
+def test_rows_to_json_keeps_every_run(swept):
+    rows, _ = swept
+    payload = json.loads(json.dumps(rows_to_json(rows)))  # plain JSON types only
+    assert len(payload) == 8
+    for item, r in zip(payload, rows):
+        assert {k: item[k] for k in GRID_KEYS} == r.config
+        assert item["n_runs"] == 2 and item["val_acc_mean"] == r.val_mean and item["test_acc_mean"] == r.test_mean
+        assert item["runs"] == r.runs
+        assert [run["seed"] for run in item["runs"]] == SEEDS
+        assert set(item["runs"][0]) == {"seed", "split", "val_acc", "test_acc", "epochs_run"}
+
+
+# --- the CLI ------------------------------------------------------------------------------------------
+
+
+def test_cli_sweep_writes_csv_and_json_equal_to_run_grid(tmp_path, capsys, swept, standard_dtype_promotion):
+    rows, _ = swept
+    csv_path, json_path = tmp_path / "s.csv", tmp_path / "s.json"
+    argv = ["sweep", *CLI, "--lr", "0.01,0.05", "--hidden", "8,16", "--seeds", "2",
+            "--csv", str(csv_path), "--json", str(json_path)]
+    assert run_main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("best: lr=") and len(out) == 2 + 4 + 1  # --quiet: the table only
+    with open(csv_path, newline="") as f:
+        table = list(csv.reader(f))
+    assert table[0] == CSV_FIELDS and len(table) == 1 + 4
+    report = json.loads(json_path.read_text())
+    assert report["seeds"] == SEEDS and report["splits"] == 1 and report["n_nodes"] == 300
+    assert len(report["configurations"]) == 4 and report["best"] == report["configurations"][0]
+    assert report["grid"]["lr"] == [0.01, 0.05] and report["grid"]["hidden"] == [8, 16]
+    assert report["fixed"]["epochs"] == 30 and "lr" not in report["fixed"]
+    # The CLI ran the same runs as run_grid on the same data (the layers-2 half of the grid).
+    for item in report["configurations"]:
+        row = find(rows, lr=item["lr"], hidden=item["hidden"], layers=2)
+        assert item["n_runs"] == 2 and item["layers"] == 2
+        assert [run["test_acc"] for run in item["runs"]] == pytest.approx(
+            [run["test_acc"] for run in row.runs], abs=1e-6)
+        assert [run["epochs_run"] for run in item["runs"]] == [run["epochs_run"] for run in row.runs]
+    best = report["best"]
+    assert out[-1].startswith(f"best: lr={best['lr']:g}, weight_decay=0.0005, dropout=0.5, "
+                              f"hidden={best['hidden']}, layers=2 (val {best['val_acc_mean']:.4f}")
+    assert best["val_acc_mean"] == max(item["val_acc_mean"] for item in report["configurations"])
+
+
+@pytest.fixture(scope="module")
+def seeds3(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "seeds3.json"
+    with standard():
+        assert run_main(["train", *CLI, "--seeds", "3", "--json", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+def single_cli(tmp_path, seed):
+    path = tmp_path / f"seed{seed}.json"
+    assert run_main(["train", *CLI, "--seed", str(seed), "--json", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+def test_cli_train_seeds_runs_equal_single_runs(seeds3, single, tmp_path, standard_dtype_promotion):
+    assert seeds3["seeds"] == [0, 1, 2] and [r["seed"] for r in seeds3["runs"]] == [0, 1, 2]
+    assert seeds3["test_acc"] == [r["test_acc"] for r in seeds3["runs"]]
+    assert seeds3["test_acc_mean"] == pytest.approx(np.mean(seeds3["test_acc"]), abs=1e-12)
+    for run in seeds3["runs"]:  # the library's single run on the same graph, with that seed's key
+        one = single(MODEL, BASE, run["seed"])
+        assert run["test_acc"] == pytest.approx(one.metrics["test_acc"], abs=1e-6)
+        assert run["val_acc"] == pytest.approx(one.metrics["val_acc"], abs=1e-6)
+        assert run["epochs_run"] == one.epochs_run and run["stopped_early"] == one.stopped_early
+    assert len(set(seeds3["test_acc"])) > 1 or len({r["epochs_run"] for r in seeds3["runs"]}) > 1
+    # Seed 0 (the base seed) also equals the CLI's own single run, which goes through fit().
+    alone = single_cli(tmp_path, 0)
+    assert alone["seeds"] == [0] and alone["test_acc"][0] == pytest.approx(seeds3["test_acc"][0], abs=1e-6)
+
+
+def test_cli_seeds_run_is_reproduced_by_its_own_seed(seeds3, tmp_path, standard_dtype_promotion):
+    alone = single_cli(tmp_path, 1)
+    assert alone["n_edges"] == seeds3["n_edges"]
+    assert alone["test_acc"][0] == pytest.approx(seeds3["runs"][1]["test_acc"], abs=1e-6)
+
+
+def test_cli_sweep_dropout_list_starting_at_zero(tmp_path, single, standard_dtype_promotion):
+    path = tmp_path / "d.json"
+    assert run_main(["sweep", *CLI, "--dropout", "0,0.5", "--seeds", "1", "--json", str(path)]) == 0
+    rows = {item["dropout"]: item["runs"][0] for item in json.loads(path.read_text())["configurations"]}
+    want = single(MODEL, BASE, 0)  # dropout 0.5, seed 0
+    assert rows[0.5]["val_acc"] == pytest.approx(want.metrics["val_acc"], abs=1e-6)
+    assert rows[0.5]["test_acc"] == pytest.approx(want.metrics["test_acc"], abs=1e-6)
+
+
+@pytest.mark.parametrize("flag, values, match", [
+    ("--lr", "0.01,-0.05", r"lr=-0\.05 must be a positive number"),
+    ("--dropout", "0.5,1.0", r"dropout=1\.0: the drop probability must be in \[0, 1\)"),
+    ("--weight-decay", "5e-4,-1", r"weight_decay=-1\.0 must be >= 0"),
+], ids=["lr", "dropout", "weight_decay"])
+def test_cli_sweep_validates_every_list_value_not_only_the_first(flag, values, match, capsys):
+    # Every value is checked before the data is loaded or anything is trained.
+    assert run_main(["sweep", *CLI, flag, values]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1 and re.search(match, err[0]), err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["sweep", "--lr", "0.1,abc"], r"'0\.1,abc' is not a comma-separated list of numbers"),
+    (["sweep", "--hidden", "8,x"], r"'8,x' is not a comma-separated list of integers"),
+    (["sweep", "--lr", ","], r"give at least one value"),
+    (["sweep", "--memory-budget", "0"], r"'0' must be positive"),
+    (["sweep", "--memory-budget", "xyz"], r"'xyz' is not a size such as 4G or 512M"),
+    (["train", "--seeds", "0"], r"--seeds: 0 is not a positive integer"),
+], ids=["lr_not_number", "hidden_not_integer", "empty_list", "budget_zero", "budget_not_size", "seeds_zero"])
+def test_bad_lists_and_sizes_exit_2_with_one_line(argv, match, capsys):
+    assert run_main([*argv, "--no-compile-cache"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1, err
+    assert err[0].startswith("jaxgcn: error:") and re.search(match, err[0]), err[0]
+
+
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_splits_without_random_split_exits_2_naming_the_fix(command, capsys):
+    assert run_main([command, *DATA_ARGS, "--splits", "2", "--no-compile-cache", "--quiet"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1
+    assert "--splits 2" in err[0] and "--split random" in err[0]
+
+
+def test_memory_budget_infinity_exits_2(capsys):
+    assert run_main(["sweep", "--memory-budget", "inf", "--no-compile-cache"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
