@@ -389,3 +389,17 @@ def test_run_axis_sharded_over_four_devices_gives_the_same_runs(tmp_path, kipf_b
     np.testing.assert_allclose(out["test_acc"], kipf_batch.metrics["test_acc"], atol=1e-6)
     np.testing.assert_allclose(out["val_acc"], kipf_batch.metrics["val_acc"], atol=1e-6)
     np.testing.assert_allclose(out["loss"], np.nan_to_num(kipf_batch.history["loss"], nan=-1.0), atol=1e-5)
+
+
+def test_large_batches_run_in_slices_of_one_program(hard, kipf_batch):
+    """More runs than runs_per_device x devices: repeated executions of one compiled program (the
+    last slice padded) give exactly the runs of a single execution."""
+    sliced = batch(hard, make_specs(SEEDS, lr=KIPF.lr), config=KIPF, runs_per_device=2)
+    assert sliced.spec.n_runs == 3 and sliced.compile_seconds >= 0
+    np.testing.assert_array_equal(sliced.epochs_run, kipf_batch.epochs_run)
+    for name in ("train_acc", "val_acc", "test_acc"):
+        np.testing.assert_allclose(sliced.metrics[name], kipf_batch.metrics[name], atol=1e-6)
+    np.testing.assert_allclose(sliced.history["loss"], kipf_batch.history["loss"], rtol=1e-5, atol=1e-6)
+    for leaf_a, leaf_b in zip(jax.tree.leaves(sliced.params), jax.tree.leaves(kipf_batch.params)):
+        assert leaf_a.shape == leaf_b.shape
+        np.testing.assert_allclose(np.asarray(leaf_a), np.asarray(leaf_b), **PARAM_TOL)
