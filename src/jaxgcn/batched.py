@@ -266,7 +266,8 @@ class BatchState(NamedTuple):
     step: jax.Array
 
 
-def _state_axes(params_axes: Any, config: TrainConfig) -> RunState:
+def _state_axes(params_axes: Any) -> RunState:
+    """Run axis of every leaf of a batched :class:`RunState` (the params' own, else 0)."""
     zero = 0
     return RunState(params=params_axes, opt_state=None, key=zero, epoch=zero, reason=zero, val_window=zero,
                     best_params=params_axes, best_val_acc=zero, best_val_loss=zero, best_epoch=zero,
@@ -274,9 +275,11 @@ def _state_axes(params_axes: Any, config: TrainConfig) -> RunState:
 
 
 class BatchRunner(NamedTuple):
+    """The pure functions of a batch of runs (see :func:`make_batch_runner`)."""
+
     init: Callable[[Params, jax.Array], BatchState]
-    run_until: Callable[[BatchState, TrainData, RunInputs, jax.Array, jax.Array], BatchState]
-    evaluate: Callable[[Params, TrainData, RunInputs, jax.Array], dict[str, jax.Array]]
+    run_until: Callable[[BatchState, TrainData, RunInputs, jax.Array], BatchState]
+    evaluate: Callable[[Params, TrainData, RunInputs], dict[str, jax.Array]]
     final_params: Callable[[BatchState], Params]
 
 
@@ -351,7 +354,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
         _, train_acc = _split_metrics(logits, data.labels, train_m)
         val_loss, val_acc = _split_metrics(logits, data.labels, val_m)
         kipf_loss = val_loss + runs.weight_decay * _per_run_l2(params, config.l2)
-        state_axes = _state_axes(axes, config)
+        state_axes = _state_axes(axes)
         advanced = jax.vmap(
             lambda s, p, k, *m: _advance(s, config, keep_best, p, None, k, *m[:4], kipf_loss=m[4]),
             in_axes=(state_axes, axes, 0, 0, 0, 0, 0, 0), out_axes=state_axes,
@@ -462,11 +465,7 @@ def _state_shardings(state: BatchState, mesh: jax.sharding.Mesh | None) -> Any:
     if mesh is None:
         return None
     params_axes = _run_axes(state.runs.params)
-    axes = BatchState(
-        runs=RunState(params=params_axes, opt_state=None, key=0, epoch=0, reason=0, val_window=0,
-                      best_params=params_axes, best_val_acc=0, best_val_loss=0, best_epoch=0,
-                      history={k: 0 for k in state.runs.history}),
-        adam=_adam_axes(state.adam, params_axes), step=None)
+    axes = BatchState(runs=_state_axes(params_axes), adam=_adam_axes(state.adam, params_axes), step=None)
 
     def spec(leaf: Any, axis: int | None) -> jax.sharding.NamedSharding | None:
         if leaf is None:
