@@ -29,7 +29,7 @@ import optax
 
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.layers import Features, Params, _mix32
+from jaxgcn.layers import Features, Params, hash_bits, keep_threshold
 from jaxgcn.models import GCNConfig, gcn
 from jaxgcn.propagate import propagate
 from jaxgcn.train import (
@@ -101,7 +101,7 @@ class RunInputs(NamedTuple):
 
 def run_inputs(spec: RunSpec) -> RunInputs:
     """Keep thresholds and scales computed exactly as :func:`jaxgcn.layers.keep_mask` does."""
-    thresholds = [min(int(round(float(r) * 2.0**32)), 2**32 - 1) for r in np.asarray(spec.dropout, np.float64)]
+    thresholds = [keep_threshold(r) for r in np.asarray(spec.dropout, np.float64)]
     scales = [np.float32(1.0 - float(r)) for r in np.asarray(spec.dropout, np.float64)]
     return RunInputs(jnp.asarray(spec.lr, jnp.float32), jnp.asarray(spec.weight_decay, jnp.float32),
                      jnp.asarray(np.asarray(thresholds, np.uint32)), jnp.asarray(np.asarray(scales, np.float32)),
@@ -111,8 +111,7 @@ def run_inputs(spec: RunSpec) -> RunInputs:
 def _hash_keep(counter: jax.Array, seeds: jax.Array, threshold: jax.Array) -> jax.Array:
     """The hash of :func:`jaxgcn.layers.keep_mask`, for arrays of counters, seeds and thresholds that
     broadcast against each other (``seeds[..., 0]``, ``seeds[..., 1]``)."""
-    bits = _mix32(_mix32(counter * jnp.uint32(0x9E3779B9) ^ seeds[..., 0]) + seeds[..., 1])
-    return bits >= threshold
+    return hash_bits(counter, seeds) >= threshold
 
 
 def _drop_input(x: Features, seeds: jax.Array, runs: RunInputs) -> Features:

@@ -47,6 +47,18 @@ def _mix32(x: jax.Array) -> jax.Array:
     return x ^ (x >> 16)
 
 
+def hash_bits(counter: jax.Array, seeds: jax.Array) -> jax.Array:
+    """32 random bits per counter value from two 32-bit seeds (``seeds[..., 0]``, ``seeds[..., 1]``,
+    broadcast against ``counter``). The one formula behind every hash dropout mask, single-run and
+    batched alike, so both draw the same masks."""
+    return _mix32(_mix32(counter * jnp.uint32(0x9E3779B9) ^ seeds[..., 0]) + seeds[..., 1])
+
+
+def keep_threshold(rate: float) -> int:
+    """The uint32 threshold a hash value must reach to be kept: ``rate * 2**32``, on the host."""
+    return min(int(round(float(rate) * 2.0**32)), 2**32 - 1)
+
+
 def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *, rng: str = "hash") -> jax.Array:
     """Boolean mask that is True with probability ``1 - rate``.
 
@@ -66,8 +78,8 @@ def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *, rng: str =
         raise ValueError(f"rng={rng!r} must be 'hash' or 'jax'")
     seeds = jax.random.bits(key, (2,), jnp.uint32)
     counter = jax.lax.iota(jnp.uint32, int(np.prod(shape))).reshape(shape)
-    bits = _mix32(_mix32(counter * jnp.uint32(0x9E3779B9) ^ seeds[0]) + seeds[1])
-    threshold = min(int(round(rate * 2.0**32)), 2**32 - 1)
+    bits = hash_bits(counter, seeds)
+    threshold = keep_threshold(rate)
     return bits >= jnp.uint32(threshold)
 
 
