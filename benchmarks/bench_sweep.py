@@ -29,11 +29,12 @@ def main() -> int:
     ap.add_argument("--dataset", default="cora")
     ap.add_argument("--seeds", type=int, default=100, help="runs in the one program")
     ap.add_argument("--loop", type=int, default=100, help="single runs in the Python loop")
+    ap.add_argument("--backend", default="auto", help="propagation backend (auto, segment, csr, ...)")
     args = ap.parse_args()
 
-    prepared = prepare(load_dataset(args.dataset))
+    prepared = prepare(load_dataset(args.dataset), backend=args.backend)
     model_config, config = GCNConfig(backend=prepared.backend), TrainConfig()
-    print(f"{args.dataset}, paper settings, {len(jax.devices())} device(s)")
+    print(f"{args.dataset}, paper settings, backend {prepared.backend}, {len(jax.devices())} device(s)")
 
     spec = make_specs(list(range(args.seeds)))
     start = time.perf_counter()

@@ -18,7 +18,7 @@ from jaxgcn.datasets import prepare, synthetic
 from jaxgcn.models import GCNConfig
 from jaxgcn.train import TrainConfig, fit
 
-# 400 sparse nodes -> the "segment" backend; "none" so every seed runs exactly --epochs epochs.
+# 400 sparse nodes -> the "csr" backend; "none" so every seed runs exactly --epochs epochs.
 SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
          "--epochs", "30", "--early-stopping", "none", "--no-compile-cache"]
 
@@ -44,7 +44,7 @@ def test_train_writes_consistent_json(tmp_path, capsys, standard_dtype_promotion
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temp file left behind
     report = json.loads(out.read_text())
     assert JSON_KEYS <= set(report)
-    assert report["dataset"] == "synthetic" and report["n_nodes"] == 400 and report["backend"] == "segment"
+    assert report["dataset"] == "synthetic" and report["n_nodes"] == 400 and report["backend"] == "csr"
     assert report["n_features"] == 16 and report["n_classes"] == 3
     assert report["seeds"] == [0, 1]
     assert len(report["test_acc"]) == 2 and report["epochs_run"] == [30, 30]
@@ -53,13 +53,13 @@ def test_train_writes_consistent_json(tmp_path, capsys, standard_dtype_promotion
     assert report["val_acc_mean"] == pytest.approx(np.mean(report["val_acc"]), abs=1e-9)
     assert report["compile_seconds"] >= 0 and report["train_seconds"] > 0
     assert report["config"]["train"]["epochs"] == 30 and report["config"]["train"]["lr"] == 0.01
-    assert report["config"]["model"]["backend"] == "segment" and report["config"]["model"]["dropout"] == 0.5
+    assert report["config"]["model"]["backend"] == "csr" and report["config"]["model"]["dropout"] == 0.5
     assert report["config"]["norm"] == "sym" and report["config"]["feature_norm"] == "row"
 
     # The numbers are what the library computes for the same data, configs and seeds.
     prepared = prepare(synthetic(400, n_classes=3, n_features=16, seed=0))
     assert report["n_edges"] == prepared.info["undirected_edges"]
-    model_config = GCNConfig(backend="segment")
+    model_config = GCNConfig(backend="csr")
     config = TrainConfig(epochs=30, early_stopping="none")
     expected = [fit(prepared.data, 3, model_config=model_config, config=config, key=jax.random.key(s),
                     log=None).metrics["test_acc"] for s in (0, 1)]
@@ -73,7 +73,7 @@ def test_train_writes_consistent_json(tmp_path, capsys, standard_dtype_promotion
 def test_train_progress_lines(capsys, standard_dtype_promotion):
     assert run_main([*SYNTH, "--log-every", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert re.match(r"^synthetic: 400 nodes, \d+ edges, 16 features, 3 classes \| backend segment", lines[0])
+    assert re.match(r"^synthetic: 400 nodes, \d+ edges, 16 features, 3 classes \| backend csr", lines[0])
     epochs = [int(m.group(1)) for m in map(EPOCH.match, lines) if m]
     assert epochs == [10, 20, 30]
     assert any(line.startswith("Epoch  20 | loss ") for line in lines)

@@ -65,7 +65,7 @@ def test_cora_invariants(cora):
     assert_disjoint_splits(raw.splits, 2708)
     np.testing.assert_array_equal(raw.splits["train"], np.arange(140))  # Planetoid public split
     np.testing.assert_array_equal(raw.splits["val"], np.arange(140, 640))
-    assert p.backend == "segment"
+    assert p.backend == "csr"  # the fused kernel builds on every machine with a C++ compiler
 
 
 def test_cleaned_cora_graph_is_symmetric(cora):

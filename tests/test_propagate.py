@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_dense
+from jaxgcn.csr import kernel_status
+from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_csr, with_dense
 from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, choose_backend, propagate
 
 NORMS = ("sym", "row", "none")
-# (backend, attach the dense matrix with with_dense first)
-VARIANTS = [("dense", True), ("dense", False), ("segment", False), ("bcoo", False)]
-VARIANT_IDS = ["dense-attached", "dense-on-the-fly", "segment", "bcoo"]
+# (backend, what to attach first: "dense" with with_dense, "csr" with with_csr, None)
+VARIANTS = [("dense", "dense"), ("dense", None), ("segment", None), ("bcoo", None), ("csr", "csr")]
+VARIANT_IDS = ["dense-attached", "dense-on-the-fly", "segment", "bcoo", "csr"]
+# Forward mode is not defined for the csr kernel (a custom VJP); training uses reverse mode.
+MODES = {"csr": ("rev",)}
 
 # float32 finite differences: eps 1e-2 and 1e-2 tolerances (x64 stays off, see conftest).
 GRAD_TOL = dict(atol=1e-2, rtol=1e-2, eps=1e-2)
@@ -22,7 +25,7 @@ GRAD_TOL = dict(atol=1e-2, rtol=1e-2, eps=1e-2)
 
 def prepared(graph, norm, attach):
     g = gcn_norm(graph, norm)
-    return with_dense(g) if attach else g
+    return {"dense": with_dense, "csr": with_csr, None: lambda x: x}[attach](g)
 
 
 @pytest.mark.parametrize("norm", NORMS)
@@ -53,7 +56,8 @@ def test_backends_agree_on_a_random_directed_graph():
     x = rng.standard_normal((40, 5)).astype(np.float32)
     expected = to_dense(g).astype(np.float64) @ x.astype(np.float64)
     for backend, attach in VARIANTS:
-        out = propagate(with_dense(g) if attach else g, jnp.asarray(x), backend=backend)
+        gb = {"dense": with_dense, "csr": with_csr, None: lambda x: x}[attach](g)
+        out = propagate(gb, jnp.asarray(x), backend=backend)
         np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-5, err_msg=backend)
 
 
@@ -68,8 +72,9 @@ def test_gradients_match_finite_differences(graph, node_features, backend, attac
     def nonlinear(x):
         return jnp.sum(jnp.tanh(propagate(g, x, backend=backend)) ** 2)
 
-    check_grads(linear, (x,), order=1, modes=("rev", "fwd"), **GRAD_TOL)
-    check_grads(nonlinear, (x,), order=2, modes=("rev", "fwd"), **GRAD_TOL)
+    modes = MODES.get(backend, ("rev", "fwd"))
+    check_grads(linear, (x,), order=1, modes=modes, **GRAD_TOL)
+    check_grads(nonlinear, (x,), order=2, modes=modes, **GRAD_TOL)
 
 
 def test_gradient_is_transpose_of_adjacency(graph, node_features):
@@ -77,19 +82,29 @@ def test_gradient_is_transpose_of_adjacency(graph, node_features):
     g, _ = from_edges([0, 1, 2], [1, 2, 3], [1.0, 2.0, 3.0], symmetrize=False)
     c = jnp.asarray(np.arange(8, dtype=np.float32).reshape(4, 2))
     expected = to_dense(g).T @ np.asarray(c)
+    g = with_csr(g)  # directed: the csr backend needs its transposed pattern here
+    assert not g.csr.symmetric
     for backend in BACKENDS:
         grad = jax.grad(lambda x: jnp.sum(c * propagate(g, x, backend=backend)))(jnp.zeros((4, 2), jnp.float32))
         np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-6, err_msg=backend)
 
 
 def test_choose_backend_by_size():
+    sparse = "csr" if kernel_status()[0] else "segment"
     assert choose_backend(6, 8) == "dense"  # 8 of 36 pairs
     assert choose_backend(100, 1000) == "dense"
-    assert choose_backend(100, 999) == "segment"
+    assert choose_backend(100, 999) == sparse
     assert choose_backend(DENSE_MAX_NODES, DENSE_MAX_NODES**2 // 5) == "dense"
-    assert choose_backend(DENSE_MAX_NODES + 1, DENSE_MAX_NODES**2 // 5) == "segment"
-    assert choose_backend(2708, 10556) == "segment"  # Cora
-    assert choose_backend(3327, 9104) == "segment"  # CiteSeer
+    assert choose_backend(DENSE_MAX_NODES + 1, DENSE_MAX_NODES**2 // 5) == sparse
+    assert choose_backend(2708, 10556) == sparse  # Cora
+    assert choose_backend(3327, 9104) == sparse  # CiteSeer
+
+
+def test_choose_backend_falls_back_to_segment_without_the_kernel(monkeypatch):
+    import jaxgcn.csr
+
+    monkeypatch.setattr(jaxgcn.csr, "kernel_status", lambda: (False, "no C++ compiler found"))
+    assert choose_backend(2708, 10556) == "segment"
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -99,14 +114,19 @@ def test_choose_backend_keeps_explicit_names(name):
 
 
 def test_choose_backend_rejects_unknown_name():
-    with pytest.raises(ValueError, match=r"backend 'sparse' is not one of \('auto', 'dense', 'segment', 'bcoo'\)"):
+    with pytest.raises(ValueError, match=r"backend 'sparse' is not one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"):
         choose_backend(10, 10, "sparse")
 
 
-@pytest.mark.parametrize("name", ["auto", "csr"])
+@pytest.mark.parametrize("name", ["auto", "sparse"])
 def test_propagate_rejects_unresolved_or_unknown_backend(graph, node_features, name):
     with pytest.raises(ValueError, match=f"backend '{name}' is not one of"):
         propagate(gcn_norm(graph), jnp.asarray(node_features), backend=name)
+
+
+def test_csr_backend_needs_the_attached_csr(graph, node_features):
+    with pytest.raises(ValueError, match=r"backend 'csr' needs the CSR adjacency: attach it with .*with_csr"):
+        propagate(gcn_norm(graph), jnp.asarray(node_features), backend="csr")
 
 
 @pytest.mark.parametrize(("backend", "attach"), VARIANTS, ids=VARIANT_IDS)

@@ -22,7 +22,7 @@ from jaxgcn.models import GCNConfig
 from jaxgcn.sweep import GRID_KEYS, Grid, estimate_bytes, format_table, rows_to_json, run_grid, write_csv
 from jaxgcn.train import TrainConfig, fit
 
-MODEL = GCNConfig(backend="segment")
+MODEL = GCNConfig(backend="csr")  # what auto picks here
 BASE = TrainConfig(epochs=30)
 GRID = Grid(lr=(0.01, 0.05), hidden=(8, 16), layers=(2, 3))
 SEEDS = [0, 1]

@@ -29,7 +29,8 @@ import optax
 
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.layers import Features, Params, hash_bits, keep_threshold
+from jaxgcn.csr import CSR, spmm
+from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.models import GCNConfig, gcn
 from jaxgcn.propagate import propagate
 from jaxgcn.train import (
@@ -115,9 +116,9 @@ def _hash_keep(counter: jax.Array, seeds: jax.Array, threshold: jax.Array) -> ja
 
 
 def _drop_input(x: Features, seeds: jax.Array, runs: RunInputs) -> Features:
-    """Per-run dropout of the shared input features: BCOO -> per-run values [nnz, R];
+    """Per-run dropout of the shared input features: BCOO or CSR -> per-run values [nnz, R];
     dense [n, F] -> [n, R, F]."""
-    if isinstance(x, jsparse.BCOO):
+    if is_sparse(x):
         counter = jax.lax.iota(jnp.uint32, x.nse)[:, None]
         keep = _hash_keep(counter, seeds[None, :, :], runs.keep_threshold[None, :])
         return jnp.where(keep, x.data[:, None] / runs.keep_scale[None, :], 0.0)
@@ -144,6 +145,9 @@ def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Arr
     ``x`` is the shared input (BCOO, with per-run ``values`` [nnz, R] after dropout, or shared when
     ``values`` is None; or dense [n, in]) or per-run hidden activations [n, R, in].
     """
+    if isinstance(x, CSR):  # the fused kernel: R matrices with one pattern, no [nnz, R*out] buffer
+        d_in, r, d_out = w.shape
+        return spmm(x, w.reshape(d_in, r * d_out), values).reshape(x.shape[0], r, d_out)
     if isinstance(x, jsparse.BCOO):
         rows, cols = x.indices[:, 0], x.indices[:, 1]
         vals = x.data[:, None, None] if values is None else values[:, :, None]
@@ -178,7 +182,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         layer = params[f"layer_{i}"]
         if dropping and i == 0:
             dropped = _drop_input(x, seeds[i], runs)
-            h, values = (x, dropped) if isinstance(x, jsparse.BCOO) else (dropped, None)
+            h, values = (x, dropped) if is_sparse(x) else (dropped, None)
         elif dropping:
             h = _drop_hidden(h, seeds[i], runs)
         out = _matmul_runs(h, values, layer["w"])
@@ -433,6 +437,15 @@ def run_mesh(n_devices: int | None = None) -> jax.sharding.Mesh | None:
     return jax.sharding.Mesh(np.asarray(devices), ("runs",)) if len(devices) > 1 else None
 
 
+def _batch_mesh(spec: RunSpec, model_config: GCNConfig, n_devices: int | None) -> jax.sharding.Mesh | None:
+    """The run-axis mesh for a batch, or None. The ``csr`` kernel already uses every core of the
+    CPU, and XLA cannot partition a custom call (it would replicate it on each device: measured
+    0.79 s per run on 2 CPU devices against 0.55 s on one), so ``csr`` batches stay on one device."""
+    if spec.n_runs <= 1 or model_config.backend == "csr":
+        return None
+    return run_mesh(n_devices)
+
+
 def _shard_runs(tree: Any, mesh: jax.sharding.Mesh | None, axes: Any = 0) -> Any:
     """Place each leaf's run axis on the mesh's ``runs`` axis (no-op without a mesh)."""
     if mesh is None:
@@ -525,7 +538,7 @@ def fit_runs(
     shapes (the last one is padded), so the program is compiled once and executed
     ``ceil(runs / slice)`` times. Arguments as :func:`fit_batch`.
     """
-    mesh = run_mesh(n_devices) if spec.n_runs > 1 else None
+    mesh = _batch_mesh(spec, model_config, n_devices)
     size = max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
     if spec.n_runs <= size:
         return fit_batch(data, n_classes, spec, model_config=model_config, config=config,
@@ -584,7 +597,7 @@ def fit_batch(
     from jaxgcn.train import TrainingDiverged, divergence_message
 
     n_runs = spec.n_runs if keep is None else keep
-    mesh = run_mesh(n_devices) if spec.n_runs > 1 else None
+    mesh = _batch_mesh(spec, model_config, n_devices)
     padded = _pad_spec(spec, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
     params = _shard_runs(params, mesh, _run_axes(params))

@@ -90,7 +90,7 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     m.add_argument("--bias", action="store_true", help="add a bias per layer (the reference has none)")
     m.add_argument("--residual", action="store_true")
     m.add_argument("--layer-norm", action="store_true")
-    m.add_argument("--backend", choices=("auto", "dense", "segment", "bcoo"), default="auto")
+    m.add_argument("--backend", choices=("auto", "dense", "segment", "bcoo", "csr"), default="auto")
     m.add_argument("--dropout-rng", choices=("hash", "jax"), default="hash",
                    help="dropout masks from a fast counter hash (default) or jax.random.bernoulli")
     t = p.add_argument_group("training (defaults: the paper's)")
@@ -145,6 +145,10 @@ def _use_cpu_cores(args: argparse.Namespace) -> None:
     cores = args.devices or os.cpu_count() or 1
     if not batched or cores < 2 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
         return
+    from jaxgcn.csr import kernel_possible
+
+    if args.backend in ("auto", "csr") and kernel_possible() and not args.devices:
+        return  # the fused kernel uses every core of one device
     import jax
 
     try:

@@ -32,6 +32,8 @@ class Graph(NamedTuple):
         self_weights: [n_nodes] float32, diagonal of the adjacency (self-loop weights).
         dense: optional [n_nodes, n_nodes] float32 dense adjacency, attached by
             :func:`with_dense` for the ``dense`` backend; ``None`` otherwise.
+        csr: optional :class:`jaxgcn.csr.CSR` of the off-diagonal adjacency (row = receiver),
+            attached by :func:`with_csr` for the ``csr`` backend; ``None`` otherwise.
     """
 
     senders: Any
@@ -39,6 +41,7 @@ class Graph(NamedTuple):
     weights: Any
     self_weights: Any
     dense: Any = None
+    csr: Any = None
 
     @property
     def n_nodes(self) -> int:
@@ -223,6 +226,8 @@ def gcn_norm(graph: Graph, norm: str = "sym") -> Graph:
         inv = np.where(degree > 0, 1.0 / safe, 0.0)
         w_new, diag_new = inv[recv] * w, inv * diag
     out = graph._replace(weights=w_new.astype(np.float32), self_weights=diag_new.astype(np.float32))
+    if graph.csr is not None:
+        out = with_csr(out)
     return with_dense(out) if graph.dense is not None else out
 
 
@@ -238,3 +243,21 @@ def to_dense(graph: Graph) -> np.ndarray:
 def with_dense(graph: Graph) -> Graph:
     """Attach the dense adjacency used by the ``dense`` propagation backend."""
     return graph._replace(dense=to_dense(graph))
+
+
+def with_csr(graph: Graph) -> Graph:
+    """Attach the CSR form of the off-diagonal adjacency used by the ``csr`` backend (host side).
+
+    A symmetric adjacency (``sym`` normalization of an undirected graph) keeps no transposed copy:
+    the gradient of ``Â @ x`` is ``Â @ g`` again.
+
+    >>> g = with_csr(gcn_norm(from_edges([0], [1])[0]))
+    >>> g.csr.indptr.tolist(), g.csr.symmetric
+    ([0, 1, 2], True)
+    """
+    from jaxgcn.csr import csr_from_scipy
+
+    n = graph.n_nodes
+    adj = sp.csr_matrix((np.asarray(graph.weights, np.float64),
+                         (np.asarray(graph.receivers), np.asarray(graph.senders))), shape=(n, n))
+    return graph._replace(csr=csr_from_scipy(adj, check_symmetric=True))

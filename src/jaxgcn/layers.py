@@ -1,8 +1,10 @@
 """Layers as pairs of pure functions ``init(key, in_dim, out_dim) -> params`` / ``apply(params, ...)``.
 
-Node features may be a dense ``jax.Array`` or a sparse ``jax.experimental.sparse.BCOO`` matrix
-with row-sorted indices (see :func:`sparse_features`); :func:`dropout` and :func:`matmul` accept
-both, so sparse inputs are never densified.
+Node features may be a dense ``jax.Array``, a sparse ``jax.experimental.sparse.BCOO`` matrix with
+row-sorted indices, or a :class:`jaxgcn.csr.CSR` matrix for the fused kernel (see
+:func:`sparse_features`); :func:`dropout` and :func:`matmul` accept all three, so sparse inputs are
+never densified. Both sparse layouts store the non-zeros in the same row-major order, so dropout
+draws the same mask for either.
 """
 
 from __future__ import annotations
@@ -15,20 +17,31 @@ import numpy as np
 import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
 
+from jaxgcn.csr import CSR, csr_from_scipy, spmm
 from jaxgcn.graph import Graph
 from jaxgcn.propagate import propagate
 
 Params = dict[str, Any]
-Features = jax.Array | jsparse.BCOO
+Features = jax.Array | jsparse.BCOO | CSR
 
 
-def sparse_features(matrix: Any, dtype: Any = jnp.float32) -> jsparse.BCOO:
-    """Turn a SciPy sparse [n_nodes, n_features] matrix into a row-sorted BCOO on the device.
+def is_sparse(x: Any) -> bool:
+    """True for the sparse feature layouts (BCOO or CSR)."""
+    return isinstance(x, (jsparse.BCOO, CSR))
+
+
+def sparse_features(matrix: Any, dtype: Any = jnp.float32, *, layout: str = "bcoo") -> jsparse.BCOO | CSR:
+    """Turn a SciPy sparse [n_nodes, n_features] matrix into a row-sorted BCOO (``layout="bcoo"``)
+    or a :class:`~jaxgcn.csr.CSR` with its transposed pattern (``layout="csr"``) on the device.
 
     >>> import scipy.sparse as sp
-    >>> sparse_features(sp.eye(3, format="csr")).nse
-    3
+    >>> sparse_features(sp.eye(3, format="csr")).nse, sparse_features(sp.eye(3), layout="csr").shape
+    (3, (3, 3))
     """
+    if layout == "csr":
+        return jax.device_put(csr_from_scipy(matrix, np.dtype(dtype)))
+    if layout != "bcoo":
+        raise ValueError(f"layout={layout!r} must be 'bcoo' or 'csr'")
     csr = sp.csr_matrix(matrix)
     csr.sum_duplicates()
     csr.sort_indices()
@@ -106,20 +119,24 @@ def dropout(key: jax.Array | None, x: Features, rate: float, *, train: bool, rng
         return x
     if key is None:
         raise ValueError("dropout in training needs a PRNG key: pass key=jax.random.key(seed)")
-    if isinstance(x, jsparse.BCOO):
+    if is_sparse(x):
         keep = keep_mask(key, x.data.shape, rate, rng=rng)
         data = jnp.where(keep, x.data / (1.0 - rate), 0.0).astype(x.data.dtype)
+        if isinstance(x, CSR):
+            return x._replace(data=data)
         return jsparse.BCOO((data, x.indices), shape=x.shape, indices_sorted=True, unique_indices=True)
     keep = keep_mask(key, x.shape, rate, rng=rng)
     return jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
 
 
 def matmul(x: Features, w: jax.Array) -> jax.Array:
-    """``x @ w`` for dense ``x`` or row-sorted BCOO ``x`` ([n, d] @ [d, k] -> [n, k]).
+    """``x @ w`` for dense ``x``, row-sorted BCOO ``x`` or CSR ``x`` ([n, d] @ [d, k] -> [n, k]).
 
-    The sparse product is a gather of ``w``'s rows plus a sorted ``segment_sum``, which measured
-    faster on CPU than BCOO's generic ``dot_general``.
+    The BCOO product is a gather of ``w``'s rows plus a sorted ``segment_sum``, which measured
+    faster on CPU than BCOO's generic ``dot_general``; the CSR product is the fused kernel.
     """
+    if isinstance(x, CSR):
+        return spmm(x, w.astype(jnp.float32)).astype(w.dtype)
     if isinstance(x, jsparse.BCOO):
         rows, cols = x.indices[:, 0], x.indices[:, 1]
         msgs = x.data[:, None].astype(w.dtype) * w[cols]  # ids were checked on the host

@@ -19,7 +19,8 @@ from jaxgcn.datasets.bundled import BUNDLED, load_bundled
 from jaxgcn.datasets.planetoid import load_raw
 from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.datasets.synthetic import synthetic
-from jaxgcn.graph import from_edges, gcn_norm, with_dense
+from jaxgcn.csr import require_kernel
+from jaxgcn.graph import from_edges, gcn_norm, with_csr, with_dense
 from jaxgcn.layers import sparse_features
 from jaxgcn.propagate import choose_backend
 from jaxgcn.train import TrainData
@@ -133,7 +134,7 @@ def prepare(
 
     >>> p = prepare(load_dataset("cora"))
     >>> p.info["n_nodes"], p.info["undirected_edges"], p.n_classes, p.backend
-    (2708, 5278, 7, 'segment')
+    (2708, 5278, 7, 'csr')
     """
     n_nodes = raw.features.shape[0]
     graph, report = from_edges(raw.senders, raw.receivers, raw.weights, n_nodes=n_nodes,
@@ -144,8 +145,12 @@ def prepare(
     backend = choose_backend(n_nodes, graph.n_edges, backend)
     if backend == "dense":
         graph = with_dense(graph)
+    if backend == "csr":
+        require_kernel()
+        graph = with_csr(graph)
     feats = normalize_features(raw.features, feature_norm)
-    x = sparse_features(feats) if sp.issparse(feats) else jnp.asarray(feats, jnp.float32)
+    layout = "csr" if backend == "csr" else "bcoo"
+    x = sparse_features(feats, layout=layout) if sp.issparse(feats) else jnp.asarray(feats, jnp.float32)
     n_classes = int(raw.labels.max()) + 1
     info = {"dataset": raw.name, "n_nodes": n_nodes, "n_edges": report["undirected_edges"],
             "n_features": int(raw.features.shape[1]), "n_classes": n_classes, **report,

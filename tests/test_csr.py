@@ -1,0 +1,116 @@
+"""The fused CSR kernel (jaxgcn.csr) against SciPy and the dense formula."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from jax.test_util import check_grads
+
+import jaxgcn.csr as csr_mod
+from jaxgcn.csr import csr_from_scipy, kernel_status, spmm
+from jaxgcn.layers import dropout, matmul, sparse_features
+
+
+def random_matrix(n, m, density, seed):
+    a = sp.random(n, m, density=density, random_state=seed, format="csr", dtype=np.float64)
+    a = sp.csr_matrix(a.toarray() * (np.random.default_rng(seed).random((n, 1)) > 0.2))  # empty rows
+    return a
+
+
+def test_kernel_builds_here():
+    ok, reason = kernel_status()
+    assert ok, reason
+
+
+@pytest.mark.parametrize(("n", "m", "width"), [(7, 5, 3), (3000, 2000, 64)], ids=["tiny", "threaded"])
+def test_spmm_equals_scipy(n, m, width):
+    a = random_matrix(n, m, 0.01 if n > 100 else 0.4, 0)
+    b = np.random.default_rng(1).standard_normal((m, width)).astype(np.float32)
+    out = spmm(csr_from_scipy(a), jnp.asarray(b))
+    np.testing.assert_allclose(np.asarray(out), a @ b.astype(np.float64), rtol=1e-5, atol=1e-5)
+    jitted = jax.jit(spmm)(jax.device_put(csr_from_scipy(a)), jnp.asarray(b))
+    np.testing.assert_array_equal(np.asarray(jitted), np.asarray(out))
+
+
+@pytest.mark.parametrize("n", [9, 2500], ids=["tiny", "threaded"])
+def test_per_run_values_equal_separate_products(n):
+    a = random_matrix(n, 300, 0.05, 2)
+    runs, h = 4, 8
+    rng = np.random.default_rng(3)
+    vals = (rng.standard_normal((a.nnz, runs)) * (rng.random((a.nnz, runs)) > 0.5)).astype(np.float32)
+    b = rng.standard_normal((300, runs * h)).astype(np.float32)
+    out = np.asarray(spmm(csr_from_scipy(a), jnp.asarray(b), jnp.asarray(vals)))
+    for r in range(runs):
+        a_r = sp.csr_matrix((vals[:, r].astype(np.float64), a.indices, a.indptr), shape=a.shape)
+        np.testing.assert_allclose(out[:, r * h:(r + 1) * h], a_r @ b[:, r * h:(r + 1) * h], rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_equal_the_dense_formula():
+    a = random_matrix(30, 20, 0.2, 4)
+    rows = np.repeat(np.arange(30), np.diff(a.indptr))
+    rng = np.random.default_rng(5)
+    vals = jnp.asarray(rng.standard_normal((a.nnz, 2)).astype(np.float32))
+    b = jnp.asarray(rng.standard_normal((20, 6)).astype(np.float32))
+    m = csr_from_scipy(a)
+
+    def dense(b, vals):
+        blocks = [jnp.zeros((30, 20)).at[rows, a.indices].add(vals[:, r]) @ b[:, 3 * r:3 * r + 3] for r in range(2)]
+        return jnp.sum(jnp.tanh(jnp.concatenate(blocks, axis=1)) ** 2)
+
+    def fused(b, vals):
+        return jnp.sum(jnp.tanh(spmm(m, b, vals)) ** 2)
+
+    for got, want in zip(jax.grad(fused, (0, 1))(b, vals), jax.grad(dense, (0, 1))(b, vals)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gradients_match_finite_differences(symmetric):
+    a = random_matrix(12, 12, 0.3, 6)
+    a = a + a.T if symmetric else a
+    m = csr_from_scipy(a, check_symmetric=True)
+    assert m.symmetric == symmetric
+    b = jnp.asarray(np.random.default_rng(7).standard_normal((12, 3)).astype(np.float32)) / 4
+    check_grads(lambda b: jnp.sum(jnp.tanh(spmm(m, b)) ** 2), (b,), order=2, modes=("rev",),
+                atol=1e-2, rtol=1e-2, eps=1e-2)
+
+
+def test_csr_features_match_bcoo_in_dropout_and_matmul():
+    x = random_matrix(50, 30, 0.2, 8).astype(np.float32)
+    as_bcoo, as_csr = sparse_features(x), sparse_features(x, layout="csr")
+    w = jnp.asarray(np.random.default_rng(9).standard_normal((30, 4)).astype(np.float32))
+    key = jax.random.key(0)
+    d_bcoo, d_csr = dropout(key, as_bcoo, 0.5, train=True), dropout(key, as_csr, 0.5, train=True)
+    np.testing.assert_array_equal(np.asarray(d_bcoo.data), np.asarray(d_csr.data))
+    np.testing.assert_allclose(np.asarray(matmul(d_csr, w)), np.asarray(matmul(d_bcoo, w)), rtol=1e-5, atol=1e-6)
+
+
+def test_width_must_be_a_multiple_of_the_value_columns():
+    m = csr_from_scipy(sp.eye(3, format="csr"))
+    with pytest.raises(ValueError, match=r"b has shape \(3, 5\); its width must be a multiple of the 2 value columns"):
+        spmm(m, jnp.ones((3, 5)), jnp.ones((3, 2)))
+
+
+def test_int32_overflow_is_refused():
+    big = sp.csr_matrix((2**31, 2), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"overflows int32 indices"):
+        csr_from_scipy(big)
+
+
+def test_unavailable_kernel_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("JAXGCN_NO_KERNELS", "1")
+    monkeypatch.setattr(csr_mod, "_load", lambda: (False, "disabled by JAXGCN_NO_KERNELS"))
+    assert not csr_mod.kernel_possible()
+    with pytest.raises(ValueError, match=r"backend 'csr' needs the fused CPU kernel, which is unavailable: "
+                                         r"disabled by JAXGCN_NO_KERNELS; use --backend segment"):
+        spmm(csr_from_scipy(sp.eye(2, format="csr")), jnp.ones((2, 1)))
+
+
+def test_build_failure_names_the_command(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXGCN_CACHE_DIR", str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"compiling spmm.cc failed: /bin/false"):
+        csr_mod._build("/bin/false")
+    assert not list((tmp_path / "kernels").glob("*.so"))  # nothing half-written left behind
