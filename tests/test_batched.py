@@ -368,7 +368,8 @@ from jaxgcn.models import GCNConfig
 from jaxgcn.train import TrainConfig
 
 assert len(jax.devices()) == 4, jax.devices()
-prepared = datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1))
+prepared = datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1),
+                            backend="segment")  # csr batches stay on one device: the kernel uses every core
 with jax.numpy_dtype_promotion("standard"):
     res = fit_runs(prepared.data, prepared.n_classes, make_specs([0, 1, 2], lr={lr}),
                    model_config=GCNConfig(backend="segment"),

@@ -10,7 +10,7 @@ from jax.test_util import check_grads
 
 from jaxgcn.csr import kernel_status
 from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_csr, with_dense
-from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, choose_backend, propagate
+from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, choose_backend, graph_backend, propagate
 
 NORMS = ("sym", "row", "none")
 # (backend, what to attach first: "dense" with with_dense, "csr" with with_csr, None)
@@ -118,10 +118,59 @@ def test_choose_backend_rejects_unknown_name():
         choose_backend(10, 10, "sparse")
 
 
-@pytest.mark.parametrize("name", ["auto", "sparse"])
-def test_propagate_rejects_unresolved_or_unknown_backend(graph, node_features, name):
-    with pytest.raises(ValueError, match=f"backend '{name}' is not one of"):
-        propagate(gcn_norm(graph), jnp.asarray(node_features), backend=name)
+def test_propagate_rejects_unknown_backend(graph, node_features):
+    with pytest.raises(ValueError, match="backend 'sparse' is not one of"):
+        propagate(gcn_norm(graph), jnp.asarray(node_features), backend="sparse")
+
+
+@pytest.mark.parametrize("attach", ["dense", "csr", None])
+def test_auto_uses_the_layout_the_graph_was_prepared_for(graph, node_features, attach):
+    g = prepared(graph, "sym", attach)
+    x = jnp.asarray(node_features)
+    expected = {"dense": "dense", "csr": "csr", None: "segment"}[attach]
+    assert graph_backend(g) == expected
+    np.testing.assert_array_equal(np.asarray(propagate(g, x, backend="auto")),
+                                  np.asarray(propagate(g, x, backend=expected)))
+
+
+def test_graph_without_edge_list_serves_csr_only(graph, node_features):
+    g = with_csr(gcn_norm(graph), keep_edges=False)
+    assert not g.has_edge_list and g.n_edges == gcn_norm(graph).n_edges
+    x = jnp.asarray(node_features)
+    np.testing.assert_allclose(np.asarray(propagate(g, x, backend="csr")),
+                               to_dense(gcn_norm(graph)) @ node_features, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"backend 'segment' needs the edge list, but this graph keeps only its CSR"):
+        propagate(g, x, backend="segment")
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1000])
+def test_chunked_segment_equals_unchunked(chunk):
+    rng = np.random.default_rng(1)
+    g, _ = from_edges(rng.integers(0, 30, 120), rng.integers(0, 30, 120), n_nodes=30)
+    g = gcn_norm(g)
+    x = jnp.asarray(rng.standard_normal((30, 4)).astype(np.float32))
+    whole = propagate(g, x, backend="segment")
+    np.testing.assert_allclose(np.asarray(propagate(g, x, backend="segment", chunk_edges=chunk)),
+                               np.asarray(whole), rtol=1e-5, atol=1e-6)
+    grad = jax.grad(lambda x, c: jnp.sum(jnp.sin(propagate(g, x, backend="segment", chunk_edges=c))), argnums=0)
+    np.testing.assert_allclose(np.asarray(grad(x, chunk)), np.asarray(grad(x, None)), rtol=1e-5, atol=1e-6)
+
+
+def test_sorted_and_unsorted_edge_input_give_the_same_propagation():
+    # from_edges sorts receivers whatever the input order; the result is the same graph.
+    rng = np.random.default_rng(2)
+    s, r = rng.integers(0, 25, 80), rng.integers(0, 25, 80)
+    order = np.lexsort((s, r))
+    x = jnp.asarray(rng.standard_normal((25, 3)).astype(np.float32))
+    outs = [propagate(gcn_norm(from_edges(s[o], r[o], n_nodes=25)[0]), x, backend="segment")
+            for o in (order, rng.permutation(80))]
+    np.testing.assert_array_equal(np.asarray(outs[0]), np.asarray(outs[1]))
+
+
+@pytest.mark.parametrize("backend", ["csr", "bcoo", "dense"])
+def test_chunk_edges_is_for_the_segment_backend(graph, node_features, backend):
+    with pytest.raises(ValueError, match=f"chunk_edges=5 applies to the segment backend, not '{backend}'"):
+        propagate(prepared(graph, "sym", "csr"), jnp.asarray(node_features), backend=backend, chunk_edges=5)
 
 
 def test_csr_backend_needs_the_attached_csr(graph, node_features):

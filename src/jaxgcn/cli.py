@@ -61,6 +61,8 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     d.add_argument("--dataset", default="cora", help="cora, citeseer, synthetic, or a raw Planetoid "
                    "name with --data-dir (default: cora)")
     d.add_argument("--data-dir", type=Path, help="folder with raw Planetoid files ind.<name>.*")
+    d.add_argument("--ogb-split", default=None, help="with --dataset ogb:DIR, the split/<name> to use "
+                   "(default: the only one)")
     d.add_argument("--norm", choices=("sym", "row", "none"), default="sym",
                    help="adjacency normalization (default: sym, D^-1/2 (A+I) D^-1/2)")
     d.add_argument("--feature-norm", choices=("row", "standardize", "none"), default="row",
@@ -91,6 +93,11 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     m.add_argument("--residual", action="store_true")
     m.add_argument("--layer-norm", action="store_true")
     m.add_argument("--backend", choices=("auto", "dense", "segment", "bcoo", "csr"), default="auto")
+    m.add_argument("--chunk-edges", type=_positive_int, default=None,
+                   help="segment backend: propagate in blocks of N edges (bounds the message buffer)")
+    m.add_argument("--aggregate-first", choices=("auto", "on", "off"), default="auto",
+                   help="first layer as (A X) W instead of A (X W) for dense features; auto: when 2 x "
+                        "features < 3 x hidden (cheaper: no propagation in its backward pass)")
     m.add_argument("--dropout-rng", choices=("hash", "jax"), default="hash",
                    help="dropout masks from a fast counter hash (default) or jax.random.bernoulli")
     t = p.add_argument_group("training (defaults: the paper's)")
@@ -171,7 +178,7 @@ def _configs(args: argparse.Namespace, backend: str, **grid: Any):
     pick = {k: grid.get(k, getattr(args, k)) for k in ("hidden", "layers", "dropout", "lr", "weight_decay")}
     model = GCNConfig(hidden=pick["hidden"], layers=pick["layers"], dropout=pick["dropout"], bias=args.bias,
                       residual=args.residual, layer_norm=args.layer_norm, backend=backend,
-                      dropout_rng=args.dropout_rng)
+                      dropout_rng=args.dropout_rng, chunk_edges=args.chunk_edges)
     train = TrainConfig(lr=pick["lr"], weight_decay=pick["weight_decay"], l2=args.l2, epochs=args.epochs,
                         early_stopping=args.early_stopping, window=args.window,
                         patience=args.patience, clip_norm=args.clip_norm)
@@ -189,7 +196,7 @@ def _load(args: argparse.Namespace, say: Any):
 
     if args.splits > 1 and args.split != "random":
         raise ValueError(f"--splits {args.splits} needs --split random (the public split is one split)")
-    raw = load_dataset(args.dataset, data_dir=args.data_dir, n_nodes=args.nodes, n_classes=args.classes,
+    raw = load_dataset(args.dataset, data_dir=args.data_dir, ogb_split=args.ogb_split, n_nodes=args.nodes, n_classes=args.classes,
                        n_features=args.features, avg_degree=args.avg_degree, homophily=args.homophily,
                        train_per_class=args.train_per_class, seed=args.data_seed)
     prepared = prepare(raw, norm=args.norm, feature_norm=args.feature_norm,
@@ -203,6 +210,28 @@ def _load(args: argparse.Namespace, say: Any):
         + (f" | {info['edges_symmetrized']} one-way edges symmetrized" if info["edges_symmetrized"] else "")
         + (f" | split {info['split']}" if "split" in info else ""))
     return prepared
+
+
+def _plan(args: argparse.Namespace, prepared: Any, model_config: Any, runs: int, say: Any) -> Any:
+    """Resolve --aggregate-first, then estimate peak memory, print it, and refuse a run that cannot fit."""
+    import dataclasses
+
+    from jaxgcn.layers import is_sparse
+    from jaxgcn.memory import available_bytes, check_fits, estimate
+
+    x, graph = prepared.data.x, prepared.data.graph
+    n_features = int(x.shape[1])
+    dense = not is_sparse(x)
+    first = {"on": True, "off": False, "auto": 2 * n_features < 3 * model_config.hidden}[args.aggregate_first]
+    model_config = dataclasses.replace(model_config, backend=prepared.backend, aggregate_first=dense and first)
+    est = estimate(prepared.info["n_nodes"], graph.n_edges, n_features, prepared.n_classes,
+                   hidden=model_config.hidden, layers=model_config.layers, backend=prepared.backend,
+                   feature_nnz=None if dense else int(x.nse), chunk_edges=model_config.chunk_edges,
+                   symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
+    available = available_bytes()
+    say(f"memory estimate {est.describe()} of {available / 2**30:.1f} GiB available")
+    check_fits(est, available)
+    return model_config
 
 
 def _base_report(args: argparse.Namespace, prepared: Any) -> dict[str, Any]:
@@ -250,9 +279,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     _check_output("--json", args.json)
     say = (lambda msg: None) if args.quiet else print
-    model_config, train_config = _configs(args, "segment")  # validates before any work
+    model_config, train_config = _configs(args, "segment" if args.chunk_edges else "csr")  # validates early
     prepared = _load(args, say)
-    model_config = dataclasses.replace(model_config, backend=prepared.backend)
+    model_config = _plan(args, prepared, model_config, min(args.seeds * args.splits, 8), say)
     runs, compile_s, train_s = _train_runs(args, prepared, model_config, train_config, say)
     test = np.array([r[2] for r in runs])
     val = np.array([r[3] for r in runs])
@@ -287,11 +316,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     grid = Grid(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, hidden=args.hidden,
                 layers=args.layers)
     for cfg in grid.configs():  # validate every value before any work
-        _configs(args, "segment", **cfg)
+        _configs(args, "segment" if args.chunk_edges else "csr", **cfg)
     prepared = _load(args, say)
     model_config, train_config = _configs(args, prepared.backend, hidden=max(args.hidden), layers=args.layers[0],
                                           dropout=max(args.dropout), lr=args.lr[0],
                                           weight_decay=args.weight_decay[0])
+    model_config = _plan(args, prepared, model_config, 1, say)  # one run; run_grid chunks by --memory-budget
     seeds = [args.seed + i for i in range(args.seeds)]
     n_configs = len(grid.configs())
     say(f"sweep: {n_configs} configurations x {len(seeds)} seeds x {args.splits} split(s) = "

@@ -166,6 +166,7 @@ def gcn_apply(
     train: bool = False,
     dropout_rate: float = 0.0,
     backend: str = "segment",
+    chunk_edges: int | None = None,
 ) -> jax.Array:
     """One graph convolution (Kipf & Welling 2017, arXiv:1609.02907, eq. 2), before activation.
 
@@ -180,12 +181,13 @@ def gcn_apply(
         train: training mode (dropout on).
         dropout_rate: probability to drop an input entry.
         backend: propagation backend (see :mod:`jaxgcn.propagate`).
+        chunk_edges: edge block of the ``segment`` backend (see :func:`~jaxgcn.propagate.propagate`).
 
     Returns:
         [n_nodes, out_dim] pre-activation outputs.
     """
     h = matmul(dropout(key, x, dropout_rate, train=train), params["w"])
-    h = propagate(graph, h, backend=backend)
+    h = propagate(graph, h, backend=backend, chunk_edges=chunk_edges)
     return h + params["b"][None, :] if "b" in params else h
 
 

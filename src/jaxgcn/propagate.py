@@ -49,14 +49,43 @@ def choose_backend(n_nodes: int, n_edges: int, backend: str = "auto") -> str:
     return backend
 
 
-def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment") -> jax.Array:
+def graph_backend(graph: Graph) -> str:
+    """The backend a prepared graph is laid out for: ``csr`` with an attached CSR form, ``dense``
+    with an attached dense matrix, else ``segment``. (A static choice: it reads which fields exist.)"""
+    if graph.csr is not None:
+        return "csr"
+    return "dense" if graph.dense is not None else "segment"
+
+
+def _segment_chunked(graph: Graph, x: jax.Array, chunk: int) -> jax.Array:
+    """The ``segment`` product over blocks of ``chunk`` edges, accumulated in a scan: the message
+    buffer is [chunk, width] instead of [n_edges, width] (forward and backward)."""
+    n, n_edges = x.shape[0], graph.senders.shape[0]
+    n_blocks = max(1, -(-n_edges // chunk))
+    pad = n_blocks * chunk - n_edges
+    # Padding edges point at the last node with weight 0, so receivers stay sorted and add nothing.
+    senders = jnp.pad(jnp.asarray(graph.senders), (0, pad)).reshape(n_blocks, chunk)
+    receivers = jnp.pad(jnp.asarray(graph.receivers), (0, pad), constant_values=n - 1).reshape(n_blocks, chunk)
+    weights = jnp.pad(jnp.asarray(graph.weights, x.dtype), (0, pad)).reshape(n_blocks, chunk)
+
+    def block(acc: jax.Array, edges: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, None]:
+        s, r, w = edges
+        return acc.at[r].add(x[s] * w[:, None], indices_are_sorted=True), None
+
+    out, _ = jax.lax.scan(block, jnp.zeros_like(x), (senders, receivers, weights))
+    return out
+
+
+def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edges: int | None = None) -> jax.Array:
     """Compute ``Â @ x`` for the graph's (normalized) adjacency ``Â``.
 
     Args:
         graph: a :class:`~jaxgcn.graph.Graph` with device or host arrays.
         x: [n_nodes, width] node features.
-        backend: ``"dense"``, ``"segment"`` or ``"bcoo"`` (resolve ``"auto"`` first with
-            :func:`choose_backend`).
+        backend: ``"dense"``, ``"segment"``, ``"bcoo"``, ``"csr"``, or ``"auto"``: the layout
+            the graph was prepared for (:func:`graph_backend`).
+        chunk_edges: with ``segment``, process the edges in blocks of this many (bounds the
+            [n_edges, width] message buffer to [chunk_edges, width]); ``None``: all at once.
 
     Returns:
         [n_nodes, width] aggregated features.
@@ -67,8 +96,20 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment") -> jax.Ar
     >>> propagate(g, np.array([[1.0], [2.0]], np.float32)).tolist()
     [[3.0], [3.0]]
     """
+    if backend == "auto":
+        backend = graph_backend(graph)
     n = x.shape[0]
     loops = jnp.asarray(graph.self_weights, x.dtype)[:, None] * x
+    if backend != "csr" and not graph.has_edge_list:
+        raise ValueError(f"backend {backend!r} needs the edge list, but this graph keeps only its CSR form "
+                         "(prepared for backend 'csr'); prepare it with the backend you want")
+    if chunk_edges is not None and backend != "segment":
+        raise ValueError(f"chunk_edges={chunk_edges} applies to the segment backend, not {backend!r} "
+                         "(csr has no message buffer to bound)")
+    if backend == "segment" and chunk_edges is not None:
+        if chunk_edges < 1:
+            raise ValueError(f"chunk_edges={chunk_edges} must be >= 1")
+        return loops + _segment_chunked(graph, x, int(chunk_edges))
     if backend == "segment":
         msgs = x[graph.senders] * jnp.asarray(graph.weights)[:, None].astype(x.dtype)
         return loops + jax.ops.segment_sum(msgs, graph.receivers, num_segments=n, indices_are_sorted=True)

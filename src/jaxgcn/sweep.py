@@ -53,7 +53,7 @@ def estimate_bytes(data: TrainData, model_config: GCNConfig, n_runs: int, n_clas
     n, f = data.x.shape
     nnz = int(data.x.nse) if hasattr(data.x, "nse") else n * f
     width = model_config.hidden
-    edges = int(data.graph.senders.shape[0])
+    edges = data.graph.n_edges
     per_run = 4 * (3 * nnz * width + 3 * edges * width + 12 * n * width + 5 * f * width + 6 * n * n_classes)
     return per_run * n_runs
 

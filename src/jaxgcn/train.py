@@ -365,13 +365,23 @@ def _log_progress(history: dict[str, jax.Array], shown: int, epoch: int, every: 
     return epoch
 
 
+def row_sums_of(graph: Any) -> np.ndarray:
+    """Row sums of the adjacency ``Â`` (self-loops included), from the edge list or the CSR form."""
+    if graph.has_edge_list:
+        off = np.bincount(np.asarray(graph.receivers), np.asarray(graph.weights), graph.n_nodes)
+    else:
+        indptr = np.asarray(graph.csr.indptr)
+        off = np.bincount(np.repeat(np.arange(graph.n_nodes), np.diff(indptr)), np.asarray(graph.csr.data),
+                          graph.n_nodes)
+    return off + np.asarray(graph.self_weights)
+
+
 def divergence_message(data: TrainData, config: TrainConfig, epoch: int) -> str:
     """Explain a NaN/inf loss from what the run can see: lr, feature scale, adjacency scale."""
     x = data.x.data if hasattr(data.x, "data") and not isinstance(data.x, jax.Array) else data.x
     feature_scale = float(jnp.max(jnp.abs(x))) if x.size else 0.0
     graph = data.graph
-    row_sums = np.bincount(np.asarray(graph.receivers), np.asarray(graph.weights), graph.n_nodes) \
-        + np.asarray(graph.self_weights)
+    row_sums = row_sums_of(graph)
     causes = []
     if config.lr > 0.1:
         causes.append(f"the learning rate {config.lr:g} is large (try --lr 0.01)")

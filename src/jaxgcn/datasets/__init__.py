@@ -16,12 +16,14 @@ import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.bundled import BUNDLED, load_bundled
+from jaxgcn.datasets.ogb import load_arrays, load_ogb
 from jaxgcn.datasets.planetoid import load_raw
 from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.datasets.synthetic import synthetic
 from jaxgcn.csr import require_kernel
 from jaxgcn.graph import from_edges, gcn_norm, with_csr, with_dense
 from jaxgcn.layers import sparse_features
+from jaxgcn.memory import GiB, available_bytes
 from jaxgcn.propagate import choose_backend
 from jaxgcn.train import TrainData
 
@@ -40,11 +42,16 @@ def available() -> list[tuple[str, str]]:
         ("citeseer", "Planetoid CiteSeer, bundled: 3,327 nodes, 4,552 edges, 3,703 features, 6 classes"),
         ("synthetic", "stochastic block model with class-signal features (--nodes, --classes, ...)"),
         ("<name> --data-dir DIR", "raw Planetoid files ind.<name>.* in DIR (e.g. your PubMed copy)"),
+        ("ogb:DIR", "an OGB node-property dataset in its raw layout (raw/*.csv.gz, split/<name>/)"),
+        ("npz:DIR", "adjacency.npz + features.npy|.npz + labels.npy [+ splits.npz] in DIR"),
     ]
 
 
-def load_dataset(name: str, *, data_dir: str | Path | None = None, **synthetic_args: Any) -> RawGraph:
-    """Load a dataset by name: bundled (``cora``, ``citeseer``), ``synthetic``, or raw Planetoid.
+def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: str | None = None,
+                 **synthetic_args: Any) -> RawGraph:
+    """Load a dataset by name: bundled (``cora``, ``citeseer``), ``synthetic``, raw Planetoid,
+    ``ogb:DIR`` (OGB raw layout, see :func:`~jaxgcn.datasets.ogb.load_ogb`) or ``npz:DIR``
+    (arrays, see :func:`~jaxgcn.datasets.ogb.load_arrays`).
 
     With ``data_dir`` the raw ``ind.<name>.*`` files in that folder are read (safely) instead.
 
@@ -52,13 +59,17 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, **synthetic_a
     (2708, 1433)
     """
     key = name.lower()
+    if key.startswith("ogb:"):
+        return load_ogb(name[4:], split=ogb_split)
+    if key.startswith("npz:"):
+        return load_arrays(name[4:], seed=synthetic_args.get("seed", 0))
     if data_dir is not None:
         return load_raw(data_dir, None if key in ("", "planetoid") else key)
     if key == "synthetic":
         return synthetic(**synthetic_args)
     if key in BUNDLED:
         return load_bundled(key)
-    known = ", ".join([*BUNDLED, "synthetic"])
+    known = ", ".join([*BUNDLED, "synthetic", "ogb:DIR", "npz:DIR"])
     raise ValueError(f"unknown dataset {name!r}; choose one of {known}, or pass --data-dir DIR "
                      "with raw Planetoid files")
 
@@ -144,10 +155,18 @@ def prepare(
     graph = gcn_norm(graph, norm)
     backend = choose_backend(n_nodes, graph.n_edges, backend)
     if backend == "dense":
+        dense_bytes = 4 * n_nodes * n_nodes
+        if dense_bytes > available_bytes() // 2:
+            raise ValueError(f"{raw.name}: backend 'dense' needs a {n_nodes:,} x {n_nodes:,} adjacency, "
+                             f"{dense_bytes / GiB:,.1f} GiB, more than half the {available_bytes() / GiB:.1f} GiB "
+                             "available; use --backend auto (sparse) instead")
         graph = with_dense(graph)
     if backend == "csr":
         require_kernel()
-        graph = with_csr(graph)
+        # sym-normalized undirected graphs are symmetric by construction: no transposed copy, no check;
+        # the edge list is dropped so the device holds the adjacency once.
+        graph = with_csr(graph, symmetric=True if symmetrize and norm in ("sym", "none") else None,
+                         keep_edges=False)
     feats = normalize_features(raw.features, feature_norm)
     layout = "csr" if backend == "csr" else "bcoo"
     x = sparse_features(feats, layout=layout) if sp.issparse(feats) else jnp.asarray(feats, jnp.float32)

@@ -1,0 +1,115 @@
+"""Peak-memory planning for full-batch training, before anything is allocated.
+
+:func:`estimate` adds up what one training run holds at its peak: the feature matrix, the adjacency
+in the chosen backend's layout, the per-edge message buffers that gather-based backends materialize,
+node activations and their gradients, params with Adam's moments, and the runtime itself. The
+benchmark ``benchmarks/bench_scale.py`` prints it beside the measured peak RSS.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+GiB = 2**30
+RUNTIME_BYTES = 400 * 2**20  # Python, NumPy, SciPy, JAX and XLA's CPU client, measured ~0.35-0.4 GB
+
+
+class MemoryEstimate(NamedTuple):
+    """Bytes per part and in total (``parts`` keeps the order in which they are printed)."""
+
+    parts: dict[str, int]
+    total: int
+
+    def describe(self) -> str:
+        """One line: ``total (part a, part b, ...)`` in GiB."""
+        shown = ", ".join(f"{name} {size / GiB:.2f}" for name, size in self.parts.items() if size >= GiB / 200)
+        return f"{self.total / GiB:.2f} GiB ({shown})"
+
+
+def estimate(
+    n_nodes: int,
+    n_edges: int,
+    n_features: int,
+    n_classes: int,
+    *,
+    hidden: int = 16,
+    layers: int = 2,
+    backend: str = "csr",
+    feature_nnz: int | None = None,
+    chunk_edges: int | None = None,
+    symmetric: bool = True,
+    runs: int = 1,
+) -> MemoryEstimate:
+    """Estimate the peak bytes of training a GCN full-batch.
+
+    Args:
+        n_nodes, n_edges: graph size (``n_edges``: directed off-diagonal edges, as ``Graph.n_edges``).
+        n_features, n_classes: input and output widths.
+        hidden, layers: the architecture.
+        backend: ``dense``, ``segment``, ``bcoo`` or ``csr``.
+        feature_nnz: stored entries of sparse features; ``None`` for dense features.
+        chunk_edges: edge block of the chunked ``segment`` propagation (bounds its message buffer).
+        symmetric: the normalized adjacency equals its transpose (``csr`` then keeps no transposed copy).
+        runs: runs stacked in one program (each holds its own activations and params).
+
+    >>> est = estimate(1_000_000, 20_000_000, 100, 47, hidden=128)
+    >>> round(est.parts["adjacency"] / GiB, 2), est.parts["messages"]
+    (0.16, 0)
+    """
+    f4 = 4
+    widths = [n_features] + [hidden] * (layers - 1) + [n_classes]
+    if feature_nnz is None:
+        # the matrix, its dropped copy, and (aggregate-first) the propagated copy
+        features = 3 * n_nodes * n_features * f4
+    else:
+        features = feature_nnz * (2 * f4 + f4) + (n_nodes + 1) * f4 + (feature_nnz * 3 * f4 if backend == "csr" else 0)
+    if backend == "dense":
+        adjacency = n_nodes * n_nodes * f4
+    elif backend == "csr":
+        adjacency = (n_nodes + 1) * f4 + n_edges * 2 * f4 + n_nodes * f4 + (0 if symmetric else n_edges * 3 * f4)
+    else:
+        adjacency = n_edges * 3 * f4 + n_nodes * f4
+    widest = max(widths[1:]) * runs
+    if backend in ("segment", "bcoo"):
+        block = n_edges if not chunk_edges or backend == "bcoo" else min(n_edges, chunk_edges)
+        messages = 2 * block * widest * f4  # gathered rows and their gradient
+    else:
+        messages = 0
+    if feature_nnz is not None and backend != "csr":
+        messages += 2 * feature_nnz * hidden * runs * f4  # the sparse input product gathers too
+    # per layer output: pre-activation, activation, dropout output, gradient; plus the logits' softmax
+    activations = sum(4 * n_nodes * w * f4 for w in widths[1:]) * runs + 2 * n_nodes * n_classes * f4 * runs
+    n_params = sum(a * b for a, b in zip(widths[:-1], widths[1:]))
+    params = 6 * n_params * f4 * runs  # params, grads, 2 Adam moments, best params, update
+    parts = {"features": features, "adjacency": adjacency, "messages": messages, "activations": activations,
+             "params": params, "runtime": RUNTIME_BYTES}
+    return MemoryEstimate(parts, sum(parts.values()))
+
+
+def available_bytes() -> int:
+    """Memory available to this process (``MemAvailable`` of /proc/meminfo), or 8 GiB when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * GiB
+
+
+def check_fits(est: MemoryEstimate, available: int | None = None, *, what: str = "training") -> None:
+    """Raise a ValueError naming the estimate and the ways to shrink it when it exceeds memory."""
+    available = available_bytes() if available is None else available
+    if est.total <= available:
+        return
+    options = []
+    if est.parts["messages"] > est.total // 4:
+        options.append("--backend csr (no per-edge message buffer) or --chunk-edges N with --backend segment")
+    if est.parts["activations"] > est.total // 4:
+        options.append("a smaller --hidden")
+    if est.parts["adjacency"] > est.total // 2:
+        options.append("a sparse backend (--backend auto never picks dense for a graph this size)")
+    options.append("fewer --seeds per program" if est.parts["params"] > est.total // 4 else "a machine with more memory")
+    raise ValueError(f"{what} needs about {est.describe()}, more than the {available / GiB:.1f} GiB available; "
+                     f"options: {'; '.join(options)}")
