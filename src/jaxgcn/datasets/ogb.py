@@ -8,6 +8,7 @@ and, where NumPy gives them, the row and column.
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,11 @@ def _read_csv_gz(path: Path, dtype: Any, columns: int | None = None) -> np.ndarr
     try:
         with gzip.open(path, "rt") as f:
             arr = np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
-    except (ValueError, OSError, EOFError) as err:  # loadtxt names the row and column
-        raise ValueError(f"{path}: {err}; the file must hold comma-separated numbers, no header") from None
+    except (ValueError, OSError, EOFError) as err:
+        # loadtxt counts rows from 0 and columns from 1: say "line" and count from 1 like editors do
+        msg = re.sub(r"at row (\d+), column (\d+)\.?", lambda m: f"at line {int(m.group(1)) + 1}, column {m.group(2)}",
+                     str(err)).rstrip(".")
+        raise ValueError(f"{path}: {msg}; the file must hold comma-separated numbers, no header") from None
     if columns is not None and arr.size and arr.shape[1] != columns:
         raise ValueError(f"{path}: rows have {arr.shape[1]} columns, expected {columns}")
     return arr
