@@ -114,3 +114,18 @@ def test_build_failure_names_the_command(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match=r"compiling spmm.cc failed: /bin/false"):
         csr_mod._build("/bin/false")
     assert not list((tmp_path / "kernels").glob("*.so"))  # nothing half-written left behind
+
+
+def test_gradient_skips_zero_rows_of_the_cotangent_exactly():
+    # A loss masked to a few rows gives a cotangent with all-zero rows, which the kernel skips.
+    a = random_matrix(400, 400, 0.02, 10)
+    a = a + a.T
+    m = csr_from_scipy(a, check_symmetric=True)
+    rows = np.zeros((400, 1), np.float32)
+    rows[::37] = 1.0
+    b = jnp.asarray(np.random.default_rng(11).standard_normal((400, 5)).astype(np.float32))
+    got = jax.grad(lambda b: jnp.sum(rows * jnp.sin(spmm(m, b))))(b)
+    dense = jnp.asarray(a.toarray().astype(np.float32))
+    want = jax.grad(lambda b: jnp.sum(rows * jnp.sin(dense @ b)))(b)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    assert np.count_nonzero(np.abs(np.asarray(got)).sum(axis=1)) < 400  # rows no train node reaches stay 0

@@ -31,7 +31,7 @@ from jax.experimental import sparse as jsparse
 
 from jaxgcn.csr import CSR, spmm
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import GCNConfig, aggregate_input, gcn
 from jaxgcn.propagate import propagate
 from jaxgcn.train import (
     DIVERGED,
@@ -159,7 +159,8 @@ def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Arr
 
 
 def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs: RunInputs, *,
-               seeds: jax.Array | None = None, train: bool = False) -> jax.Array:
+               seeds: jax.Array | None = None, train: bool = False,
+               aggregated: jax.Array | None = None) -> jax.Array:
     """The GCN of :func:`jaxgcn.models.gcn` for R stacked runs.
 
     Args:
@@ -187,7 +188,10 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             h = _drop_hidden(h, seeds[i], runs)
         if i == 0 and config.aggregate_first and values is None and not is_sparse(h):
             # (Â · drop(X)) · W for dense inputs, as the single model does (see GCNConfig)
-            agg = propagate(graph, h.reshape(n, -1), backend=config.backend, chunk_edges=config.chunk_edges)
+            if aggregated is not None and h is x:  # Â·X precomputed (evaluation; see aggregate_input)
+                agg = aggregated
+            else:
+                agg = propagate(graph, h.reshape(n, -1), backend=config.backend, chunk_edges=config.chunk_edges)
             out = _matmul_runs(agg.reshape(h.shape), None, layer["w"])  # shared [n, F] or per run [n, R, F]
         else:
             out = _matmul_runs(h, values, layer["w"])
@@ -336,7 +340,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
         )
         return BatchState(runs, adam.init(params), jnp.int32(0))
 
-    def epoch_step(state: BatchState, data: TrainData, runs: RunInputs) -> BatchState:
+    def epoch_step(state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None) -> BatchState:
         st = state.runs
         axes = _run_axes(st.params)
         train_m, val_m, _ = masks(data, runs)
@@ -359,7 +363,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
         lr = jax.tree.map(lambda u, a: jnp.expand_dims(runs.lr, [d for d in range(u.ndim) if d != a]),
                           updates, axes)
         params = jax.tree.map(lambda p, u, s: p - s * u, st.params, updates, lr)
-        logits = apply_runs(model_config, params, data.graph, data.x, runs)
+        logits = apply_runs(model_config, params, data.graph, data.x, runs, aggregated=aggregated)
         _, train_acc = _split_metrics(logits, data.labels, train_m)
         val_loss, val_acc = _split_metrics(logits, data.labels, val_m)
         kipf_loss = val_loss + runs.weight_decay * _per_run_l2(params, config.l2)
@@ -377,7 +381,8 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
         def cond(s: BatchState) -> jax.Array:
             return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
 
-        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, runs), state)
+        aggregated = aggregate_input(model_config, data.graph, data.x)  # once per call, not per epoch
+        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, runs, aggregated), state)
 
     def final_params(state: BatchState) -> Params:
         return state.runs.best_params if keep_best else state.runs.params

@@ -81,6 +81,8 @@ def gcn(config: GCNConfig = GCNConfig()) -> Model:
     Params are ``{"layer_0": {"w", "b", ["w_res"], ["ln"]}, ..., "layer_{L-1}": {"w", "b"}}``;
     ``w_res`` (residual projection) exists in the first layer, whose input may be sparse, and where
     widths differ.
+    ``apply(..., aggregated=A_x)`` takes ``Â · x`` precomputed (:func:`aggregate_input`) for the
+    first layer of an ``aggregate_first`` model when dropout leaves ``x`` unchanged (evaluation).
     Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]``; the last
     layer returns logits ``Â · drop(h) · W + b``.
 
@@ -119,7 +121,7 @@ def gcn(config: GCNConfig = GCNConfig()) -> Model:
         return params
 
     def apply(params: Params, graph: Graph, x: Features, *, key: jax.Array | None = None,
-              train: bool = False) -> jax.Array:
+              train: bool = False, aggregated: jax.Array | None = None) -> jax.Array:
         keys = [None] * config.layers
         if train and config.dropout > 0.0:
             if key is None:
@@ -130,8 +132,10 @@ def gcn(config: GCNConfig = GCNConfig()) -> Model:
             layer = params[f"layer_{i}"]
             h_in = dropout(keys[i], h, config.dropout, train=train, rng=config.dropout_rng)
             if i == 0 and config.aggregate_first and not is_sparse(h_in):
-                out = matmul(propagate(graph, h_in, backend=config.backend, chunk_edges=config.chunk_edges),
-                             layer["w"])
+                # Â·X is the same every epoch when dropout leaves X alone: take it precomputed if given
+                agg = aggregated if aggregated is not None and h_in is x else propagate(
+                    graph, h_in, backend=config.backend, chunk_edges=config.chunk_edges)
+                out = matmul(agg, layer["w"])
                 out = out + layer["b"][None, :] if "b" in layer else out
             else:
                 out = gcn_apply({k: layer[k] for k in ("w", "b") if k in layer}, graph, h_in,
@@ -147,3 +151,11 @@ def gcn(config: GCNConfig = GCNConfig()) -> Model:
         raise AssertionError("unreachable")
 
     return Model(init, apply)
+
+
+def aggregate_input(config: GCNConfig, graph: Graph, x: Features) -> jax.Array | None:
+    """``Â · x`` for a model whose first layer aggregates first (dense ``x``), else None: computed
+    once per training loop and reused by every evaluation forward, which then skips a propagation."""
+    if not config.aggregate_first or is_sparse(x):
+        return None
+    return propagate(graph, x, backend=config.backend, chunk_edges=config.chunk_edges)

@@ -21,7 +21,7 @@ import optax
 
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features, Params
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import GCNConfig, aggregate_input, gcn
 
 EARLY_STOPPING = ("kipf", "patience", "none")
 L2_SCOPES = ("first", "all")
@@ -199,7 +199,7 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
             history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
         )
 
-    def epoch_step(state: RunState, data: TrainData) -> RunState:
+    def epoch_step(state: RunState, data: TrainData, aggregated: jax.Array | None) -> RunState:
         key, k_drop = jax.random.split(state.key)
 
         def loss_fn(params: Params) -> jax.Array:
@@ -209,7 +209,7 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        logits = model.apply(params, data.graph, data.x)
+        logits = model.apply(params, data.graph, data.x, aggregated=aggregated)
         train_acc = masked_accuracy(logits, data.labels, data.train_mask)
         val_loss = masked_cross_entropy(logits, data.labels, data.val_mask)
         val_acc = masked_accuracy(logits, data.labels, data.val_mask)
@@ -220,7 +220,8 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
         def cond(s: RunState) -> jax.Array:
             return (s.reason == RUNNING) & (s.epoch < stop_epoch)
 
-        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data), state)
+        aggregated = aggregate_input(model_config, data.graph, data.x)  # once per call, not per epoch
+        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, aggregated), state)
 
     def evaluate(params: Params, data: TrainData) -> Evaluation:
         return evaluate_logits(model.apply(params, data.graph, data.x), data)

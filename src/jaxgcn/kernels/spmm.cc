@@ -9,6 +9,9 @@
 // chunks of about equal nnz, run on XLA's intra-op thread pool; the calling thread takes chunks
 // too and waits only for chunks another thread already started, so it cannot deadlock.
 // The gradient with respect to b is the same product with the transposed pattern (jaxgcn/csr.py).
+// An optional per-row flag array lets it skip rows of b that are all zero: the gradient of a loss
+// masked to the training nodes is zero on every other row, and reading those rows (one cache miss
+// each) would be most of the work.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -29,6 +32,7 @@ struct Work {
   const int32_t* cols;
   const float* vals;
   const float* b;
+  const uint8_t* skip;  // optional [m]: 0 marks an all-zero row of b, which is not read
   float* out;
   int64_t V, W, H;
   int64_t tile;       // columns per tile (a multiple of H when V > 1)
@@ -53,8 +57,10 @@ void RunRows(const Work& w, int64_t lo, int64_t hi, int64_t j0, int64_t jw) {
     std::memset(o, 0, sizeof(float) * jw);
     const int32_t k_end = w.indptr[i + 1];
     for (int32_t k = w.indptr[i]; k < k_end; ++k) {
+      if (w.skip != nullptr && w.skip[w.cols[k]] == 0) continue;  // a zero row adds nothing
       const float* __restrict src = w.b + static_cast<int64_t>(w.cols[k]) * W + j0;
-      if (w.prefetch && k + kPrefetch < w.nnz_end) {
+      if (w.prefetch && k + kPrefetch < w.nnz_end &&
+          (w.skip == nullptr || w.skip[w.cols[k + kPrefetch]] != 0)) {
         // Rows of b are read in random order: ask for the row kPrefetch entries ahead now, so
         // several cache misses are in flight at once instead of one at a time.
         const char* ahead = reinterpret_cast<const char*>(w.b + static_cast<int64_t>(w.cols[k + kPrefetch]) * W + j0);
@@ -93,7 +99,7 @@ void Drain(const std::shared_ptr<Work>& w) {
 }
 
 ffi::Error SpmmImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buffer<ffi::S32> cols,
-                    ffi::Buffer<ffi::F32> vals, ffi::Buffer<ffi::F32> b,
+                    ffi::Buffer<ffi::F32> vals, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::U8> skip,
                     ffi::ResultBuffer<ffi::F32> out) {
   const auto vdims = vals.dimensions();
   const auto bdims = b.dimensions();
@@ -111,6 +117,11 @@ ffi::Error SpmmImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buf
   w->cols = cols.typed_data();
   w->vals = vals.typed_data();
   w->b = b.typed_data();
+  // An empty skip array means "read every row"; otherwise it has one flag per row of b.
+  w->skip = skip.element_count() == 0 ? nullptr : skip.typed_data();
+  if (w->skip != nullptr && static_cast<int64_t>(skip.element_count()) != bdims[0]) {
+    return ffi::Error::InvalidArgument("jaxgcn_spmm: skip must be empty or have one flag per row of b");
+  }
   w->out = out->typed_data();
   w->V = V;
   w->W = W;
@@ -159,4 +170,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmm, SpmmImpl,
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
