@@ -136,7 +136,9 @@ def main() -> int:
                     "100k nodes) or none")
     ap.add_argument("--backend", default="auto", help="jaxgcn backend (auto = csr where the kernel builds)")
     ap.add_argument("--chunk-edges", type=int, default=None, help="with --backend segment")
-    ap.add_argument("--segment", action="store_true", help="also run jaxgcn's segment backend (pure XLA)")
+    ap.add_argument("--segment-sizes", default="100000",
+                    help="sizes at which jaxgcn's pure-XLA segment backend runs too (its [edges, width] message "
+                         "buffers do not fit this machine at 1M nodes and degree 25)")
     ap.add_argument("--pyg-python", default=None, help="a Python with torch_geometric (skipped when absent)")
     ap.add_argument("--pyg-sizes", default="100000,1000000")
     ap.add_argument("--pyg-memory-limit", type=float, default=20.0, help="GiB of address space per PyG run")
@@ -162,7 +164,8 @@ def main() -> int:
             info = generate(n, path)
             print(f"<!-- {n:,} nodes: {info['input_edges']:,} raw edge draws, generated in "
                   f"{info['generate_s']:.1f} s -->", flush=True)
-            backends = [args.backend] + (["segment"] if args.segment else [])
+            segment_sizes = {int(s) for s in args.segment_sizes.split(",") if s}
+            backends = [args.backend] + (["segment"] if n in segment_sizes else [])
             for backend in backends:
                 cmd = [sys.executable, __file__, "--worker", "jax", "--graph", str(path), "--epochs", str(args.epochs),
                        "--backend", backend, "--chunk", str(args.chunk), "--reorder", args.reorder]

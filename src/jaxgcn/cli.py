@@ -64,6 +64,15 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     d.add_argument("--dataset", default="cora", help="cora, citeseer, synthetic, or a raw Planetoid "
                    "name with --data-dir (default: cora)")
     d.add_argument("--data-dir", type=Path, help="folder with raw Planetoid files ind.<name>.*")
+    d.add_argument("--edges", type=Path, help="your graph: edge file (CSV src,dst[,weight] or 'src dst' lines); "
+                   "with --labels FILE and optionally --features FILE")
+    d.add_argument("--labels", type=Path, help="with --edges: CSV node,label (names or integers)")
+    d.add_argument("--split-file", type=Path, help="CSV node,split (train/val/test) naming the split")
+    d.add_argument("--train-frac", type=float, default=None,
+                   help="stratified random split by fractions (with --val-frac, --test-frac)")
+    d.add_argument("--val-frac", type=float, default=0.1)
+    d.add_argument("--test-frac", type=float, default=0.2)
+    d.add_argument("--save-split", type=Path, help="write the split used as CSV node,split (for --split-file)")
     d.add_argument("--ogb-split", default=None, help="with --dataset ogb:DIR, the split/<name> to use "
                    "(default: the only one)")
     d.add_argument("--norm", choices=("sym", "row", "none"), default="sym",
@@ -77,7 +86,9 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     s = p.add_argument_group("synthetic dataset")
     s.add_argument("--nodes", type=_positive_int, default=2000)
     s.add_argument("--classes", type=_positive_int, default=5)
-    s.add_argument("--features", type=_positive_int, default=64)
+    s.add_argument("--features", default=None,
+                   help="synthetic: the feature count (default 64); with --edges: the features file "
+                        "(node,f0,f1,... or node,feature,value CSV, .npy or .npz; absent: one-hot ids)")
     s.add_argument("--avg-degree", type=float, default=8.0)
     s.add_argument("--homophily", type=float, default=0.8)
     d.add_argument("--data-seed", type=int, default=0,
@@ -202,26 +213,83 @@ def _load(args: argparse.Namespace, say: Any):
 
     if args.splits > 1 and args.split != "random":
         raise ValueError(f"--splits {args.splits} needs --split random (the public split is one split)")
-    raw = load_dataset(args.dataset, data_dir=args.data_dir, ogb_split=args.ogb_split, n_nodes=args.nodes, n_classes=args.classes,
-                       n_features=args.features, avg_degree=args.avg_degree, homophily=args.homophily,
-                       train_per_class=args.train_per_class, seed=args.data_seed)
+    if args.save_split is not None and args.splits > 1:
+        raise ValueError(f"--save-split writes one split; --splits {args.splits} draws several")
+    raw = _raw(args)
     n_nodes = raw.features.shape[0]
     reorder = "rcm" if args.reorder == "auto" and n_nodes >= REORDER_MIN_NODES else args.reorder
     prepared = prepare(raw, norm=args.norm, feature_norm=args.feature_norm,
                        symmetrize=not args.no_symmetrize, backend=args.backend,
                        reorder="none" if reorder == "auto" else reorder)
+    node_ids = raw.node_ids if raw.node_ids is not None else None
     del raw  # the host copy of a large graph is not needed past this point
-    if args.split == "random":
+    if args.split == "random" and not _split_given(args):
         import numpy as np
 
         prepared = with_random_splits(prepared, np.asarray(prepared.data.labels), args.splits, per_class=args.train_per_class,
                                       n_val=args.val, n_test=args.test, seed=args.data_seed)
+    if args.save_split is not None:
+        _save_split(args.save_split, prepared, node_ids)
     info = prepared.info
     say(f"{info['dataset']}: {info['n_nodes']} nodes, {info['n_edges']} edges, {info['n_features']} "
         f"features, {info['n_classes']} classes | backend {prepared.backend}"
         + (f" | {info['edges_symmetrized']} one-way edges symmetrized" if info["edges_symmetrized"] else "")
         + (f" | split {info['split']}" if "split" in info else ""))
     return prepared
+
+
+def _split_given(args: argparse.Namespace) -> bool:
+    """Whether the split is decided before preparation: own files, a split file or fractions."""
+    return args.edges is not None or args.split_file is not None or args.train_frac is not None
+
+
+def _raw(args: argparse.Namespace) -> Any:
+    """The RawGraph the arguments name, with the split they ask for when it is decided up front."""
+    import numpy as np
+
+    from jaxgcn.datasets import load_dataset
+    from jaxgcn.datasets.files import load_files
+    from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file
+
+    if args.edges is not None:
+        raw = load_files(args.edges, args.features, args.labels)
+    else:
+        if args.labels is not None:
+            raise ValueError("--labels FILE needs --edges FILE (your own graph)")
+        if args.features is not None and not str(args.features).isdigit():
+            raise ValueError(f"--features {args.features}: a features file needs --edges FILE; with "
+                             "--dataset synthetic give a feature count")
+        raw = load_dataset(args.dataset, data_dir=args.data_dir, ogb_split=args.ogb_split, n_nodes=args.nodes,
+                           n_classes=args.classes, n_features=int(args.features or 64),
+                           avg_degree=args.avg_degree, homophily=args.homophily,
+                           train_per_class=args.train_per_class, seed=args.data_seed)
+    if not _split_given(args):
+        return raw
+    ids = raw.node_ids if raw.node_ids is not None else np.arange(raw.labels.size).astype(str)
+    if args.split_file is not None:
+        splits = read_split_file(args.split_file, ids)
+    elif args.train_frac is not None:
+        splits = fraction_split(raw.labels, args.train_frac, args.val_frac, args.test_frac, seed=args.data_seed)
+    else:
+        splits = planetoid_split(raw.labels, per_class=args.train_per_class, n_val=args.val, n_test=args.test,
+                                 seed=args.data_seed)
+    return raw._replace(splits=splits)
+
+
+def _save_split(path: Path, prepared: Any, node_ids: Any) -> None:
+    """Write the split of the prepared data as node,split with the input's node ids."""
+    import numpy as np
+
+    from jaxgcn.datasets.splits import write_split_file
+
+    order = prepared.info.get("node_order")
+    splits = {}
+    for name, mask in (("train", prepared.data.train_mask), ("val", prepared.data.val_mask),
+                       ("test", prepared.data.test_mask)):
+        idx = np.flatnonzero(np.asarray(mask).reshape(-1, prepared.info["n_nodes"])[0])
+        splits[name] = order[idx] if order is not None else idx
+    n = prepared.info["n_nodes"]
+    write_split_file(str(path), splits, node_ids if node_ids is not None else np.arange(n).astype(str))
 
 
 def _plan(args: argparse.Namespace, prepared: Any, model_config: Any, runs: int, say: Any) -> Any:
@@ -290,6 +358,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import numpy as np
 
     _check_output("--json", args.json)
+    _check_output("--save-split", args.save_split)
     say = (lambda msg: None) if args.quiet else print
     model_config, train_config = _configs(args, "segment" if args.chunk_edges else "csr")  # validates early
     prepared = _load(args, say)

@@ -19,6 +19,7 @@ class RawGraph(NamedTuple):
         splits: ``{"train"|"val"|"test": int array of node ids}``.
         weights: optional [n_input_edges] edge weights.
         class_names: optional list of class names, index = class id.
+        node_ids: optional [n_nodes] original node ids (as text) of files that name nodes.
     """
 
     name: str
@@ -29,3 +30,4 @@ class RawGraph(NamedTuple):
     splits: dict[str, np.ndarray]
     weights: np.ndarray | None = None
     class_names: list[str] | None = None
+    node_ids: np.ndarray | None = None

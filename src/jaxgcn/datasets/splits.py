@@ -33,3 +33,75 @@ def planetoid_split(labels: np.ndarray, per_class: int = 20, n_val: int = 500, n
     n_val = min(n_val, rest.size // 3)
     n_test = min(n_test, rest.size - n_val)
     return {"train": train_idx, "val": np.sort(rest[:n_val]), "test": np.sort(rest[n_val:n_val + n_test])}
+
+
+def fraction_split(labels: np.ndarray, train: float, val: float, test: float, seed: int = 0) -> dict[str, np.ndarray]:
+    """Stratified random split by fractions of each class's labelled nodes (unlabelled: none).
+
+    >>> s = fraction_split(np.array([0] * 10 + [1] * 10), 0.6, 0.2, 0.2)
+    >>> [len(s[k]) for k in ("train", "val", "test")]
+    [12, 4, 4]
+    """
+    fracs = {"train": train, "val": val, "test": test}
+    for k, f in fracs.items():
+        if not 0.0 < f < 1.0:
+            raise ValueError(f"--{k}-frac {f}: a fraction must be in (0, 1)")
+    if train + val + test > 1.0 + 1e-9:
+        raise ValueError(f"--train-frac + --val-frac + --test-frac = {train + val + test:g} exceeds 1")
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in fracs}
+    for c in np.unique(labels[labels >= 0]):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        n_train = int(round(train * members.size))
+        n_val = int(round(val * members.size))
+        n_test = min(int(round(test * members.size)), members.size - n_train - n_val)
+        parts["train"].append(members[:n_train])
+        parts["val"].append(members[n_train:n_train + n_val])
+        parts["test"].append(members[n_train + n_val:n_train + n_val + n_test])
+    return {k: np.sort(np.concatenate(v)) if v else np.zeros(0, np.int64) for k, v in parts.items()}
+
+
+SPLIT_NAMES = ("train", "val", "test")
+
+
+def read_split_file(path: str, node_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """A CSV ``node,split`` (split: train, val or test) into node-index arrays; node ids as text."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"split file {p}: not found")
+    table = np.loadtxt(p, dtype=str, delimiter=",", ndmin=2, comments=None, encoding="utf-8")
+    if table.shape[0] == 0 or [c.strip().lower() for c in table[0]] != ["node", "split"]:
+        raise ValueError(f"split file {p}: the first line must be the header node,split")
+    ids, kinds = np.char.strip(table[1:, 0]), np.char.strip(table[1:, 1])
+    bad = np.flatnonzero(~np.isin(kinds, SPLIT_NAMES))
+    if bad.size:
+        raise ValueError(f"split file {p}: line {bad[0] + 2}: split {str(kinds[bad[0]])!r} is not one of train, val, test")
+    order = np.argsort(node_ids, kind="stable")
+    pos = np.clip(np.searchsorted(node_ids[order], ids), 0, max(node_ids.size - 1, 0))
+    missing = np.flatnonzero(node_ids[order][pos] != ids)
+    if missing.size:
+        raise ValueError(f"split file {p}: line {missing[0] + 2}: node {str(ids[missing[0]])!r} is not a node of the graph")
+    index = order[pos]
+    uniq, counts = np.unique(index, return_counts=True)
+    if np.any(counts > 1):
+        raise ValueError(f"split file {p}: node {str(node_ids[uniq[np.argmax(counts > 1)]])!r} is listed twice")
+    return {k: np.sort(index[kinds == k]) for k in SPLIT_NAMES}
+
+
+def write_split_file(path: str, splits: dict[str, np.ndarray], node_ids: np.ndarray) -> None:
+    """Write ``node,split`` rows (original ids) atomically, so a run can be reproduced with
+    ``--split-file``."""
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("node,split\n")
+        for k in SPLIT_NAMES:
+            for i in np.asarray(splits.get(k, []), np.int64):
+                f.write(f"{node_ids[i]},{k}\n")
+    os.replace(tmp, p)
