@@ -56,10 +56,8 @@ def _bytes(text: str) -> int:
 REORDER_MIN_NODES = 100_000  # below this the features fit in cache and renumbering gains little
 
 
-def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
-    """Arguments shared by ``train`` and ``sweep``; with ``grid`` the swept ones take lists."""
-    ints = _list_of(int, "integers") if grid else _positive_int
-    floats = _list_of(float, "numbers") if grid else float
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    """Arguments that name the data and its split (train, sweep, evaluate, predict)."""
     d = p.add_argument_group("data")
     d.add_argument("--dataset", default="cora", help="cora, citeseer, synthetic, or a raw Planetoid "
                    "name with --data-dir (default: cora)")
@@ -75,8 +73,6 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     d.add_argument("--save-split", type=Path, help="write the split used as CSV node,split (for --split-file)")
     d.add_argument("--ogb-split", default=None, help="with --dataset ogb:DIR, the split/<name> to use "
                    "(default: the only one)")
-    d.add_argument("--norm", choices=("sym", "row", "none"), default="sym",
-                   help="adjacency normalization (default: sym, D^-1/2 (A+I) D^-1/2)")
     d.add_argument("--feature-norm", choices=("row", "standardize", "none"), default="row",
                    help="feature preprocessing (default: row, as in the paper)")
     d.add_argument("--no-symmetrize", action="store_true", help="keep directed edges one-way")
@@ -101,6 +97,15 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     d.add_argument("--splits", type=_positive_int, default=1, help="number of random splits (--split random)")
     d.add_argument("--val", type=_positive_int, default=500, help="validation nodes of a random split")
     d.add_argument("--test", type=_positive_int, default=1000, help="test nodes of a random split")
+    d.add_argument("--norm", choices=("sym", "row", "none"), default="sym",
+                   help="adjacency normalization (default: sym, D^-1/2 (A+I) D^-1/2)")
+
+
+def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
+    """Arguments shared by ``train`` and ``sweep``; with ``grid`` the swept ones take lists."""
+    ints = _list_of(int, "integers") if grid else _positive_int
+    floats = _list_of(float, "numbers") if grid else float
+    _add_data_args(p)
     m = p.add_argument_group("model (defaults: the paper's)")
     m.add_argument("--hidden", type=ints, default=(16,) if grid else 16)
     m.add_argument("--layers", type=ints, default=(2,) if grid else 2)
@@ -130,6 +135,8 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     t.add_argument("--patience", type=_positive_int, default=50)
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, help="write the results to this JSON file")
+    if not grid:
+        o.add_argument("--save", type=Path, help="save the trained model as a checkpoint directory")
     o.add_argument("--devices", type=_positive_int, default=None,
                    help="devices to shard the run axis over (default: all visible)")
     o.add_argument("--quiet", action="store_true", help="only the final summary")
@@ -149,6 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--memory-budget", type=_bytes, default=None,
                        help="split groups into chunks that fit (e.g. 4G; default: half the available memory)")
     sub.add_parser("datasets", help="list the datasets --dataset accepts")
+    for name, text in (("evaluate", "metrics of a saved model on a dataset's split"),
+                       ("predict", "class predictions of a saved model, written as CSV")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--checkpoint", type=Path, required=True, help="a directory written by train --save")
+        _add_data_args(cmd)
+        if name == "predict":
+            cmd.add_argument("--out", type=Path, required=True, help="CSV node,label,prob_<class>...")
+        else:
+            cmd.add_argument("--on", choices=("test", "val", "train", "labelled"), default="test",
+                             help="the nodes to score (default: the test split)")
+            cmd.add_argument("--json", type=Path, help="write the metrics to this JSON file")
     return parser
 
 
@@ -222,6 +240,7 @@ def _load(args: argparse.Namespace, say: Any):
                        symmetrize=not args.no_symmetrize, backend=args.backend,
                        reorder="none" if reorder == "auto" else reorder)
     node_ids = raw.node_ids if raw.node_ids is not None else None
+    args._node_ids = node_ids
     del raw  # the host copy of a large graph is not needed past this point
     if args.split == "random" and not _split_given(args):
         import numpy as np
@@ -243,7 +262,7 @@ def _split_given(args: argparse.Namespace) -> bool:
     return args.edges is not None or args.split_file is not None or args.train_frac is not None
 
 
-def _raw(args: argparse.Namespace) -> Any:
+def _raw(args: argparse.Namespace, require_labels: bool = True) -> Any:
     """The RawGraph the arguments name, with the split they ask for when it is decided up front."""
     import numpy as np
 
@@ -252,6 +271,8 @@ def _raw(args: argparse.Namespace) -> Any:
     from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file
 
     if args.edges is not None:
+        if require_labels and args.labels is None:
+            raise ValueError("--labels FILE is needed with --edges: a CSV node,label")
         raw = load_files(args.edges, args.features, args.labels)
     else:
         if args.labels is not None:
@@ -339,6 +360,7 @@ def _train_runs(args: argparse.Namespace, prepared: Any, model_config: Any, trai
         res = fit(prepared.data, prepared.n_classes, model_config=model_config, config=train_config,
                   key=jax.random.key(seeds[0]), log_every=args.log_every, log=say)
         m = res.metrics
+        args._fit_result = res  # what --save writes
         return [(seeds[0], 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early)], \
             res.compile_seconds, res.train_seconds
     spec = concat_specs([make_specs(seeds, lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout,
@@ -359,11 +381,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     _check_output("--json", args.json)
     _check_output("--save-split", args.save_split)
+    if args.save is not None and (args.seeds > 1 or args.splits > 1):
+        raise ValueError(f"--save keeps one model; it needs one run, not --seeds {args.seeds} / --splits {args.splits}")
     say = (lambda msg: None) if args.quiet else print
     model_config, train_config = _configs(args, "segment" if args.chunk_edges else "csr")  # validates early
     prepared = _load(args, say)
     model_config = _plan(args, prepared, model_config, min(args.seeds * args.splits, 8), say)
     runs, compile_s, train_s = _train_runs(args, prepared, model_config, train_config, say)
+    if args.save is not None:
+        from jaxgcn import checkpoint
+
+        res = args._fit_result
+        checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
+                        info=prepared.info, epoch=res.epochs_run, metrics=res.metrics, node_ids=args._node_ids)
+        say(f"saved the model to {args.save}")
     test = np.array([r[2] for r in runs])
     val = np.array([r[3] for r in runs])
     epochs = [r[4] for r in runs]
@@ -428,6 +459,95 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_for_checkpoint(args: argparse.Namespace, need_split: bool):
+    """The checkpoint, and the data prepared the way it was trained (normalizations from the checkpoint)."""
+    from jaxgcn import checkpoint
+    from jaxgcn.datasets import prepare
+
+    ck = checkpoint.load(args.checkpoint)
+    meta = ck.meta
+    raw = _raw(args, require_labels=need_split)
+    if not need_split:
+        raw = raw._replace(splits={} if args.edges is not None else raw.splits)
+    n_features = int(raw.features.shape[1])
+    if n_features != meta["n_features"]:
+        raise ValueError(f"checkpoint {args.checkpoint} was trained on {meta['n_features']} features; this data has "
+                         f"{n_features}; give features in the same feature space")
+    prepared = prepare(raw, norm=meta["norm"] or "sym", feature_norm=meta["feature_norm"] or "row",
+                       require_split=need_split)
+    if need_split and raw.class_names and meta["class_names"] and raw.class_names != meta["class_names"]:
+        raise ValueError(f"{args.labels}: classes {raw.class_names} differ from the checkpoint's {meta['class_names']}")
+    return ck, prepared, raw.node_ids
+
+
+def _logits(ck: Any, prepared: Any) -> Any:
+    import dataclasses
+
+    import jax
+
+    from jaxgcn.models import GCNConfig, gcn
+
+    fields = {f.name for f in dataclasses.fields(GCNConfig)}
+    # the backend follows the graph as prepared here; chunking is a memory knob, not the model
+    config = GCNConfig(**{k: v for k, v in ck.meta["model"].items() if k in fields and k not in ("backend", "chunk_edges")})
+    params = jax.tree.map(jax.numpy.asarray, ck.params)
+    return jax.jit(lambda p, g, x: gcn(config).apply(p, g, x))(params, prepared.data.graph, prepared.data.x)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    import jax
+    import numpy as np
+
+    _check_output("--out", args.out)
+    ck, prepared, node_ids = _load_for_checkpoint(args, need_split=False)
+    probs = np.asarray(jax.nn.softmax(_logits(ck, prepared), axis=-1))
+    names = ck.meta["class_names"] or [str(k) for k in range(ck.meta["n_classes"])]
+    ids = node_ids if node_ids is not None else np.arange(probs.shape[0]).astype(str)
+    pred = np.asarray(names, dtype=object)[probs.argmax(axis=1)]
+    tmp = args.out.with_name(f".{args.out.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("node,label," + ",".join(f"prob_{n}" for n in names) + "\n")
+        body = np.column_stack([ids.astype(str), pred.astype(str),
+                                np.char.mod("%.6f", probs).astype(str)])
+        f.write("\n".join(",".join(row) for row in body) + "\n")
+    os.replace(tmp, args.out)
+    print(f"wrote {probs.shape[0]} predictions to {args.out}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    _check_output("--json", args.json)
+    ck, prepared, _ = _load_for_checkpoint(args, need_split=True)
+    pred = np.asarray(_logits(ck, prepared)).argmax(axis=1)
+    labels = np.asarray(prepared.data.labels)
+    d = prepared.data
+    mask = {"test": d.test_mask, "val": d.val_mask, "train": d.train_mask}.get(args.on)
+    chosen = labels >= 0 if mask is None else (np.asarray(mask).reshape(-1, labels.size)[0] > 0)
+    k = ck.meta["n_classes"]
+    conf = np.zeros((k, k), np.int64)
+    np.add.at(conf, (labels[chosen], pred[chosen]), 1)
+    tp = np.diag(conf).astype(float)
+    precision = np.divide(tp, conf.sum(0), out=np.zeros(k), where=conf.sum(0) > 0)
+    recall = np.divide(tp, conf.sum(1), out=np.zeros(k), where=conf.sum(1) > 0)
+    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros(k), where=precision + recall > 0)
+    names = ck.meta["class_names"] or [str(c) for c in range(k)]
+    acc = float(tp.sum() / max(conf.sum(), 1))
+    print(f"{args.on}: {int(conf.sum())} nodes | accuracy {acc:.4f} | macro-F1 {f1.mean():.4f}")
+    print(f"{'class':>12} {'precision':>9} {'recall':>7} {'support':>7}")
+    for c in range(k):
+        print(f"{names[c]:>12} {precision[c]:9.4f} {recall[c]:7.4f} {int(conf[c].sum()):7d}")
+    print("confusion matrix (rows: true class, columns: predicted):")
+    for c in range(k):
+        print(f"{names[c]:>12} " + " ".join(f"{v:5d}" for v in conf[c]))
+    if args.json is not None:
+        _write_json(args.json, {"on": args.on, "nodes": int(conf.sum()), "accuracy": acc, "macro_f1": float(f1.mean()),
+                                "classes": names, "precision": precision.tolist(), "recall": recall.tolist(),
+                                "f1": f1.tolist(), "confusion": conf.tolist()})
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxgcn`` console script; returns the exit code."""
     from_console = argv is None  # in-process callers keep their own JAX device setup
@@ -442,6 +562,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if from_console:
                 _use_cpu_cores(args)
             return cmd_train(args) if args.command == "train" else cmd_sweep(args)
+        if args.command in ("evaluate", "predict"):
+            return cmd_evaluate(args) if args.command == "evaluate" else cmd_predict(args)
         return cmd_datasets(args)
     except ValueError as exc:
         from jaxgcn.train import TrainingDiverged

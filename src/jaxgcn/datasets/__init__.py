@@ -142,6 +142,7 @@ def prepare(
     add_self_loops: bool = True,
     backend: str = "auto",
     reorder: str = "none",
+    require_split: bool = True,
 ) -> Prepared:
     """Clean, normalize and move a :class:`RawGraph` to the device (once, on the host).
 
@@ -164,7 +165,10 @@ def prepare(
         new_id[order] = np.arange(n_nodes)
         raw = raw._replace(features=raw.features[order], labels=raw.labels[order],
                            splits={k: new_id[np.asarray(v, np.int64)] for k, v in raw.splits.items()})
-    masks = _masks(raw, n_nodes)
+    if require_split or raw.splits:
+        masks = _masks(raw, n_nodes)
+    else:  # prediction: no split needed
+        masks = [jnp.zeros(n_nodes, jnp.float32)] * 3
     graph = gcn_norm(graph, norm)
     backend = choose_backend(n_nodes, graph.n_edges, backend)
     if backend == "dense":
@@ -183,10 +187,11 @@ def prepare(
     feats = normalize_features(raw.features, feature_norm)
     layout = "csr" if backend == "csr" else "bcoo"
     x = sparse_features(feats, layout=layout) if sp.issparse(feats) else jnp.asarray(feats, jnp.float32)
-    n_classes = int(raw.labels.max()) + 1
+    n_classes = int(raw.labels.max()) + 1 if raw.labels.size else 0
     info = {"dataset": raw.name, "n_nodes": n_nodes, "n_edges": report["undirected_edges"],
             "n_features": int(raw.features.shape[1]), "n_classes": n_classes, **report,
-            "split_sizes": {k: int(len(v)) for k, v in raw.splits.items()}, "reorder": reorder}
+            "split_sizes": {k: int(len(v)) for k, v in raw.splits.items()}, "reorder": reorder,
+            "class_names": raw.class_names, "norm": norm, "feature_norm": feature_norm}
     if order is not None:
         info["node_order"] = order
     data = TrainData(jax.device_put(graph), x, jnp.asarray(raw.labels, jnp.int32), *masks)

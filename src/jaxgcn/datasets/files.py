@@ -232,10 +232,11 @@ def load_files(edges: str | Path, features: str | Path | None = None, labels: st
                *, name: str | None = None) -> RawGraph:
     """Read a graph from generic files into a :class:`RawGraph` (no split yet: ``splits`` is empty;
     draw one with :func:`~jaxgcn.datasets.splits.planetoid_split` or read a split file)."""
-    if labels is None:
-        raise ValueError("--labels FILE is needed to train: a CSV node,label")
     src, dst, weights, edge_line0 = read_edges(edges)
-    label_ids, classes, class_names = read_labels(labels)
+    if labels is not None:
+        label_ids, classes, class_names = read_labels(labels)
+    else:  # prediction on an unlabelled graph
+        label_ids, classes, class_names = np.zeros(0, str), np.zeros(0, np.int32), None
     if features is not None:
         feat_ids, x = read_features(features)
         n = x.shape[0]

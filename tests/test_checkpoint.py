@@ -1,0 +1,131 @@
+"""Checkpoints (jaxgcn.checkpoint) and the evaluate / predict commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from jaxgcn import checkpoint
+from jaxgcn.cli import main
+from jaxgcn.models import GCNConfig
+from jaxgcn.train import TrainConfig
+
+PARAMS = {"layer_0": {"w": np.arange(6, dtype=np.float32).reshape(3, 2)}, "layer_1": {"w": np.ones((2, 2), np.float32)}}
+INFO = {"n_features": 3, "n_classes": 2, "class_names": ["a", "b"], "feature_norm": "row", "norm": "sym"}
+
+
+def save(directory, params=PARAMS, **kwargs):
+    return checkpoint.save(directory, params, model_config=GCNConfig(), train_config=TrainConfig(), info=INFO,
+                           epoch=kwargs.get("epoch", 7), metrics={"test_acc": 0.5}, node_ids=kwargs.get("node_ids"))
+
+
+def test_round_trip_and_old_params_removed(tmp_path):
+    save(tmp_path / "ck", node_ids=np.array(["x", "y", "z"]))
+    save(tmp_path / "ck", {"layer_0": {"w": PARAMS["layer_0"]["w"] * 2}, "layer_1": PARAMS["layer_1"]}, epoch=9)
+    ck = checkpoint.load(tmp_path / "ck")
+    np.testing.assert_array_equal(ck.params["layer_0"]["w"], PARAMS["layer_0"]["w"] * 2)
+    assert ck.meta["epoch"] == 9 and ck.meta["class_names"] == ["a", "b"] and ck.meta["model"]["hidden"] == 16
+    assert ck.meta["version"] and ck.meta["train"]["lr"] == 0.01
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["checkpoint.json", "params-2.npz"]
+    assert ck.node_ids is None
+
+
+def test_a_write_killed_before_the_metadata_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    save(tmp_path / "ck", epoch=1)
+    real_replace = os.replace
+
+    def crash_on_meta(src, dst):
+        if str(dst).endswith("checkpoint.json"):
+            raise KeyboardInterrupt("killed")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", crash_on_meta)
+    with pytest.raises(KeyboardInterrupt):
+        save(tmp_path / "ck", {"layer_0": {"w": np.zeros((3, 2), np.float32)}}, epoch=2)
+    monkeypatch.setattr(os, "replace", real_replace)
+    ck = checkpoint.load(tmp_path / "ck")
+    assert ck.meta["epoch"] == 1
+    np.testing.assert_array_equal(ck.params["layer_0"]["w"], PARAMS["layer_0"]["w"])
+
+
+def test_corrupted_truncated_and_foreign_checkpoints_are_named(tmp_path):
+    with pytest.raises(ValueError, match=r"not a checkpoint directory \(no checkpoint\.json\); pass the folder"):
+        checkpoint.load(tmp_path)
+    save(tmp_path / "ck")
+    params = tmp_path / "ck" / "params-1.npz"
+    params.write_bytes(params.read_bytes()[:-10])
+    with pytest.raises(ValueError, match=r"params-1\.npz: \d+ bytes that do not match the recorded size/SHA-256; "
+                                         r"the file is truncated or corrupted"):
+        checkpoint.load(tmp_path / "ck")
+    (tmp_path / "ck" / "checkpoint.json").write_text("{oops")
+    with pytest.raises(ValueError, match=r"checkpoint\.json: unreadable JSON .*corrupted"):
+        checkpoint.load(tmp_path / "ck")
+    (tmp_path / "ck" / "checkpoint.json").write_text('{"format": "other"}')
+    with pytest.raises(ValueError, match=r"format 'other', expected 'jaxgcn-checkpoint-1'"):
+        checkpoint.load(tmp_path / "ck")
+
+
+def write_graph(tmp_path, n_extra=0):
+    """Files with string ids and names; ``n_extra`` new nodes attached to the first ones."""
+    from jaxgcn.datasets import synthetic
+
+    raw = synthetic(240, n_classes=3, n_features=8, seed=4)
+    ids = [f"v{i}" for i in range(240 + n_extra)]
+    x = np.vstack([raw.features, raw.features[:n_extra] + 0.01])
+    src = list(raw.senders) + list(range(240, 240 + n_extra))
+    dst = list(raw.receivers) + list(range(n_extra))
+    d = tmp_path / f"g{n_extra}"
+    d.mkdir()
+    (d / "e.csv").write_text("src,dst\n" + "".join(f"{ids[s]},{ids[t]}\n" for s, t in zip(src, dst)))
+    (d / "f.csv").write_text("node," + ",".join(f"f{j}" for j in range(8)) + "\n"
+                             + "".join(f"{ids[i]}," + ",".join(f"{v:.5f}" for v in x[i]) + "\n" for i in range(len(ids))))
+    names = ["red", "green", "blue"]
+    (d / "l.csv").write_text("node,label\n" + "".join(f"{ids[i]},{names[raw.labels[i]]}\n" for i in range(240)))
+    return d
+
+
+def test_train_save_evaluate_predict_on_own_files(tmp_path, capsys, standard_dtype_promotion):
+    g = write_graph(tmp_path)
+    data = ["--edges", str(g / "e.csv"), "--features", str(g / "f.csv"), "--labels", str(g / "l.csv"),
+            "--train-per-class", "10", "--val", "50", "--test", "100"]
+    assert main(["train", *data, "--epochs", "40", "--save", str(tmp_path / "m"), "--json", str(tmp_path / "r.json"),
+                 "--save-split", str(tmp_path / "s.csv"), "--quiet", "--no-compile-cache"]) == 0
+    trained = json.loads((tmp_path / "r.json").read_text())
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "m"), *data[:6], "--split-file", str(tmp_path / "s.csv"),
+                 "--json", str(tmp_path / "ev.json")]) == 0
+    ev = json.loads((tmp_path / "ev.json").read_text())
+    assert ev["nodes"] == 100 and ev["accuracy"] == pytest.approx(trained["test_acc"][0], abs=1e-6)
+    assert ev["classes"] == ["blue", "green", "red"] and np.array(ev["confusion"]).sum() == 100
+    out = capsys.readouterr().out
+    assert re.search(r"^test: 100 nodes \| accuracy \d\.\d{4} \| macro-F1 \d\.\d{4}$", out, re.M)
+
+    # Predict on the graph extended with 5 NEW nodes (same feature space), unlabelled.
+    g5 = write_graph(tmp_path, n_extra=5)
+    assert main(["predict", "--checkpoint", str(tmp_path / "m"), "--edges", str(g5 / "e.csv"), "--features",
+                 str(g5 / "f.csv"), "--out", str(tmp_path / "p.csv")]) == 0
+    lines = (tmp_path / "p.csv").read_text().splitlines()
+    assert lines[0] == "node,label,prob_blue,prob_green,prob_red" and len(lines) == 1 + 245
+    rows = {line.split(",")[0]: line.split(",") for line in lines[1:]}
+    assert {f"v{i}" for i in range(240, 245)} <= set(rows)  # the new nodes got predictions
+    for row in rows.values():
+        assert row[1] in ("red", "green", "blue") and abs(sum(map(float, row[2:])) - 1.0) < 1e-4
+
+
+def test_predict_refuses_a_different_feature_space_and_writes_nothing(tmp_path, capsys, standard_dtype_promotion):
+    assert main(["train", "--dataset", "synthetic", "--nodes", "200", "--features", "8", "--epochs", "3",
+                 "--save", str(tmp_path / "m"), "--quiet", "--no-compile-cache"]) == 0
+    capsys.readouterr()
+    code = main(["predict", "--checkpoint", str(tmp_path / "m"), "--dataset", "synthetic", "--nodes", "200",
+                 "--features", "9", "--out", str(tmp_path / "p.csv")])
+    assert code == 2 and not (tmp_path / "p.csv").exists()
+    assert re.search(r"was trained on 8 features; this data has 9", capsys.readouterr().err)
+    assert main(["predict", "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "p.csv")]) == 2
+    assert "not a checkpoint directory" in capsys.readouterr().err
+    assert main(["train", "--dataset", "synthetic", "--nodes", "200", "--seeds", "2", "--save", str(tmp_path / "x"),
+                 "--quiet"]) == 2
+    assert "--save keeps one model" in capsys.readouterr().err
