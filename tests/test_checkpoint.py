@@ -128,4 +128,55 @@ def test_predict_refuses_a_different_feature_space_and_writes_nothing(tmp_path, 
     assert "not a checkpoint directory" in capsys.readouterr().err
     assert main(["train", "--dataset", "synthetic", "--nodes", "200", "--seeds", "2", "--save", str(tmp_path / "x"),
                  "--quiet"]) == 2
-    assert "--save keeps one model" in capsys.readouterr().err
+    assert "--save/--resume keep one model" in capsys.readouterr().err
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, standard_dtype_promotion):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["train", "--dataset", "synthetic", "--nodes", "300", "--epochs", "4000", "--early-stopping", "patience",
+            "--patience", "5000", "--lr", "0.005", "--log-every", "1000", "--no-compile-cache", "--quiet"]
+    assert main([*args, "--json", str(tmp_path / "full.json")]) == 0
+    full = json.loads((tmp_path / "full.json").read_text())
+
+    ck = tmp_path / "ck"
+    cmd = [sys.executable, "-c", "import sys; from jaxgcn.cli import main; sys.exit(main(sys.argv[1:]))",
+           *args, "--save", str(ck), "--checkpoint-every", "100", "--json", str(tmp_path / "never.json")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    epoch = 0
+    while time.time() < deadline and proc.poll() is None:
+        meta = ck / "checkpoint.json"
+        if meta.exists():
+            epoch = json.loads(meta.read_text())["epoch"]
+            if epoch >= 300:
+                break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    assert not (tmp_path / "never.json").exists()
+    saved = checkpoint.load(ck)
+    assert 300 <= saved.meta["epoch"] < 4000 and saved.meta["state_file"]
+
+    assert main([*args, "--resume", str(ck), "--save", str(ck), "--json", str(tmp_path / "resumed.json")]) == 0
+    resumed = json.loads((tmp_path / "resumed.json").read_text())
+    for key in ("test_acc", "val_acc", "epochs_run"):
+        assert resumed[key] == full[key], key
+    assert checkpoint.load(ck).meta["state_file"] is None  # the finished run's checkpoint holds no state
+
+
+def test_resume_refuses_other_settings_and_non_checkpoints(tmp_path, capsys, standard_dtype_promotion):
+    base = ["train", "--dataset", "synthetic", "--nodes", "200", "--epochs", "30", "--no-compile-cache", "--quiet"]
+    assert main([*base, "--save", str(tmp_path / "ck"), "--checkpoint-every", "10", "--early-stopping", "none"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--resume", str(tmp_path / "ck")]) == 2  # finished: no state left
+    assert "holds no run state to resume" in capsys.readouterr().err
+    assert main([*base, "--resume", str(tmp_path)]) == 2
+    assert "not a checkpoint directory" in capsys.readouterr().err
+    assert main([*base, "--checkpoint-every", "5"]) == 2
+    assert "--checkpoint-every K needs --save DIR" in capsys.readouterr().err

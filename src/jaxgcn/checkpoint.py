@@ -63,9 +63,42 @@ def _unflatten(flat: dict[str, np.ndarray]) -> dict[str, Any]:
     return out
 
 
+def state_arrays(state: Any) -> dict[str, np.ndarray]:
+    """A training run state (a pytree holding a PRNG key) as named NumPy arrays."""
+    import jax
+
+    leaves = jax.tree.leaves(state)
+    return {f"leaf_{i}": np.asarray(jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+                                    else leaf) for i, leaf in enumerate(leaves)}
+
+
+def restore_state(template: Any, arrays: dict[str, np.ndarray], source: str) -> Any:
+    """Rebuild a run state shaped like ``template`` from :func:`state_arrays` output."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves, treedef = jax.tree.flatten(template)
+    if len(arrays) != len(leaves):
+        raise ValueError(f"{source}: the saved run state has {len(arrays)} arrays, this run {len(leaves)}; resume "
+                         "with the settings the run was started with")
+    out = []
+    for i, leaf in enumerate(leaves):
+        saved = arrays[f"leaf_{i}"]
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            out.append(jax.random.wrap_key_data(jnp.asarray(saved)))
+            continue
+        if saved.shape != leaf.shape or saved.dtype != leaf.dtype:
+            raise ValueError(f"{source}: saved array {i} is {saved.dtype}{list(saved.shape)}, this run needs "
+                             f"{leaf.dtype}{list(leaf.shape)}; resume with the same data and settings")
+        out.append(jnp.asarray(saved))
+    return jax.tree.unflatten(treedef, out)
+
+
 def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, train_config: Any,
-         info: dict[str, Any], epoch: int, metrics: dict[str, float], node_ids: np.ndarray | None = None) -> Path:
-    """Write a checkpoint into ``directory`` (created if needed), atomically; returns the JSON path."""
+         info: dict[str, Any], epoch: int, metrics: dict[str, float], node_ids: np.ndarray | None = None,
+         state: Any = None, extra: dict[str, Any] | None = None) -> Path:
+    """Write a checkpoint into ``directory`` (created if needed), atomically; returns the JSON path.
+    ``state`` (a run state, for ``--resume``) and ``extra`` (JSON-able settings) are stored too."""
     from io import BytesIO
 
     import jaxgcn
@@ -79,6 +112,12 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     number = 1 + max((int(p.stem.split("-")[1]) for p in previous), default=0)
     params_path = directory / f"params-{number}.npz"
     _write_atomic(params_path, blob)
+    state_name = None
+    if state is not None:
+        sbuf = BytesIO()
+        np.savez(sbuf, **state_arrays(state))
+        state_name = f"state-{number}.npz"
+        _write_atomic(directory / state_name, sbuf.getvalue())
     if node_ids is not None:
         ids = BytesIO()
         np.save(ids, np.asarray(node_ids).astype(str), allow_pickle=False)
@@ -92,10 +131,11 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         "class_names": info.get("class_names"), "feature_norm": info.get("feature_norm"),
         "norm": info.get("norm"), "dataset": info.get("dataset"), "epoch": int(epoch),
         "metrics": {k: float(v) for k, v in metrics.items()},
+        "state_file": state_name, "extra": extra or {},
     }
     _write_atomic(directory / META, (json.dumps(meta, indent=2) + "\n").encode())
-    for old in previous + sorted(directory.glob("node_ids-*.npy")):
-        if old.name not in (params_path.name, meta["node_ids_file"]):
+    for old in previous + sorted(directory.glob("node_ids-*.npy")) + sorted(directory.glob("state-*.npz")):
+        if old.name not in (params_path.name, meta["node_ids_file"], state_name):
             old.unlink(missing_ok=True)
     return directory / META
 
@@ -130,3 +170,19 @@ def load(directory: str | Path) -> Checkpoint:
             raise ValueError(f"checkpoint {directory}: node id file {ids_path.name} is missing")
         node_ids = np.load(ids_path, allow_pickle=False)
     return Checkpoint(params, meta, node_ids)
+
+
+def load_state(directory: str | Path, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The saved run state's arrays, or a clear error when the checkpoint has none."""
+    directory = Path(directory)
+    if not meta.get("state_file"):
+        raise ValueError(f"checkpoint {directory}: holds no run state to resume (it was saved at the end of a "
+                         "finished run); train again or --resume an interrupted --checkpoint-every run")
+    path = directory / meta["state_file"]
+    if not path.is_file():
+        raise ValueError(f"checkpoint {directory}: run state file {path.name} is missing")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (ValueError, OSError, EOFError) as err:
+        raise ValueError(f"checkpoint {path}: unreadable ({err}); the file is corrupted") from None

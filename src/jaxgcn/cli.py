@@ -137,6 +137,10 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     o.add_argument("--json", type=Path, help="write the results to this JSON file")
     if not grid:
         o.add_argument("--save", type=Path, help="save the trained model as a checkpoint directory")
+        o.add_argument("--checkpoint-every", type=_positive_int, default=None,
+                       help="with --save: also save the whole run state every K epochs (for --resume)")
+        o.add_argument("--resume", type=Path, default=None,
+                       help="continue an interrupted --checkpoint-every run from its checkpoint directory")
     o.add_argument("--devices", type=_positive_int, default=None,
                    help="devices to shard the run axis over (default: all visible)")
     o.add_argument("--quiet", action="store_true", help="only the final summary")
@@ -346,6 +350,37 @@ def _base_report(args: argparse.Namespace, prepared: Any) -> dict[str, Any]:
     }
 
 
+def _checkpointing(args: argparse.Namespace, prepared: Any, model_config: Any, train_config: Any,
+                   say: Any) -> dict[str, Any]:
+    """``fit`` keyword arguments for --checkpoint-every and --resume."""
+    import dataclasses
+
+    from jaxgcn import checkpoint
+
+    settings = {"model": json.loads(json.dumps(dataclasses.asdict(model_config))),
+                "train": json.loads(json.dumps(dataclasses.asdict(train_config))), "seed": args.seed,
+                "dataset": prepared.info["dataset"], "n_nodes": prepared.info["n_nodes"]}
+    out: dict[str, Any] = {}
+    if args.checkpoint_every is not None:
+        def save_state(state: Any) -> None:
+            checkpoint.save(args.save, state.params, model_config=model_config, train_config=train_config,
+                            info=prepared.info, epoch=int(state.epoch), metrics={}, node_ids=args._node_ids,
+                            state=state, extra=settings)
+
+        out.update(checkpoint_every=args.checkpoint_every, on_checkpoint=save_state)
+    if args.resume is not None:
+        ck = checkpoint.load(args.resume)
+        arrays = checkpoint.load_state(args.resume, ck.meta)
+        saved = ck.meta.get("extra", {})
+        changed = [k for k in settings if saved.get(k) != settings[k]]
+        if changed:
+            raise ValueError(f"--resume {args.resume}: the run was started with different {', '.join(changed)}; "
+                             "resume with the same data, seed and settings")
+        say(f"resuming from epoch {ck.meta['epoch']} of {args.resume}")
+        out["resume"] = lambda template: checkpoint.restore_state(template, arrays, str(args.resume))
+    return out
+
+
 def _train_runs(args: argparse.Namespace, prepared: Any, model_config: Any, train_config: Any, say: Any):
     """One run through ``fit``; several seeds/splits as one batched program. Returns per-run
     (seed, split, test_acc, val_acc, epochs_run, stopped_early), compile and train seconds."""
@@ -358,7 +393,8 @@ def _train_runs(args: argparse.Namespace, prepared: Any, model_config: Any, trai
     seeds = [args.seed + i for i in range(args.seeds)]
     if len(seeds) == 1 and args.splits == 1:
         res = fit(prepared.data, prepared.n_classes, model_config=model_config, config=train_config,
-                  key=jax.random.key(seeds[0]), log_every=args.log_every, log=say)
+                  key=jax.random.key(seeds[0]), log_every=args.log_every, log=say,
+                  **_checkpointing(args, prepared, model_config, train_config, say))
         m = res.metrics
         args._fit_result = res  # what --save writes
         return [(seeds[0], 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early)], \
@@ -381,8 +417,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     _check_output("--json", args.json)
     _check_output("--save-split", args.save_split)
-    if args.save is not None and (args.seeds > 1 or args.splits > 1):
-        raise ValueError(f"--save keeps one model; it needs one run, not --seeds {args.seeds} / --splits {args.splits}")
+    if (args.save is not None or args.resume is not None) and (args.seeds > 1 or args.splits > 1):
+        raise ValueError(f"--save/--resume keep one model; they need one run, not --seeds {args.seeds} / "
+                         f"--splits {args.splits}")
+    if args.checkpoint_every is not None and args.save is None:
+        raise ValueError("--checkpoint-every K needs --save DIR (where the checkpoints go)")
     say = (lambda msg: None) if args.quiet else print
     model_config, train_config = _configs(args, "segment" if args.chunk_edges else "csr")  # validates early
     prepared = _load(args, say)

@@ -327,8 +327,16 @@ def fit(
     key: jax.Array | None = None,
     log_every: int = 20,
     log: Callable[[str], None] | None = print,
+    checkpoint_every: int | None = None,
+    on_checkpoint: Callable[[RunState], None] | None = None,
+    resume: Callable[[RunState], RunState] | None = None,
 ) -> FitResult:
     """Train one GCN; print ``Epoch  20 | loss ... | train ... | val ...`` every ``log_every`` epochs.
+
+    With ``checkpoint_every`` K, ``on_checkpoint(state)`` receives the whole run state (params,
+    Adam moments, PRNG key, early-stopping window, history) every K epochs; ``resume(template)``
+    returns a saved state to continue from instead of a fresh one. The epochs are the same
+    compiled computation whatever the chunking, so a resumed run equals an uninterrupted one.
 
     Raises:
         TrainingDiverged: the loss became NaN/inf; the message names the likely causes.
@@ -337,13 +345,18 @@ def fit(
     compiled = compile_runner(model_config, config, data, n_classes)
     start = time.perf_counter()
     state = compiled.init(key, data)
-    shown = 0
+    if resume is not None:
+        state = resume(state)
+    shown = int(state.epoch)
+    step = max(checkpoint_every or log_every, 1)
     while True:
-        stop = min(int(state.epoch) + max(log_every, 1), config.epochs)
+        stop = min(int(state.epoch) + step, config.epochs)
         state = compiled.run_until(state, data, jnp.int32(stop))
         epoch, reason = int(state.epoch), int(state.reason)
         if log is not None and log_every > 0:
             shown = _log_progress(state.history, shown, epoch, log_every, log)
+        if on_checkpoint is not None and reason == RUNNING:
+            on_checkpoint(state)
         if reason != RUNNING:
             break
     if reason == DIVERGED:
