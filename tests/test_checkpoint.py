@@ -180,3 +180,20 @@ def test_resume_refuses_other_settings_and_non_checkpoints(tmp_path, capsys, sta
     assert "not a checkpoint directory" in capsys.readouterr().err
     assert main([*base, "--checkpoint-every", "5"]) == 2
     assert "--checkpoint-every K needs --save DIR" in capsys.readouterr().err
+
+
+def test_standardize_statistics_travel_with_the_checkpoint(tmp_path, capsys, standard_dtype_promotion):
+    from jaxgcn import datasets
+
+    raw = datasets.synthetic(200, n_classes=2, n_features=4, seed=3)
+    p = datasets.prepare(raw, feature_norm="standardize")
+    stats = p.info["feature_stats"]
+    np.testing.assert_allclose(stats["mean"], np.asarray(raw.features, np.float64).mean(axis=0))
+    # Applied to other data, the saved statistics are used, not that data's own.
+    other = raw._replace(features=np.asarray(raw.features) + 5.0)
+    q = datasets.prepare(other, feature_norm="standardize", feature_statistics=stats)
+    np.testing.assert_allclose(np.asarray(q.data.x), np.asarray(p.data.x) + 5.0 / np.asarray(stats["std"]),
+                               rtol=1e-4, atol=1e-4)
+    assert main(["train", "--dataset", "synthetic", "--nodes", "200", "--features", "4", "--epochs", "3",
+                 "--feature-norm", "standardize", "--save", str(tmp_path / "m"), "--quiet", "--no-compile-cache"]) == 0
+    assert len(checkpoint.load(tmp_path / "m").meta["feature_stats"]["std"]) == 4

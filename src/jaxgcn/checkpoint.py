@@ -129,6 +129,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         "model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
         "n_features": int(info["n_features"]), "n_classes": int(info["n_classes"]),
         "class_names": info.get("class_names"), "feature_norm": info.get("feature_norm"),
+        "feature_stats": info.get("feature_stats"),
         "norm": info.get("norm"), "dataset": info.get("dataset"), "epoch": int(epoch),
         "metrics": {k: float(v) for k, v in metrics.items()},
         "state_file": state_name, "extra": extra or {},

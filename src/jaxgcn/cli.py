@@ -513,7 +513,7 @@ def _load_for_checkpoint(args: argparse.Namespace, need_split: bool):
         raise ValueError(f"checkpoint {args.checkpoint} was trained on {meta['n_features']} features; this data has "
                          f"{n_features}; give features in the same feature space")
     prepared = prepare(raw, norm=meta["norm"] or "sym", feature_norm=meta["feature_norm"] or "row",
-                       require_split=need_split)
+                       require_split=need_split, feature_statistics=meta.get("feature_stats"))
     if need_split and raw.class_names and meta["class_names"] and raw.class_names != meta["class_names"]:
         raise ValueError(f"{args.labels}: classes {raw.class_names} differ from the checkpoint's {meta['class_names']}")
     return ck, prepared, raw.node_ids

@@ -75,12 +75,13 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: st
                      "with raw Planetoid files")
 
 
-def normalize_features(features: Any, how: str = "row") -> Any:
+def normalize_features(features: Any, how: str = "row", stats: dict[str, Any] | None = None) -> Any:
     """Feature preprocessing on the host.
 
     ``"row"``: each row divided by the sum of its absolute values (Kipf's row normalization; rows
     of zeros stay zero). ``"standardize"``: zero mean, unit variance per column (dense output).
-    ``"none"``: unchanged. Sparse input stays sparse for ``row`` and ``none``.
+    ``"none"``: unchanged. Sparse input stays sparse for ``row`` and ``none``. ``stats`` (from
+    :func:`feature_stats`) applies saved statistics instead of this data's own.
     """
     if how not in FEATURE_NORMS:
         raise ValueError(f"feature normalization {how!r} is not one of {FEATURE_NORMS}")
@@ -94,8 +95,18 @@ def normalize_features(features: Any, how: str = "row") -> Any:
         sums = np.abs(features).sum(axis=1, keepdims=True)
         return (features / np.where(sums > 0, sums, 1.0)).astype(np.float32)
     dense = features.toarray() if sp.issparse(features) else np.asarray(features, np.float64)
-    std = dense.std(axis=0)
-    return ((dense - dense.mean(axis=0)) / np.where(std > 0, std, 1.0)).astype(np.float32)
+    mean, std = (dense.mean(axis=0), dense.std(axis=0)) if stats is None else \
+        (np.asarray(stats["mean"], np.float64), np.asarray(stats["std"], np.float64))
+    return ((dense - mean) / np.where(std > 0, std, 1.0)).astype(np.float32)
+
+
+def feature_stats(features: Any, how: str) -> dict[str, list[float]] | None:
+    """The statistics a normalization learns from the training data (``standardize``: per-column
+    mean and std), kept in checkpoints so prediction applies the same transform; None otherwise."""
+    if how != "standardize":
+        return None
+    dense = features.toarray() if sp.issparse(features) else np.asarray(features, np.float64)
+    return {"mean": dense.mean(axis=0).tolist(), "std": dense.std(axis=0).tolist()}
 
 
 class Prepared(NamedTuple):
@@ -143,6 +154,7 @@ def prepare(
     backend: str = "auto",
     reorder: str = "none",
     require_split: bool = True,
+    feature_statistics: dict[str, Any] | None = None,
 ) -> Prepared:
     """Clean, normalize and move a :class:`RawGraph` to the device (once, on the host).
 
@@ -184,14 +196,15 @@ def prepare(
         # the edge list is dropped so the device holds the adjacency once.
         graph = with_csr(graph, symmetric=True if symmetrize and norm in ("sym", "none") else None,
                          keep_edges=False)
-    feats = normalize_features(raw.features, feature_norm)
+    stats = feature_statistics if feature_statistics is not None else feature_stats(raw.features, feature_norm)
+    feats = normalize_features(raw.features, feature_norm, stats)
     layout = "csr" if backend == "csr" else "bcoo"
     x = sparse_features(feats, layout=layout) if sp.issparse(feats) else jnp.asarray(feats, jnp.float32)
     n_classes = int(raw.labels.max()) + 1 if raw.labels.size else 0
     info = {"dataset": raw.name, "n_nodes": n_nodes, "n_edges": report["undirected_edges"],
             "n_features": int(raw.features.shape[1]), "n_classes": n_classes, **report,
             "split_sizes": {k: int(len(v)) for k, v in raw.splits.items()}, "reorder": reorder,
-            "class_names": raw.class_names, "norm": norm, "feature_norm": feature_norm}
+            "class_names": raw.class_names, "norm": norm, "feature_norm": feature_norm, "feature_stats": stats}
     if order is not None:
         info["node_order"] = order
     data = TrainData(jax.device_put(graph), x, jnp.asarray(raw.labels, jnp.int32), *masks)
