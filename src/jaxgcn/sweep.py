@@ -19,6 +19,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxgcn.batched import BatchResult, RunSpec, fit_runs
+from jaxgcn.memory import available_bytes
 from jaxgcn.models import GCNConfig
 from jaxgcn.train import TrainConfig, TrainData
 
@@ -56,18 +57,6 @@ def estimate_bytes(data: TrainData, model_config: GCNConfig, n_runs: int, n_clas
     edges = data.graph.n_edges
     per_run = 4 * (3 * nnz * width + 3 * edges * width + 12 * n * width + 5 * f * width + 6 * n * n_classes)
     return per_run * n_runs
-
-
-def available_bytes() -> int:
-    """Memory available to this process (MemAvailable), or 8 GiB when it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 * 2**30
 
 
 class Row(NamedTuple):
