@@ -111,18 +111,63 @@ def sharded_apply(model: Any, mesh: jax.sharding.Mesh) -> Any:
                          check_vma=False)
 
 
-def sharded_loss(model: Any, mesh: jax.sharding.Mesh) -> Any:
-    """``loss(params, blocks, x, labels, mask) -> scalar``: the masked mean cross-entropy of the
-    whole graph, computed with each device holding its row block (inputs stacked [P, ...])."""
+def sharded_loss(model: Any, mesh: jax.sharding.Mesh, *, train: bool = False) -> Any:
+    """``loss(params, key, blocks, x, labels, mask) -> scalar``: the masked mean cross-entropy of
+    the whole graph, computed with each device holding its row block (inputs stacked [P, ...]).
+    With ``train``, dropout is on; device p draws its masks from ``fold_in(key, p)``."""
     spec = jax.sharding.PartitionSpec(AXIS)
 
-    def local(params: Any, block: GraphBlock, x: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
+    def local(params: Any, key: jax.Array, block: GraphBlock, x: jax.Array, labels: jax.Array,
+              mask: jax.Array) -> jax.Array:
         block, x, labels, mask = jax.tree.map(lambda a: a[0], (block, x, labels, mask))
-        logits = model.apply(params, block, x)
+        k = jax.random.fold_in(key, jax.lax.axis_index(AXIS)) if train else None
+        logits = model.apply(params, block, x, key=k, train=train)
         logp = jax.nn.log_softmax(logits)
         picked = jnp.take_along_axis(logp, jnp.maximum(labels, 0)[:, None], axis=1)[:, 0]
         total = jax.lax.psum(-jnp.sum(picked * mask), AXIS)
         return total / jax.lax.psum(jnp.sum(mask), AXIS)
 
-    return jax.shard_map(local, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(), spec, spec, spec, spec),
-                         out_specs=jax.sharding.PartitionSpec(), check_vma=False)
+    replicated = jax.sharding.PartitionSpec()
+    return jax.shard_map(local, mesh=mesh, in_specs=(replicated, replicated, spec, spec, spec, spec),
+                         out_specs=replicated, check_vma=False)
+
+
+def fit_sharded(graph: Graph, x: np.ndarray, labels: np.ndarray, masks: dict[str, np.ndarray], n_classes: int, *,
+                model_config: Any, config: Any, key: jax.Array, n_devices: int | None = None) -> dict[str, float]:
+    """Train full-batch with the graph's rows sharded over ``n_devices`` devices (all by default):
+    Adam with the coupled L2 of :func:`jaxgcn.train.make_optimizer`, ``config.epochs`` epochs (no
+    early stopping yet). ``x`` is a dense host [n, F] array. Returns the accuracy per split."""
+    import optax
+
+    from jaxgcn.models import gcn
+    from jaxgcn.train import l2_penalty, make_optimizer
+
+    devices = jax.devices()[: n_devices or None]
+    n_parts = len(devices)
+    mesh = jax.sharding.Mesh(np.asarray(devices), (AXIS,))
+    blocks, n_pad = partition(graph, n_parts)
+    shard = lambda a: shard_nodes(np.asarray(a), n_pad, n_parts)  # noqa: E731
+    xs, ys, train_mask = shard(np.asarray(x, np.float32)), shard(np.asarray(labels, np.int32)), shard(masks["train"])
+    model = gcn(model_config)
+    loss_f = sharded_loss(model, mesh, train=True)
+    opt = make_optimizer(config)
+    k_init, key = jax.random.split(key)
+    params = model.init(k_init, xs.shape[-1], n_classes)
+    opt_state = opt.init(params)
+
+    @jax.jit
+    def step(params: Any, opt_state: Any, key: jax.Array) -> tuple[Any, Any, jax.Array]:
+        def objective(p: Any) -> jax.Array:
+            return loss_f(p, key, blocks, xs, ys, train_mask) + config.weight_decay * l2_penalty(p, config.l2)
+
+        loss, grads = jax.value_and_grad(objective)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    for _ in range(config.epochs):
+        key, k = jax.random.split(key)
+        params, opt_state, loss = step(params, opt_state, k)
+    logits = jax.jit(sharded_apply(model, mesh))(params, blocks, xs).reshape(n_pad, -1)[: len(labels)]
+    pred = np.asarray(logits).argmax(axis=1)
+    return {f"{name}_acc": float(np.mean(pred[np.asarray(m) > 0] == np.asarray(labels)[np.asarray(m) > 0]))
+            for name, m in masks.items()} | {"loss": float(loss)}
