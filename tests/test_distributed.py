@@ -95,3 +95,52 @@ def test_sharded_training_on_cora_reaches_the_single_device_accuracy():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["sharded"] > 0.79 and abs(out["sharded"] - out["single"]) < 0.03, out
+
+
+PROCESS_SCRIPT = r"""
+import json, sys
+import jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
+import jax.numpy as jnp, numpy as np
+from jaxgcn import datasets
+from jaxgcn.distributed import partition, shard_nodes, sharded_loss, to_global
+from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.train import masked_cross_entropy
+
+p = datasets.prepare(datasets.synthetic(301, n_classes=3, n_features=6, homophily=0.3, seed=0))
+d = p.data
+model = gcn(GCNConfig(hidden=8))
+params = model.init(jax.random.key(0), 6, 3)
+mesh = jax.sharding.Mesh(np.array(jax.devices()), ("nodes",))
+blocks, n_pad = partition(d.graph, 2)
+shard = lambda a: shard_nodes(np.asarray(a), n_pad, 2)
+inputs = to_global((blocks, shard(d.x), shard(d.labels), shard(d.train_mask)), mesh)
+loss, grads = jax.jit(jax.value_and_grad(sharded_loss(model, mesh)))(params, jax.random.key(0), *inputs)
+single_loss, single_grads = jax.value_and_grad(
+    lambda pr: masked_cross_entropy(model.apply(pr, d.graph, d.x), d.labels, d.train_mask))(params)
+grads = jax.tree.map(lambda g: np.asarray(g.addressable_data(0)), grads)
+print(json.dumps({"process": jax.process_index(), "devices": jax.device_count(),
+                  "loss": abs(float(loss.addressable_data(0)) - float(single_loss)),
+                  "grads": max(float(np.abs(a - np.asarray(b)).max())
+                               for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(single_grads)))}))
+"""
+
+
+def test_two_processes_train_together_and_match_one_process():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    procs = [subprocess.Popen([sys.executable, "-c", PROCESS_SCRIPT, f"127.0.0.1:{port}", str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    outs = [proc.communicate(timeout=300) for proc in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err[-3000:]
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert sorted(r["process"] for r in results) == [0, 1] and all(r["devices"] == 2 for r in results)
+    for r in results:
+        assert r["loss"] < 1e-5 and r["grads"] < 1e-5, r

@@ -97,6 +97,16 @@ def shard_nodes(x: np.ndarray, n_pad: int, n_parts: int) -> np.ndarray:
     return padded.reshape(n_parts, n_pad // n_parts, *x.shape[1:])
 
 
+def to_global(tree: Any, mesh: jax.sharding.Mesh) -> Any:
+    """Stacked host arrays [P, ...] -> global arrays sharded over the mesh's ``nodes`` axis, each
+    process passing only the blocks of its own devices (for multi-process ``jax.distributed`` runs;
+    in one process this is a plain device_put)."""
+    devices = list(mesh.devices.flat)
+    mine = [k for k, d in enumerate(devices) if d.process_index == jax.process_index()]
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+    return jax.tree.map(lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)[mine]), tree)
+
+
 def sharded_apply(model: Any, mesh: jax.sharding.Mesh) -> Any:
     """``apply(params, blocks, x) -> [P, L, n_classes]`` logits, each device computing its rows."""
     spec = jax.sharding.PartitionSpec(AXIS)
