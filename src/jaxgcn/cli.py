@@ -142,7 +142,24 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
         o.add_argument("--resume", type=Path, default=None,
                        help="continue an interrupted --checkpoint-every run from its checkpoint directory")
     o.add_argument("--devices", type=_positive_int, default=None,
-                   help="devices to shard the run axis over (default: all visible)")
+                   help="devices to shard the run axis (or, with --shard-graph, the graph's rows) over "
+                        "(default: all visible)")
+    g = p.add_argument_group("several devices and processes (see the README's distributed section)")
+    if not grid:
+        g.add_argument("--shard-graph", action="store_true",
+                       help="split the graph's nodes into row blocks, one per device, and train the one "
+                            "full graph across them (on a CPU: --devices N CPU devices)")
+        g.add_argument("--exchange", choices=("auto", "all_gather", "halo"), default="auto",
+                       help="with --shard-graph: how a device gets the neighbour rows it needs: all of "
+                            "them (all_gather) or only those its edges read (halo); auto: halo when it "
+                            "receives fewer rows")
+    g.add_argument("--distributed", action="store_true",
+                   help="join a multi-process job (jax.distributed); train shards the graph's rows over "
+                        "every device of every process, sweep shares the runs out; only process 0 writes")
+    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="with --distributed: process 0's address (default: detected, e.g. from SLURM)")
+    g.add_argument("--num-processes", type=_positive_int, default=None)
+    g.add_argument("--process-id", type=int, default=None)
     o.add_argument("--quiet", action="store_true", help="only the final summary")
     o.add_argument("--log-every", type=_positive_int, default=20)
     o.add_argument("--no-compile-cache", action="store_true",
@@ -187,6 +204,16 @@ def _use_cpu_cores(args: argparse.Namespace) -> None:
     """For batched runs, expose one CPU device per core so the run axis is sharded over them (the
     gather/scatter kernels of one device use one core; measured 1.6x on 2 cores). No-op when
     XLA_FLAGS already sets a device count or JAX is already running (library use)."""
+    if getattr(args, "shard_graph", False) or args.distributed:
+        if args.devices and not args.distributed and "xla_force_host_platform_device_count" not in \
+                os.environ.get("XLA_FLAGS", ""):
+            import jax
+
+            try:
+                jax.config.update("jax_num_cpu_devices", args.devices)  # CPU only; GPUs are what they are
+            except RuntimeError:
+                pass
+        return
     batched = args.command == "sweep" or (args.seeds > 1 or args.splits > 1)
     cores = args.devices or os.cpu_count() or 1
     if not batched or cores < 2 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
@@ -229,7 +256,7 @@ def _check_output(flag: str, path: Path | None) -> None:
         raise ValueError(f"{flag} {path}: folder {path.parent} does not exist; create it first")
 
 
-def _load(args: argparse.Namespace, say: Any):
+def _load(args: argparse.Namespace, say: Any, on_device: bool = True):
     """Load, clean and prepare the dataset the arguments name (random splits stacked when asked)."""
     from jaxgcn.datasets import load_dataset, prepare, with_random_splits
 
@@ -242,7 +269,7 @@ def _load(args: argparse.Namespace, say: Any):
     reorder = "rcm" if args.reorder == "auto" and n_nodes >= REORDER_MIN_NODES else args.reorder
     prepared = prepare(raw, norm=args.norm, feature_norm=args.feature_norm,
                        symmetrize=not args.no_symmetrize, backend=args.backend,
-                       reorder="none" if reorder == "auto" else reorder)
+                       reorder="none" if reorder == "auto" else reorder, on_device=on_device)
     node_ids = raw.node_ids if raw.node_ids is not None else None
     args._node_ids = node_ids
     del raw  # the host copy of a large graph is not needed past this point
@@ -251,7 +278,7 @@ def _load(args: argparse.Namespace, say: Any):
 
         prepared = with_random_splits(prepared, np.asarray(prepared.data.labels), args.splits, per_class=args.train_per_class,
                                       n_val=args.val, n_test=args.test, seed=args.data_seed)
-    if args.save_split is not None:
+    if args.save_split is not None and _is_writer():
         _save_split(args.save_split, prepared, node_ids)
     info = prepared.info
     say(f"{info['dataset']}: {info['n_nodes']} nodes, {info['n_edges']} edges, {info['n_features']} "
@@ -327,8 +354,7 @@ def _plan(args: argparse.Namespace, prepared: Any, model_config: Any, runs: int,
     x, graph = prepared.data.x, prepared.data.graph
     n_features = int(x.shape[1])
     dense = not is_sparse(x)
-    first = {"on": True, "off": False, "auto": 2 * n_features < 3 * model_config.hidden}[args.aggregate_first]
-    model_config = dataclasses.replace(model_config, backend=prepared.backend, aggregate_first=dense and first)
+    model_config = _first_layer(args, dataclasses.replace(model_config, backend=prepared.backend), x)
     est = estimate(prepared.info["n_nodes"], graph.n_edges, n_features, prepared.n_classes,
                    hidden=model_config.hidden, layers=model_config.layers, backend=prepared.backend,
                    feature_nnz=None if dense else int(x.nse), chunk_edges=model_config.chunk_edges,
@@ -410,6 +436,100 @@ def _train_runs(args: argparse.Namespace, prepared: Any, model_config: Any, trai
     return runs, res.compile_seconds, res.train_seconds
 
 
+def _is_writer() -> bool:
+    """Only process 0 of a multi-process job writes files (every process when JAX is not yet
+    running, or in a one-process job)."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+def _first_layer(args: argparse.Namespace, model_config: Any, x: Any) -> Any:
+    """Resolve --aggregate-first for this input."""
+    import dataclasses
+
+    from jaxgcn.layers import is_sparse
+
+    dense = not is_sparse(x)
+    first = {"on": True, "off": False, "auto": 2 * int(x.shape[1]) < 3 * model_config.hidden}[args.aggregate_first]
+    return dataclasses.replace(model_config, aggregate_first=dense and first)
+
+
+def _train_sharded(args: argparse.Namespace, say: Any) -> int:
+    """``train --shard-graph`` / ``--distributed``: one full-graph run with the rows sharded over
+    every device of the job (jaxgcn.distributed); only process 0 prints the summary and writes."""
+    import dataclasses
+
+    import jax
+
+    from jaxgcn import distributed
+    from jaxgcn.csr import require_kernel
+    from jaxgcn.memory import available_bytes, estimate_sharded
+
+    if args.seeds > 1 or args.splits > 1:
+        raise ValueError(f"--shard-graph trains one model on one graph; for --seeds {args.seeds} / --splits "
+                         f"{args.splits} use `jaxgcn sweep --distributed` (the runs are spread over processes)")
+    if args.checkpoint_every is not None or args.resume is not None:
+        raise ValueError("--checkpoint-every/--resume are not available with --shard-graph/--distributed yet; "
+                         "save the final model with --save")
+    if args.backend not in ("auto", "csr") or args.chunk_edges is not None:
+        raise ValueError(f"--shard-graph aggregates each row block with the fused csr kernel; drop --backend "
+                         f"{args.backend}" + (" and --chunk-edges" if args.chunk_edges else ""))
+    require_kernel()
+    writer = _is_writer()
+    say = say if writer else (lambda msg: None)
+    model_config, train_config = _configs(args, "csr")
+    mesh = distributed.node_mesh(args.devices)
+    n_parts = mesh.devices.size
+    prepared = _load(args, say, on_device=False)
+    data = prepared.data
+    if data.train_mask.ndim == 2:  # --split random draws a stacked [1, n] mask
+        data = data._replace(**{k: getattr(data, k)[0] for k in ("train_mask", "val_mask", "test_mask")})
+    model_config = _first_layer(args, model_config, data.x)
+    stats = distributed.partition_stats(data.graph, n_parts)
+    exchange = args.exchange
+    if exchange == "auto":
+        exchange = "halo" if stats["halo_rows"] < stats["all_gather_rows"] else "all_gather"
+    rows = stats["halo_rows"] if exchange == "halo" else stats["all_gather_rows"]
+    est = estimate_sharded(prepared.info["n_nodes"], data.graph.n_edges, prepared.info["n_features"],
+                           prepared.n_classes, parts=n_parts, exchange_rows=rows, hidden=model_config.hidden,
+                           layers=model_config.layers, feature_nnz=int(data.x.nse) if hasattr(data.x, "nse") else None)
+    say(f"{n_parts} device(s) in {jax.process_count()} process(es) | {stats['rows_per_device']} nodes per device | "
+        f"{100 * stats['cut_fraction']:.1f}% of edges cross a border | {exchange}: {rows} rows received per "
+        f"propagation (all_gather {stats['all_gather_rows']}, halo {stats['halo_rows']})")
+    say(f"memory estimate per device {est.describe()}; host {available_bytes() / 2**30:.1f} GiB available")
+    sharded = distributed.shard_data(data, mesh, exchange=exchange)
+    res = distributed.fit_sharded(sharded, prepared.n_classes, model_config=model_config, config=train_config,
+                                  key=jax.random.key(args.seed), log_every=args.log_every, log=say)
+    m = res.metrics
+    if writer and args.save is not None:
+        from jaxgcn import checkpoint
+
+        checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
+                        info=prepared.info, epoch=res.epochs_run, metrics=m, node_ids=args._node_ids)
+        say(f"saved the model to {args.save}")
+    if writer:
+        print(f"test accuracy {m['test_acc']:.4f} | val {m['val_acc']:.4f} | epochs {res.epochs_run} | "
+              f"{n_parts} devices, {exchange} | compile {res.compile_seconds:.2f}s | train "
+              f"{res.train_seconds:.2f}s ({1e3 * res.train_seconds / res.epochs_run:.2f} ms/epoch)")
+    if writer and args.json is not None:
+        _write_json(args.json, {
+            **_base_report(args, prepared),
+            "config": {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
+                       "norm": args.norm, "feature_norm": args.feature_norm},
+            "seeds": [args.seed], "splits": 1,
+            "runs": [{"seed": args.seed, "split": 0, "test_acc": m["test_acc"], "val_acc": m["val_acc"],
+                      "epochs_run": res.epochs_run, "stopped_early": res.stopped_early}],
+            "test_acc": [m["test_acc"]], "test_acc_mean": m["test_acc"], "test_acc_std": 0.0,
+            "val_acc": [m["val_acc"]], "val_acc_mean": m["val_acc"], "epochs_run": [res.epochs_run],
+            "stopped_early": [res.stopped_early], "metrics": m, "history": {k: v.tolist() for k, v in res.history.items()},
+            "compile_seconds": res.compile_seconds, "train_seconds": res.train_seconds,
+            "distributed": {"processes": jax.process_count(), "devices": n_parts, "exchange": exchange,
+                            "partition": stats, "memory_estimate_per_device": est.parts},
+        })
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -423,6 +543,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.checkpoint_every is not None and args.save is None:
         raise ValueError("--checkpoint-every K needs --save DIR (where the checkpoints go)")
     say = (lambda msg: None) if args.quiet else print
+    if args.shard_graph or args.distributed:
+        return _train_sharded(args, say)
     model_config, train_config = _configs(args, "segment" if args.chunk_edges else "csr")  # validates early
     prepared = _load(args, say)
     model_config = _plan(args, prepared, model_config, min(args.seeds * args.splits, 8), say)
@@ -596,6 +718,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         if args.command in ("train", "sweep"):
+            if args.distributed:
+                from jaxgcn.distributed import initialize
+
+                initialize(args.coordinator, args.num_processes, args.process_id)
+            elif args.coordinator or args.num_processes or args.process_id is not None:
+                raise ValueError("--coordinator/--num-processes/--process-id need --distributed")
             if not args.no_compile_cache:
                 _enable_compile_cache()
             if from_console:

@@ -1,20 +1,36 @@
-"""Full-graph GCN training sharded over devices: nodes in P contiguous row blocks.
+"""Full-graph GCN training sharded over devices and processes: nodes in P contiguous row blocks.
 
 Device p owns nodes ``[p * L, (p + 1) * L)`` (the node count padded to ``P * L``): their features,
 labels, masks, self-loop weights and the rows of the adjacency for the edges pointing INTO them, as
-a local CSR block whose columns are global node ids. Under ``jax.shard_map`` each propagation
-all-gathers the (transformed) node features, the simple baseline, and aggregates its own rows with
-the fused kernel; the gradient of the all-gather is a reduce-scatter, which autodiff derives. No
-message is lost at partition borders: the sharded model equals the single-device one (tested on a
-graph whose edges cross every border).
+a local CSR block. Under ``jax.shard_map`` each propagation first gathers the source rows the block
+needs, then aggregates its own rows with the fused kernel. Two exchanges:
+
+- ``all_gather`` (the simple baseline): every device receives every node's (transformed) features;
+  the block's columns are global node ids. Per device: ``P * L`` rows of width ``w``.
+- ``halo``: device q sends device p only the rows of q that p's edges read (an ``all_to_all`` of
+  ``[P, H, w]`` buffers, H = the largest such set over all pairs); the block's columns index
+  ``[own L rows | H rows from device 0 | ... | H rows from device P-1]``. Per device:
+  ``L + P * H`` rows. H is small when the numbering has locality (see :func:`partition_stats` and
+  :func:`jaxgcn.graph.reorder`), and about L on a graph without any.
+
+The gradient of either exchange is its transpose (a reduce-scatter, or the reverse all-to-all),
+which autodiff derives. No message is lost at partition borders: the sharded model equals the
+single-device one (tested on a graph whose edges cross every border, for both exchanges).
 
 The model code is unchanged: :func:`jaxgcn.propagate.propagate` recognises a :class:`GraphBlock`
-and does the gather itself, so ``gcn(config).apply`` runs inside ``shard_map`` as it is.
+and does the exchange itself, so ``gcn(config).apply`` runs inside ``shard_map`` as it is. The
+training loop (:func:`make_sharded_runner`) is the single-device one (same ``RunState``, same
+early-stopping rule) with the loss and metrics summed over devices.
+
+Several processes (hosts) form one job with ``jax.distributed.initialize`` (:func:`initialize`);
+each process then passes only the blocks of its own devices (:func:`to_global`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import os
+import time
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,18 +41,23 @@ from jaxgcn.csr import CSR, csr_from_scipy, spmm
 from jaxgcn.graph import Graph
 
 AXIS = "nodes"
+EXCHANGES = ("all_gather", "halo")
 
 
 class GraphBlock(NamedTuple):
     """One device's rows of the adjacency (inside ``shard_map``; stacked [P, ...] outside).
 
     Attributes:
-        adj: :class:`~jaxgcn.csr.CSR` of shape [L, P * L]: row i is local node i, columns global ids.
+        adj: :class:`~jaxgcn.csr.CSR` of shape [L, P * L] (``all_gather``: columns are global ids)
+            or [L, L + P * H] (``halo``: own rows, then H received rows per device).
         self_weights: [L] diagonal of the local rows.
+        send: ``halo`` only: [P, H] int32, ``send[p]`` = the local rows device p needs from this one
+            (padded with row 0, which no column reads); None for ``all_gather``.
     """
 
     adj: CSR
     self_weights: Any
+    send: Any = None
 
     @property
     def n_nodes(self) -> int:
@@ -47,64 +68,152 @@ def _pad(a: np.ndarray, size: int, value: int) -> np.ndarray:
     return np.concatenate([a, np.full(size - a.size, value, a.dtype)])
 
 
-def partition(graph: Graph, n_parts: int) -> tuple[GraphBlock, int]:
-    """Split a normalized host graph into ``n_parts`` row blocks, stacked along a leading axis.
-
-    Every block's CSR is padded to the largest block's entry count with zero-valued entries in its
-    last row and last column, so the blocks stack into one array per field. Returns the stacked
-    blocks and the padded node count ``P * L``.
-    """
-    n = graph.n_nodes
-    local = -(-n // n_parts)
-    n_pad = local * n_parts
-    if graph.csr is not None:
-        c = graph.csr
-        rows = np.repeat(np.arange(n), np.diff(np.asarray(c.indptr)))
-        adj = sp.csr_matrix((np.asarray(c.data), (rows, np.asarray(c.cols))), shape=(n_pad, n_pad))
-    else:
-        adj = sp.csr_matrix((np.asarray(graph.weights), (np.asarray(graph.receivers), np.asarray(graph.senders))),
-                            shape=(n_pad, n_pad))
-    blocks = [csr_from_scipy(adj[p * local:(p + 1) * local]) for p in range(n_parts)]
+def stack_csr(blocks: list[CSR], n_cols: int) -> CSR:
+    """Stack same-shape host CSR blocks [L, n_cols] along a new leading axis, padding each to the
+    largest entry count with zero-valued entries in its last row and last column."""
+    n_rows = blocks[0].shape[0]
     nnz = max(1, max(b.nse for b in blocks))
-    fields = {k: [] for k in CSR._fields}
+    fields: dict[str, list[np.ndarray]] = {k: [] for k in CSR._fields}
     for b in blocks:
         extra = nnz - b.nse
         indptr = np.asarray(b.indptr).copy()
-        indptr[-1] += extra  # the padding entries belong to the last local row
+        indptr[-1] += extra  # the padding entries belong to the last row
         t_indptr = np.asarray(b.t_indptr).copy()
-        t_indptr[-1] += extra  # ... and to the last (global) column
+        t_indptr[-1] += extra  # ... and to the last column
         fields["indptr"].append(indptr)
-        fields["cols"].append(_pad(np.asarray(b.cols), nnz, n_pad - 1))
+        fields["cols"].append(_pad(np.asarray(b.cols), nnz, n_cols - 1))
         fields["data"].append(_pad(np.asarray(b.data), nnz, 0))
         fields["t_indptr"].append(t_indptr)
-        fields["t_rows"].append(_pad(np.asarray(b.t_rows), nnz, local - 1))
+        fields["t_rows"].append(_pad(np.asarray(b.t_rows), nnz, n_rows - 1))
         fields["t_perm"].append(np.concatenate([np.asarray(b.t_perm), np.arange(b.nse, nnz, dtype=np.int32)]))
-    adj_blocks = CSR(**{k: np.stack(v) for k, v in fields.items()})
+    return CSR(**{k: np.stack(v) for k, v in fields.items()})
+
+
+def _adjacency(graph: Graph, n_pad: int) -> sp.csr_matrix:
+    """The normalized adjacency without self-loops, as a host SciPy CSR padded to n_pad nodes."""
+    n = graph.n_nodes
+    if graph.csr is not None:
+        c = graph.csr
+        indptr = np.concatenate([np.asarray(c.indptr, np.int64), np.full(n_pad - n, np.asarray(c.indptr)[-1])])
+        return sp.csr_matrix((np.asarray(c.data), np.asarray(c.cols), indptr), shape=(n_pad, n_pad))
+    return sp.csr_matrix((np.asarray(graph.weights), (np.asarray(graph.receivers), np.asarray(graph.senders))),
+                         shape=(n_pad, n_pad))
+
+
+def _halo(rows: sp.csr_matrix, part: int, n_parts: int, local: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Column ids of one block after the halo remap (with H unknown yet: position within the
+    source device's set), and, per source device q, the sorted local rows of q this block reads."""
+    cols = rows.indices.astype(np.int64)
+    owner = cols // local
+    remote = owner != part
+    needed = np.unique(cols[remote])
+    starts = np.searchsorted(needed // local, np.arange(n_parts + 1))
+    per_source = [needed[starts[q]:starts[q + 1]] - q * local for q in range(n_parts)]
+    position = np.searchsorted(needed, cols[remote]) - starts[owner[remote]]
+    return position, per_source
+
+
+def partition(graph: Graph, n_parts: int, *, exchange: str = "all_gather") -> tuple[GraphBlock, int]:
+    """Split a normalized host graph into ``n_parts`` row blocks, stacked along a leading axis.
+
+    Returns the stacked :class:`GraphBlock` and the padded node count ``P * L``.
+    """
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange={exchange!r} must be one of {EXCHANGES}")
+    if n_parts < 1:
+        raise ValueError(f"n_parts={n_parts} must be >= 1")
+    n = graph.n_nodes
+    local = -(-n // n_parts)
+    n_pad = local * n_parts
+    adj = _adjacency(graph, n_pad)
+    row_blocks = [adj[p * local:(p + 1) * local] for p in range(n_parts)]
     self_w = _pad(np.asarray(graph.self_weights, np.float32), n_pad, 0).reshape(n_parts, local)
-    return GraphBlock(adj_blocks, self_w), n_pad
+    if exchange == "all_gather":
+        blocks = [csr_from_scipy(b) for b in row_blocks]
+        return GraphBlock(stack_csr(blocks, n_pad), self_w), n_pad
+    halos = [_halo(b, p, n_parts, local) for p, b in enumerate(row_blocks)]
+    width = max(1, max(len(s) for _, per_source in halos for s in per_source))  # H
+    n_cols = local + n_parts * width
+    blocks, send = [], np.zeros((n_parts, n_parts, width), np.int32)  # send[q, p]: rows q sends p
+    for p, (b, (position, per_source)) in enumerate(zip(row_blocks, halos)):
+        cols = b.indices.astype(np.int64)
+        owner = cols // local
+        remote = owner != p
+        new_cols = cols - p * local
+        new_cols[remote] = local + owner[remote] * width + position
+        blocks.append(csr_from_scipy(sp.csr_matrix((b.data, new_cols, b.indptr), shape=(local, n_cols))))
+        for q, rows in enumerate(per_source):
+            send[q, p, :rows.size] = rows
+    return GraphBlock(stack_csr(blocks, n_cols), self_w, send), n_pad
+
+
+def partition_stats(graph: Graph, n_parts: int) -> dict[str, Any]:
+    """How well the node numbering suits ``n_parts`` row blocks: the fraction of edges crossing a
+    border, and the rows each device holds for a propagation under each exchange (``halo_rows`` =
+    L + P * H, ``all_gather_rows`` = P * L).
+
+    >>> from jaxgcn.graph import from_edges, gcn_norm
+    >>> g = gcn_norm(from_edges(np.arange(7), np.arange(1, 8))[0])  # a path 0-1-...-7
+    >>> s = partition_stats(g, 2)
+    >>> s["cut_fraction"], s["halo_width"], s["halo_rows"], s["all_gather_rows"]
+    (0.1428..., 1, 6, 8)
+    """
+    n = graph.n_nodes
+    local = -(-n // n_parts)
+    adj = _adjacency(graph, local * n_parts)
+    rows = np.repeat(np.arange(adj.shape[0]), np.diff(adj.indptr))
+    cut = float(np.mean(rows // local != adj.indices // local)) if adj.nnz else 0.0
+    width = 1
+    for p in range(n_parts):
+        _, per_source = _halo(adj[p * local:(p + 1) * local], p, n_parts, local)
+        width = max(width, max(len(s) for s in per_source))
+    return {"parts": n_parts, "rows_per_device": local, "cut_fraction": cut, "halo_width": width,
+            "halo_rows": local + n_parts * width, "all_gather_rows": local * n_parts}
 
 
 def propagate_block(block: GraphBlock, x: jax.Array) -> jax.Array:
-    """``Â · x`` for this device's rows: all-gather x over the ``nodes`` axis, aggregate locally."""
-    everything = jax.lax.all_gather(x, AXIS, tiled=True)  # [P * L, width]
-    return block.self_weights[:, None].astype(x.dtype) * x + spmm(block.adj, everything.astype(jnp.float32)).astype(x.dtype)
+    """``Â · x`` for this device's rows (inside ``shard_map``): exchange the source rows, aggregate."""
+    if block.send is None:
+        sources = jax.lax.all_gather(x, AXIS, tiled=True)  # [P * L, width]
+    else:
+        received = jax.lax.all_to_all(x[block.send], AXIS, 0, 0)  # [P, H, width]: [q] came from device q
+        sources = jnp.concatenate([x, received.reshape(-1, x.shape[-1])])
+    return block.self_weights[:, None].astype(x.dtype) * x + spmm(block.adj, sources.astype(jnp.float32)).astype(x.dtype)
 
 
-def shard_nodes(x: np.ndarray, n_pad: int, n_parts: int) -> np.ndarray:
-    """Pad a per-node host array to ``n_pad`` rows and stack it as [P, L, ...]."""
+def shard_nodes(x: Any, n_pad: int, n_parts: int) -> Any:
+    """Pad a per-node host array to ``n_pad`` rows and stack it as [P, L, ...]; a host CSR becomes
+    stacked CSR row blocks."""
+    if isinstance(x, CSR):
+        m = sp.csr_matrix((np.asarray(x.data), np.asarray(x.cols), np.asarray(x.indptr)), shape=x.shape)
+        m = sp.vstack([m, sp.csr_matrix((n_pad - m.shape[0], m.shape[1]), dtype=m.dtype)], format="csr")
+        local = n_pad // n_parts
+        return stack_csr([csr_from_scipy(m[p * local:(p + 1) * local]) for p in range(n_parts)], m.shape[1])
     x = np.asarray(x)
     padded = np.concatenate([x, np.zeros((n_pad - x.shape[0], *x.shape[1:]), x.dtype)])
     return padded.reshape(n_parts, n_pad // n_parts, *x.shape[1:])
 
 
+def node_mesh(n_devices: int | None = None) -> jax.sharding.Mesh:
+    """A 1-D mesh named ``nodes`` over the first ``n_devices`` devices of the job (all by default)."""
+    devices = jax.devices()
+    if n_devices is not None and not 1 <= n_devices <= len(devices):
+        raise ValueError(f"--devices {n_devices}: this job has {len(devices)} device(s) "
+                         f"({devices[0].platform}); give 1..{len(devices)}")
+    return jax.sharding.Mesh(np.asarray(devices[: n_devices or None]), (AXIS,))
+
+
 def to_global(tree: Any, mesh: jax.sharding.Mesh) -> Any:
     """Stacked host arrays [P, ...] -> global arrays sharded over the mesh's ``nodes`` axis, each
-    process passing only the blocks of its own devices (for multi-process ``jax.distributed`` runs;
-    in one process this is a plain device_put)."""
+    process passing only the blocks of its own devices (in one process this is a plain device_put)."""
     devices = list(mesh.devices.flat)
     mine = [k for k, d in enumerate(devices) if d.process_index == jax.process_index()]
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
     return jax.tree.map(lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)[mine]), tree)
+
+
+def _local(tree: Any) -> Any:
+    return jax.tree.map(lambda a: a[0], tree)
 
 
 def sharded_apply(model: Any, mesh: jax.sharding.Mesh) -> Any:
@@ -112,13 +221,27 @@ def sharded_apply(model: Any, mesh: jax.sharding.Mesh) -> Any:
     spec = jax.sharding.PartitionSpec(AXIS)
 
     def local(params: Any, block: GraphBlock, x: jax.Array) -> jax.Array:
-        block, x = jax.tree.map(lambda a: a[0], (block, x))
-        return model.apply(params, block, x)[None]
+        return model.apply(params, *_local((block, x)))[None]
 
     # check_vma=False: the kernel's custom call carries no varying-axis type (the gradients of the
     # replicated params are still summed over devices, as the equality tests check).
     return jax.shard_map(local, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(), spec, spec), out_specs=spec,
                          check_vma=False)
+
+
+def _sums(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Local (summed cross-entropy, hits, count) of the masked nodes."""
+    logp = jax.nn.log_softmax(logits)
+    nll = -jnp.take_along_axis(logp, jnp.maximum(labels, 0)[:, None], axis=1)[:, 0]
+    hit = (jnp.argmax(logits, axis=-1) == labels).astype(mask.dtype)
+    return jnp.sum(nll * mask), jnp.sum(hit * mask), jnp.sum(mask)
+
+
+def _global_metrics(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Masked mean cross-entropy and accuracy over the whole graph (inside ``shard_map``)."""
+    nll, hits, count = jax.lax.psum(jnp.stack(_sums(logits, labels, mask)), AXIS)
+    count = jnp.maximum(count, 1.0)
+    return nll / count, hits / count
 
 
 def sharded_loss(model: Any, mesh: jax.sharding.Mesh, *, train: bool = False) -> Any:
@@ -129,55 +252,185 @@ def sharded_loss(model: Any, mesh: jax.sharding.Mesh, *, train: bool = False) ->
 
     def local(params: Any, key: jax.Array, block: GraphBlock, x: jax.Array, labels: jax.Array,
               mask: jax.Array) -> jax.Array:
-        block, x, labels, mask = jax.tree.map(lambda a: a[0], (block, x, labels, mask))
+        block, x, labels, mask = _local((block, x, labels, mask))
         k = jax.random.fold_in(key, jax.lax.axis_index(AXIS)) if train else None
-        logits = model.apply(params, block, x, key=k, train=train)
-        logp = jax.nn.log_softmax(logits)
-        picked = jnp.take_along_axis(logp, jnp.maximum(labels, 0)[:, None], axis=1)[:, 0]
-        total = jax.lax.psum(-jnp.sum(picked * mask), AXIS)
-        return total / jax.lax.psum(jnp.sum(mask), AXIS)
+        return _global_metrics(model.apply(params, block, x, key=k, train=train), labels, mask)[0]
 
     replicated = jax.sharding.PartitionSpec()
     return jax.shard_map(local, mesh=mesh, in_specs=(replicated, replicated, spec, spec, spec, spec),
                          out_specs=replicated, check_vma=False)
 
 
-def fit_sharded(graph: Graph, x: np.ndarray, labels: np.ndarray, masks: dict[str, np.ndarray], n_classes: int, *,
-                model_config: Any, config: Any, key: jax.Array, n_devices: int | None = None) -> dict[str, float]:
-    """Train full-batch with the graph's rows sharded over ``n_devices`` devices (all by default):
-    Adam with the coupled L2 of :func:`jaxgcn.train.make_optimizer`, ``config.epochs`` epochs (no
-    early stopping yet). ``x`` is a dense host [n, F] array. Returns the accuracy per split."""
+def make_sharded_runner(model_config: Any, config: Any, n_features: int, n_classes: int,
+                        mesh: jax.sharding.Mesh) -> Any:
+    """The :class:`jaxgcn.train.Runner` of one configuration with the graph's rows sharded over
+    ``mesh``: the same ``RunState``, Adam step and early-stopping rule as single-device training,
+    with ``data`` a :class:`jaxgcn.train.TrainData` whose fields are stacked [P, L, ...] blocks.
+
+    Inside ``shard_map`` each device differentiates its own share of the loss (its nodes' summed
+    cross-entropy over the global train count); the parameter gradients are summed with ``psum``
+    and every device applies the same update, so the replicated params stay identical. Device p
+    draws its dropout masks from ``fold_in(key, p)``.
+    """
     import optax
 
-    from jaxgcn.models import gcn
-    from jaxgcn.train import l2_penalty, make_optimizer
+    from jaxgcn.models import aggregate_input, gcn
+    from jaxgcn.train import RUNNING, Evaluation, Runner, TrainData, _advance, l2_penalty, make_optimizer, make_runner
 
-    devices = jax.devices()[: n_devices or None]
-    n_parts = len(devices)
-    mesh = jax.sharding.Mesh(np.asarray(devices), (AXIS,))
-    blocks, n_pad = partition(graph, n_parts)
-    shard = lambda a: shard_nodes(np.asarray(a), n_pad, n_parts)  # noqa: E731
-    xs, ys, train_mask = shard(np.asarray(x, np.float32)), shard(np.asarray(labels, np.int32)), shard(masks["train"])
     model = gcn(model_config)
-    loss_f = sharded_loss(model, mesh, train=True)
     opt = make_optimizer(config)
-    k_init, key = jax.random.split(key)
-    params = model.init(k_init, xs.shape[-1], n_classes)
-    opt_state = opt.init(params)
+    single = make_runner(model_config, config, n_features, n_classes)
+    keep_best = config.early_stopping == "patience"
+    spec, rep = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
 
-    @jax.jit
-    def step(params: Any, opt_state: Any, key: jax.Array) -> tuple[Any, Any, jax.Array]:
-        def objective(p: Any) -> jax.Array:
-            return loss_f(p, key, blocks, xs, ys, train_mask) + config.weight_decay * l2_penalty(p, config.l2)
+    def l2(params: Any) -> jax.Array:
+        return config.weight_decay * l2_penalty(params, config.l2)
 
-        loss, grads = jax.value_and_grad(objective)(params)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+    def epoch_step(state: Any, data: TrainData, aggregated: jax.Array | None, n_train: jax.Array) -> Any:
+        key, k_drop = jax.random.split(state.key)
+        k_local = jax.random.fold_in(k_drop, jax.lax.axis_index(AXIS))
 
-    for _ in range(config.epochs):
-        key, k = jax.random.split(key)
-        params, opt_state, loss = step(params, opt_state, k)
-    logits = jax.jit(sharded_apply(model, mesh))(params, blocks, xs).reshape(n_pad, -1)[: len(labels)]
-    pred = np.asarray(logits).argmax(axis=1)
-    return {f"{name}_acc": float(np.mean(pred[np.asarray(m) > 0] == np.asarray(labels)[np.asarray(m) > 0]))
-            for name, m in masks.items()} | {"loss": float(loss)}
+        def local_loss(params: Any) -> jax.Array:
+            logits = model.apply(params, data.graph, data.x, key=k_local, train=True)
+            return _sums(logits, data.labels, data.train_mask)[0] / n_train
+
+        loss, grads = jax.value_and_grad(local_loss)(state.params)
+        reg, reg_grads = jax.value_and_grad(l2)(state.params)
+        loss, grads = jax.lax.psum((loss, grads), AXIS)
+        grads = jax.tree.map(jnp.add, grads, reg_grads)
+        updates, opt_state = opt.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        logits = model.apply(params, data.graph, data.x, aggregated=aggregated)
+        _, train_acc = _global_metrics(logits, data.labels, data.train_mask)
+        val_loss, val_acc = _global_metrics(logits, data.labels, data.val_mask)
+        return _advance(state, config, keep_best, params, opt_state, key, loss + reg, train_acc, val_loss, val_acc,
+                        kipf_loss=val_loss + l2(params))
+
+    def local_run(state: Any, data: TrainData, stop_epoch: jax.Array) -> Any:
+        data = _local(data)
+        n_train = jnp.maximum(jax.lax.psum(jnp.sum(data.train_mask), AXIS), 1.0)
+        aggregated = aggregate_input(model_config, data.graph, data.x)
+
+        def cond(s: Any) -> jax.Array:
+            return (s.reason == RUNNING) & (s.epoch < stop_epoch)
+
+        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, aggregated, n_train), state)
+
+    def run_until(state: Any, data: TrainData, stop_epoch: jax.Array) -> Any:
+        return jax.shard_map(local_run, mesh=mesh, in_specs=(rep, spec, rep), out_specs=rep,
+                             check_vma=False)(state, data, stop_epoch)
+
+    def local_evaluate(params: Any, data: TrainData) -> Evaluation:
+        data = _local(data)
+        logits = model.apply(params, data.graph, data.x)
+        parts = []
+        for mask in (data.train_mask, data.val_mask, data.test_mask):
+            parts += list(_global_metrics(logits, data.labels, mask))
+        return Evaluation(*parts)
+
+    def evaluate(params: Any, data: TrainData) -> Evaluation:
+        return jax.shard_map(local_evaluate, mesh=mesh, in_specs=(rep, spec), out_specs=rep,
+                             check_vma=False)(params, data)
+
+    return Runner(single.init, run_until, evaluate, single.final_params)
+
+
+class ShardedData(NamedTuple):
+    """A prepared dataset laid out for ``mesh``: ``data`` holds global arrays [P, L, ...]."""
+
+    data: Any
+    mesh: jax.sharding.Mesh
+    n_nodes: int
+    n_pad: int
+    n_features: int
+    exchange: str
+
+
+def shard_data(data: Any, mesh: jax.sharding.Mesh, *, exchange: str = "all_gather") -> ShardedData:
+    """Partition a host :class:`jaxgcn.train.TrainData` (from ``prepare(..., on_device=False)``)
+    into the mesh's row blocks; each process moves only its own devices' blocks."""
+    n_parts = mesh.devices.size
+    blocks, n_pad = partition(data.graph, n_parts, exchange=exchange)
+    shard = lambda a: shard_nodes(a, n_pad, n_parts)  # noqa: E731
+    stacked = data._replace(graph=blocks, x=shard(data.x), labels=shard(np.asarray(data.labels, np.int32)),
+                            train_mask=shard(data.train_mask), val_mask=shard(data.val_mask),
+                            test_mask=shard(data.test_mask))
+    return ShardedData(to_global(stacked, mesh), mesh, data.graph.n_nodes, n_pad, int(data.x.shape[1]), exchange)
+
+
+def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: Any, config: Any, key: jax.Array,
+                log_every: int = 20, log: Callable[[str], None] | None = print) -> Any:
+    """Train full-batch with the graph's rows sharded over ``sharded.mesh`` (every process of a
+    ``jax.distributed`` job calls this with the same arguments). The epochs run in compiled chunks
+    of ``log_every`` with the single-device early-stopping rules. Returns a
+    :class:`jaxgcn.train.FitResult` whose params are host NumPy arrays."""
+    from jaxgcn.train import DIVERGED, RUNNING, STOPPED_EARLY, FitResult, TrainingDiverged, _log_progress
+
+    data = sharded.data
+    runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh)
+    start = time.perf_counter()
+    init = jax.jit(runner.init).lower(key, None).compile()
+    state = init(key, None)
+    run_until = jax.jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0)).compile()
+    evaluate = jax.jit(runner.evaluate).lower(state.params, data).compile()
+    compile_seconds = time.perf_counter() - start
+    start, shown = time.perf_counter(), 0
+    while True:
+        stop = min(int(state.epoch) + max(log_every, 1), config.epochs)
+        state = run_until(state, data, jnp.int32(stop))
+        epoch, reason = int(state.epoch), int(state.reason)
+        if log is not None and log_every > 0:
+            shown = _log_progress(state.history, shown, epoch, log_every, log)
+        if reason != RUNNING:
+            break
+    if reason == DIVERGED:
+        raise TrainingDiverged(f"training diverged: the loss became NaN/inf at epoch {epoch}; lower --lr "
+                               "or normalize the features (--feature-norm)")
+    params = runner.final_params(state)
+    metrics = {k: float(v) for k, v in evaluate(params, data)._asdict().items()}
+    history = {k: np.asarray(v)[:epoch] for k, v in state.history.items()}
+    params = jax.tree.map(np.asarray, params)
+    return FitResult(params, metrics, epoch, reason == STOPPED_EARLY, history, compile_seconds,
+                     time.perf_counter() - start)
+
+
+def predict_sharded(sharded: ShardedData, model_config: Any, params: Any) -> np.ndarray:
+    """[n_nodes, n_classes] logits of the whole graph, computed sharded (fully addressable on
+    every process: gathered with ``process_allgather`` in a multi-process job)."""
+    from jaxgcn.models import gcn
+
+    logits = jax.jit(sharded_apply(gcn(model_config), sharded.mesh))(params, sharded.data.graph, sharded.data.x)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        logits = multihost_utils.process_allgather(logits, tiled=True)
+    return np.asarray(logits).reshape(sharded.n_pad, -1)[: sharded.n_nodes]
+
+
+def initialize(coordinator: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None) -> None:
+    """Join a multi-process JAX job (``jax.distributed.initialize``), before any other JAX call.
+
+    With no arguments JAX detects the cluster from its environment (SLURM, Open MPI, Kubernetes,
+    Cloud TPU; or ``JAX_COORDINATOR_ADDRESS``/``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``). On CPU the
+    processes exchange data over gloo collectives.
+    """
+    given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
+    if any(v is not None for v in given.values()) and any(v is None for v in given.values()):
+        missing = ", ".join(f"--{k.replace('_', '-')}" for k, v in given.items() if v is None)
+        raise ValueError(f"--distributed: give --coordinator, --num-processes and --process-id together "
+                         f"(missing {missing}), or none of them to detect the cluster (SLURM etc.)")
+    if num_processes is not None and not 0 <= process_id < num_processes:
+        raise ValueError(f"--process-id {process_id} must be in [0, {num_processes}) for --num-processes "
+                         f"{num_processes}")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    kwargs = {} if coordinator is None else {"coordinator_address": coordinator, "num_processes": num_processes,
+                                             "process_id": process_id}
+    timeout = os.environ.get("JAXGCN_INIT_TIMEOUT")
+    if timeout:
+        kwargs["initialization_timeout"] = int(timeout)
+    try:
+        jax.distributed.initialize(**kwargs)
+    except (ValueError, RuntimeError) as err:
+        raise ValueError(f"--distributed: could not join the job ({str(err).splitlines()[0]}); outside a "
+                         "cluster manager give --coordinator HOST:PORT --num-processes N --process-id I") from None

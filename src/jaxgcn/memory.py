@@ -113,3 +113,48 @@ def check_fits(est: MemoryEstimate, available: int | None = None, *, what: str =
     options.append("fewer --seeds per program" if est.parts["params"] > est.total // 4 else "a machine with more memory")
     raise ValueError(f"{what} needs about {est.describe()}, more than the {available / GiB:.1f} GiB available; "
                      f"options: {'; '.join(options)}")
+
+
+def estimate_sharded(
+    n_nodes: int,
+    n_edges: int,
+    n_features: int,
+    n_classes: int,
+    *,
+    parts: int,
+    exchange_rows: int | None = None,
+    hidden: int = 16,
+    layers: int = 2,
+    feature_nnz: int | None = None,
+) -> MemoryEstimate:
+    """Estimate the peak bytes ONE of ``parts`` devices holds in sharded training
+    (:mod:`jaxgcn.distributed`), with the edges spread evenly over the row blocks.
+
+    ``exchange_rows`` is the number of node rows a device receives for one propagation:
+    ``parts * L`` with the all-gather (the default), ``L + parts * H`` with the halo exchange
+    (:func:`jaxgcn.distributed.partition_stats`).
+
+    >>> one = estimate_sharded(1_000_000, 20_000_000, 100, 47, parts=1, hidden=128)
+    >>> four = estimate_sharded(1_000_000, 20_000_000, 100, 47, parts=4, hidden=128)
+    >>> round(one.parts["adjacency"] / four.parts["adjacency"], 1), four.parts["exchange"] == one.parts["exchange"]
+    (3.9, True)
+    """
+    f4 = 4
+    local = -(-n_nodes // parts)
+    rows = parts * local if exchange_rows is None else exchange_rows
+    widths = [n_features] + [hidden] * (layers - 1) + [n_classes]
+    local_edges = -(-n_edges // parts)
+    if feature_nnz is None:
+        features = 2 * local * n_features * f4  # the block and its dropped copy
+    else:
+        local_nnz = -(-feature_nnz // parts)
+        features = local_nnz * 6 * f4 + (local + n_features + 2) * f4  # values, dropped values, pattern + transpose
+    # the block's CSR (cols, values) and its transposed pattern (rows, permutation), self-loops, pointers
+    adjacency = local_edges * 4 * f4 + (local + rows + 2) * f4 + local * f4
+    exchange = 2 * rows * max(widths[1:]) * f4  # the received rows and their gradient
+    activations = sum(4 * local * w * f4 for w in widths[1:]) + 2 * local * n_classes * f4
+    n_params = sum(a * b for a, b in zip(widths[:-1], widths[1:]))
+    params = 6 * n_params * f4
+    parts_ = {"features": features, "adjacency": adjacency, "exchange": exchange, "activations": activations,
+              "params": params, "runtime": RUNTIME_BYTES}
+    return MemoryEstimate(parts_, sum(parts_.values()))

@@ -140,7 +140,7 @@ def _masks(raw: RawGraph, n_nodes: int) -> list[jax.Array]:
             raise ValueError(f"{raw.name}: the {split} split contains unlabelled nodes; drop them from it")
         mask = np.zeros(n_nodes, np.float32)
         mask[idx] = 1.0
-        masks.append(jnp.asarray(mask))
+        masks.append(mask)
     return masks
 
 
@@ -155,12 +155,16 @@ def prepare(
     reorder: str = "none",
     require_split: bool = True,
     feature_statistics: dict[str, Any] | None = None,
+    on_device: bool = True,
 ) -> Prepared:
     """Clean, normalize and move a :class:`RawGraph` to the device (once, on the host).
 
     ``reorder="rcm"`` renumbers the nodes by reverse Cuthill-McKee for memory locality (see
     :func:`jaxgcn.graph.reorder`); ``info["node_order"]`` then maps new ids to the input's
     (``node_order[i]`` is the input id of node ``i``). Metrics do not depend on the numbering.
+
+    ``on_device=False`` keeps every array on the host (NumPy; sparse features as a host CSR), for
+    :mod:`jaxgcn.distributed`, which moves each device only its own row block.
 
     >>> p = prepare(load_dataset("cora"))
     >>> p.info["n_nodes"], p.info["undirected_edges"], p.n_classes, p.backend
@@ -180,7 +184,7 @@ def prepare(
     if require_split or raw.splits:
         masks = _masks(raw, n_nodes)
     else:  # prediction: no split needed
-        masks = [jnp.zeros(n_nodes, jnp.float32)] * 3
+        masks = [np.zeros(n_nodes, np.float32)] * 3
     graph = gcn_norm(graph, norm)
     backend = choose_backend(n_nodes, graph.n_edges, backend)
     if backend == "dense":
@@ -199,7 +203,12 @@ def prepare(
     stats = feature_statistics if feature_statistics is not None else feature_stats(raw.features, feature_norm)
     feats = normalize_features(raw.features, feature_norm, stats)
     layout = "csr" if backend == "csr" else "bcoo"
-    x = sparse_features(feats, layout=layout) if sp.issparse(feats) else jnp.asarray(feats, jnp.float32)
+    if not on_device:
+        from jaxgcn.csr import csr_from_scipy
+
+        x = csr_from_scipy(feats) if sp.issparse(feats) else np.asarray(feats, np.float32)
+    else:
+        x = sparse_features(feats, layout=layout) if sp.issparse(feats) else jnp.asarray(feats, jnp.float32)
     n_classes = int(raw.labels.max()) + 1 if raw.labels.size else 0
     info = {"dataset": raw.name, "n_nodes": n_nodes, "n_edges": report["undirected_edges"],
             "n_features": int(raw.features.shape[1]), "n_classes": n_classes, **report,
@@ -207,7 +216,10 @@ def prepare(
             "class_names": raw.class_names, "norm": norm, "feature_norm": feature_norm, "feature_stats": stats}
     if order is not None:
         info["node_order"] = order
-    data = TrainData(jax.device_put(graph), x, jnp.asarray(raw.labels, jnp.int32), *masks)
+    if not on_device:
+        data = TrainData(graph, x, np.asarray(raw.labels, np.int32), *masks)
+        return Prepared(data, n_classes, backend, info)
+    data = TrainData(jax.device_put(graph), x, jnp.asarray(raw.labels, jnp.int32), *map(jnp.asarray, masks))
     return Prepared(data, n_classes, backend, info)
 
 
