@@ -142,6 +142,29 @@ def worker(args: argparse.Namespace) -> dict:
             "val_acc": float(np.asarray(state.history["val_acc"])[total - 1])}
 
 
+def papers100m_table(hidden: int = 256) -> None:
+    """The README's worked estimate: ogbn-papers100M (111,059,956 nodes, 1,615,685,872 directed
+    edges, 128 dense features, 172 classes), 2 layers, per device for P devices."""
+    from jaxgcn.memory import GiB, estimate_sharded
+
+    n, e_directed, f, c = 111_059_956, 1_615_685_872, 128, 172
+    e = 2 * e_directed  # symmetrized (an upper bound: reciprocal citations merge)
+    print(f"# ogbn-papers100M, {n:,} nodes, {e:,} adjacency entries after symmetrizing, hidden {hidden}")
+    print(f"# host, whole graph: int64 edge list {2 * e_directed * 8 / 1e9:.1f} GB raw, {2 * e * 8 / 1e9:.1f} GB "
+          f"symmetrized; features {n * f * 4 / 1e9:.1f} GB float32")
+    print("| devices P | nodes per device | features | adjacency block | exchange (all-gather) | activations "
+          "| total, all-gather | total, halo receiving 10% of the nodes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for parts in (8, 16, 32, 64, 128):
+        local = -(-n // parts)
+        ag = estimate_sharded(n, e, f, c, parts=parts, hidden=hidden)
+        halo = estimate_sharded(n, e, f, c, parts=parts, hidden=hidden, exchange_rows=local + n // 10)
+        gb = lambda b: f"{b / GiB:.1f} GiB"  # noqa: E731
+        print(f"| {parts} | {local:,} | {gb(ag.parts['features'])} | {gb(ag.parts['adjacency'])} | "
+              f"{gb(ag.parts['exchange'])} | {gb(ag.parts['activations'])} | {gb(ag.total - ag.parts['runtime'])} | "
+              f"{gb(halo.total - halo.parts['runtime'])} |")
+
+
 def run(cmd: list[str], env: dict) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -158,10 +181,16 @@ def main() -> int:
     ap.add_argument("--devices", default="1,2,4", help="forced CPU device counts")
     ap.add_argument("--exchanges", default="all_gather,halo")
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs after one warm-up epoch")
+    ap.add_argument("--papers100m", action="store_true", help="print the per-device estimate for "
+                    "ogbn-papers100M (the README's table) and exit")
+    ap.add_argument("--hidden", type=int, default=256, help="with --papers100m")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--graph", help=argparse.SUPPRESS)
     ap.add_argument("--exchange", help=argparse.SUPPRESS)
     args, _ = ap.parse_known_args()
+    if args.papers100m:
+        papers100m_table(args.hidden)
+        return 0
     if args.worker:
         args.devices = int(args.devices)
         print(json.dumps(worker(args)))

@@ -129,3 +129,21 @@ def test_gradient_skips_zero_rows_of_the_cotangent_exactly():
     want = jax.grad(lambda b: jnp.sum(rows * jnp.sin(dense @ b)))(b)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
     assert np.count_nonzero(np.abs(np.asarray(got)).sum(axis=1)) < 400  # rows no train node reaches stay 0
+
+
+def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):
+    # spmm_xla is what sharded training uses where the kernel cannot run (GPU/TPU)
+    from jaxgcn.csr import csr_matmul, spmm_xla
+
+    rng = np.random.default_rng(3)
+    a = csr_from_scipy(sp.random(60, 45, density=0.1, random_state=3, format="csr"))
+    b = jnp.asarray(rng.standard_normal((45, 7)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((60, 7)), jnp.float32)
+    np.testing.assert_allclose(spmm_xla(a, b), spmm(a, b), atol=1e-5)
+    fused = jax.grad(lambda v: jnp.sum(spmm(a, v) * g))(b)
+    xla = jax.grad(lambda v: jnp.sum(spmm_xla(a, v) * g))(b)
+    np.testing.assert_allclose(xla, fused, atol=1e-5)
+    check_grads(lambda v: spmm_xla(a, v), (b,), order=1, modes=("rev",), atol=1e-2, rtol=1e-2)
+    expected = spmm(a, b)
+    monkeypatch.setattr(csr_mod, "kernel_status", lambda: (False, "no kernel here"))
+    np.testing.assert_allclose(csr_matmul(a, b), expected, atol=1e-5)  # falls back to XLA

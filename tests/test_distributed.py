@@ -61,8 +61,12 @@ def test_edges_cross_every_partition_border():
         assert len(owners) == 4  # edges come in from every block
 
 
-def test_sharded_forward_loss_and_gradients_equal_the_single_device_model():
+@pytest.mark.parametrize("kernels", ["fused", "xla"])
+def test_sharded_forward_loss_and_gradients_equal_the_single_device_model(kernels):
+    # "xla": the pure-XLA block product that GPUs/TPUs use (the kernel is CPU-only)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    if kernels == "xla":
+        env["JAXGCN_NO_KERNELS"] = "1"
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -297,3 +301,86 @@ def test_rcm_numbering_shrinks_the_cut_and_the_halo():
     after = partition_stats(gcn_norm(reorder(raw, "rcm", symmetric=True)[0]), 4)
     assert before["cut_fraction"] > 0.7 and before["halo_rows"] > 0.9 * before["all_gather_rows"], before
     assert after["cut_fraction"] < 0.01 and after["halo_rows"] < 0.3 * after["all_gather_rows"], after
+
+
+def test_cli_partition_files_train_with_each_process_reading_its_own_blocks(tmp_path):
+    # `jaxgcn partition` writes per-device blocks; two processes then train from them, each reading only
+    # its own part file (the log says how many it read), and match the run made from the dataset itself.
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    made = _cli(["partition", "--dataset", "cora", "--parts", "2", "--exchange", "halo", "--out", "parts"], env,
+                tmp_path)
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert "wrote 2 parts (halo" in made.stdout
+    meta = json.loads((tmp_path / "parts" / "partitions.json").read_text())
+    assert meta["parts"] == 2 and meta["n_nodes"] == 2708 and len(meta["files"]) == 2
+    # each process gets a folder holding only its own part: reading the other one would fail
+    import shutil
+
+    for i in range(2):
+        shutil.copytree(tmp_path / "parts", tmp_path / f"only{i}")
+        (tmp_path / f"only{i}" / f"part-{1 - i:05d}.npz").unlink()
+    port = _free_port()
+    common = ["-m", "jaxgcn.cli", "train", "--distributed", "--coordinator", f"127.0.0.1:{port}",
+              "--num-processes", "2", "--json", "out.json"]
+    procs = [subprocess.Popen([sys.executable, *common, "--process-id", str(i), "--dataset", f"partitioned:only{i}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+             for i in range(2)]
+    outs = [proc.communicate(timeout=600) for proc in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err[-3000:]
+    assert "this process read 1 of them" in outs[0][0]
+    from_parts = json.loads((tmp_path / "out.json").read_text())
+    # the same training from the dataset itself in one process with 2 devices: the same run
+    one = _cli(["train", "--dataset", "cora", "--shard-graph", "--devices", "2", "--exchange", "halo", "--json",
+                "one.json"], env, tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    direct = json.loads((tmp_path / "one.json").read_text())
+    assert from_parts["distributed"]["exchange"] == "halo" and from_parts["epochs_run"] == direct["epochs_run"]
+    assert np.abs(np.array(from_parts["history"]["loss"]) - np.array(direct["history"]["loss"])).max() < 1e-4
+    assert abs(from_parts["test_acc_mean"] - direct["test_acc_mean"]) < 2e-3
+
+
+def test_partition_files_are_checked(tmp_path):
+    import jax
+
+    from jaxgcn.distributed import load_partitions, node_mesh, save_partitions
+
+    host = datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=6, seed=0), on_device=False)
+    save_partitions(tmp_path / "p", host.data, 2, info=host.info)
+    mesh = node_mesh(1)
+    with pytest.raises(ValueError, match=r"holds 2 parts but this job has 1 device\(s\); partition it again "
+                                         r"with --parts 1"):
+        load_partitions(tmp_path / "p", mesh)
+    save_partitions(tmp_path / "one", host.data, 1, info=host.info)
+    sharded, meta = load_partitions(tmp_path / "one", mesh)
+    assert sharded.n_nodes == 300 and meta["exchange"] == "all_gather"
+    assert np.array_equal(np.asarray(sharded.data.labels)[0], np.asarray(host.data.labels))
+    (tmp_path / "one" / "part-00000.npz").write_bytes(b"short")
+    with pytest.raises(ValueError, match=r"part-00000.npz: missing or truncated .* write the partitions again"):
+        load_partitions(tmp_path / "one", mesh)
+    with pytest.raises(ValueError, match=r"no partitions.json; write the partitions with `jaxgcn partition"):
+        load_partitions(tmp_path, mesh)
+    assert len(jax.devices()) == 1
+
+
+def test_cli_sweep_shares_the_runs_between_two_processes(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    grid = ["--lr", "0.01,0.05", "--seeds", "2", "--epochs", "60"]
+    port = _free_port()
+    common = ["-m", "jaxgcn.cli", "sweep", "--dataset", "cora", *grid, "--distributed", "--coordinator",
+              f"127.0.0.1:{port}", "--num-processes", "2", "--json", "two.json"]
+    procs = [subprocess.Popen([sys.executable, *common, "--process-id", str(i)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path) for i in range(2)]
+    outs = [proc.communicate(timeout=600) for proc in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err[-3000:]
+    assert "process 0 of 2: 1 in 2 runs of each group" in outs[0][0] and "2 runs in one program" in outs[0][0]
+    assert [line for line in outs[1][0].splitlines() if not line.startswith("[Gloo]")] == []
+    one = _cli(["sweep", "--dataset", "cora", *grid, "--json", "one.json"], env, tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two, single = (json.loads((tmp_path / f).read_text()) for f in ("two.json", "one.json"))
+    assert len(two["configurations"]) == len(single["configurations"]) == 2
+    for a, b in zip(two["configurations"], single["configurations"]):
+        assert a["lr"] == b["lr"] and a["test_acc_mean"] == pytest.approx(b["test_acc_mean"], abs=1e-6), (a, b)

@@ -149,6 +149,36 @@ def test_memory_budget_splits_a_group_into_chunks_with_the_same_results(prepared
             assert a["epochs_run"] == b["epochs_run"]
 
 
+def test_processes_each_run_a_share_and_combine_to_the_whole_table(prepared, swept):
+    # What `sweep --distributed` does with jax.distributed, with the two processes played in turn:
+    # each runs every 2nd run of each group; the combined table equals the one-process sweep.
+    rows, _ = swept
+    captured = {}
+
+    def first(local):
+        captured[1] = local.copy()
+        done = local.copy()
+        done[:, 3] = 1.0  # let this half return; its rows are checked through process 0 below
+        return done
+
+    with standard():
+        run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE, log=None,
+                 process_index=1, process_count=2, combine=first)
+        shared = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE,
+                          log=None, process_index=0, process_count=2, combine=lambda local: local + captured[1])
+        with pytest.raises(RuntimeError, match=r"runs have no result \(process 0 of 2"):
+            run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE, log=None,
+                     process_index=0, process_count=2, combine=lambda local: local)
+    n_runs = len(GRID.configs()) * len(SEEDS)
+    assert captured[1][:, 3].sum() == n_runs // 2  # process 1 ran half of the runs
+    assert len(shared) == len(rows)
+    for r in shared:
+        whole = find(rows, **r.config)
+        for a, b in zip(r.runs, whole.runs):
+            assert (a["seed"], a["epochs_run"]) == (b["seed"], b["epochs_run"])
+            assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1e-6)
+
+
 def test_estimate_bytes_is_linear_in_runs_and_grows_with_width(prepared):
     one = estimate_bytes(prepared.data, MODEL, 1, 3)
     assert one > 0 and estimate_bytes(prepared.data, MODEL, 7, 3) == 7 * one

@@ -443,8 +443,9 @@ _COMPILED: dict[Any, Any] = {}
 
 
 def run_mesh(n_devices: int | None = None) -> jax.sharding.Mesh | None:
-    """A 1-D mesh named ``runs`` over the visible devices, or None with a single device."""
-    devices = jax.devices()[: n_devices or None]
+    """A 1-D mesh named ``runs`` over this process's devices, or None with a single device (in a
+    multi-process job each process runs its own share of the runs: :func:`jaxgcn.sweep.run_grid`)."""
+    devices = jax.local_devices()[: n_devices or None]
     return jax.sharding.Mesh(np.asarray(devices), ("runs",)) if len(devices) > 1 else None
 
 

@@ -176,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--csv", type=Path, help="write one row per configuration to this CSV file")
     sweep.add_argument("--memory-budget", type=_bytes, default=None,
                        help="split groups into chunks that fit (e.g. 4G; default: half the available memory)")
+    part = sub.add_parser("partition", help="split a dataset into per-device row blocks on disk, so each "
+                          "process of a --distributed job reads only its own (--dataset partitioned:DIR)")
+    _add_data_args(part)
+    part.add_argument("--parts", type=_positive_int, required=True, help="devices of the job that will train")
+    part.add_argument("--exchange", choices=("auto", "all_gather", "halo"), default="auto",
+                      help="the exchange the blocks are laid out for (auto: halo when it receives fewer rows)")
+    part.add_argument("--out", type=Path, required=True, help="the directory to write")
     sub.add_parser("datasets", help="list the datasets --dataset accepts")
     for name, text in (("evaluate", "metrics of a saved model on a dataset's split"),
                        ("predict", "class predictions of a saved model, written as CSV")):
@@ -455,6 +462,65 @@ def _first_layer(args: argparse.Namespace, model_config: Any, x: Any) -> Any:
     return dataclasses.replace(model_config, aggregate_first=dense and first)
 
 
+PARTITIONED = "partitioned:"
+
+
+def _one_split(data: Any) -> Any:
+    """--split random draws a stacked [1, n] mask; sharded training takes the [n] one."""
+    import numpy as np
+
+    if np.ndim(data.train_mask) == 2:
+        return data._replace(**{k: getattr(data, k)[0] for k in ("train_mask", "val_mask", "test_mask")})
+    return data
+
+
+def _exchange(choice: str, stats: dict[str, Any]) -> str:
+    if choice == "auto":
+        return "halo" if stats["halo_rows"] < stats["all_gather_rows"] else "all_gather"
+    return choice
+
+
+def _load_partitioned(args: argparse.Namespace, mesh: Any, say: Any) -> Any:
+    """--dataset partitioned:DIR: each process reads only its own devices' blocks."""
+    from types import SimpleNamespace
+
+    from jaxgcn import distributed
+
+    given = [flag for flag, value in (("--edges", args.edges), ("--split-file", args.split_file),
+                                      ("--train-frac", args.train_frac), ("--save-split", args.save_split))
+             if value is not None]
+    if given or args.split != "public":
+        raise ValueError(f"--dataset {args.dataset}: the graph, features and split are fixed when the "
+                         f"partitions are written; drop {', '.join(given) or '--split'} (give them to "
+                         "`jaxgcn partition`)")
+    directory = Path(args.dataset[len(PARTITIONED):]).expanduser()
+    sharded, meta = distributed.load_partitions(directory, mesh)
+    info = {**meta["info"], "n_edges_directed": meta["n_edges"], "sparse_features": meta["sparse_features"]}
+    args._node_ids = None
+    say(f"{directory}: {meta['n_nodes']} nodes in {meta['parts']} parts written for {meta['exchange']}; this "
+        f"process read {len(distributed._mine(mesh))} of them")
+    return sharded, SimpleNamespace(info=info, n_classes=int(info["n_classes"]), backend="csr"), meta["stats"]
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    from jaxgcn import distributed
+
+    if args.out.exists() and any(args.out.iterdir()):
+        if not (args.out / distributed.PARTITION_META).is_file():
+            raise ValueError(f"--out {args.out}: exists and is not a partition directory; give a new folder")
+    say = print
+    args.backend = "auto"  # the blocks are CSR whatever the single-device backend would be
+    prepared = _load(args, say, on_device=False)
+    data = _one_split(prepared.data)
+    stats = distributed.partition_stats(data.graph, args.parts)
+    exchange = _exchange(args.exchange, stats)
+    meta = distributed.save_partitions(args.out, data, args.parts, exchange=exchange, info=prepared.info)
+    total = sum(f["bytes"] for f in meta["files"])
+    print(f"wrote {args.parts} parts ({exchange}; {100 * stats['cut_fraction']:.1f}% of edges cross a border) to "
+          f"{args.out}: {total / 2**20:.1f} MiB, {total / args.parts / 2**20:.1f} MiB per part")
+    return 0
+
+
 def _train_sharded(args: argparse.Namespace, say: Any) -> int:
     """``train --shard-graph`` / ``--distributed``: one full-graph run with the rows sharded over
     every device of the job (jaxgcn.distributed); only process 0 prints the summary and writes."""
@@ -473,32 +539,40 @@ def _train_sharded(args: argparse.Namespace, say: Any) -> int:
         raise ValueError("--checkpoint-every/--resume are not available with --shard-graph/--distributed yet; "
                          "save the final model with --save")
     if args.backend not in ("auto", "csr") or args.chunk_edges is not None:
-        raise ValueError(f"--shard-graph aggregates each row block with the fused csr kernel; drop --backend "
-                         f"{args.backend}" + (" and --chunk-edges" if args.chunk_edges else ""))
-    require_kernel()
+        raise ValueError(f"--shard-graph aggregates each row block as a CSR product (the fused kernel on a CPU, "
+                         f"XLA on a GPU); drop --backend {args.backend}" + (" and --chunk-edges" if args.chunk_edges else ""))
+    if args.backend == "csr":
+        require_kernel()
     writer = _is_writer()
     say = say if writer else (lambda msg: None)
     model_config, train_config = _configs(args, "csr")
     mesh = distributed.node_mesh(args.devices)
     n_parts = mesh.devices.size
-    prepared = _load(args, say, on_device=False)
-    data = prepared.data
-    if data.train_mask.ndim == 2:  # --split random draws a stacked [1, n] mask
-        data = data._replace(**{k: getattr(data, k)[0] for k in ("train_mask", "val_mask", "test_mask")})
-    model_config = _first_layer(args, model_config, data.x)
-    stats = distributed.partition_stats(data.graph, n_parts)
-    exchange = args.exchange
-    if exchange == "auto":
-        exchange = "halo" if stats["halo_rows"] < stats["all_gather_rows"] else "all_gather"
+    if args.dataset.startswith(PARTITIONED):
+        sharded, prepared, stats = _load_partitioned(args, mesh, say)
+        exchange = sharded.exchange
+        model_config = dataclasses.replace(model_config, aggregate_first=not prepared.info["sparse_features"] and {
+            "on": True, "off": False, "auto": 2 * sharded.n_features < 3 * model_config.hidden}[args.aggregate_first])
+        feature_nnz = None  # not known without every block; the estimate counts sparse features as dense
+        n_edges = prepared.info["n_edges_directed"]
+    else:
+        prepared = _load(args, say, on_device=False)
+        data = _one_split(prepared.data)
+        model_config = _first_layer(args, model_config, data.x)
+        stats = distributed.partition_stats(data.graph, n_parts)
+        exchange = _exchange(args.exchange, stats)
+        feature_nnz = int(data.x.nse) if hasattr(data.x, "nse") else None
+        n_edges = data.graph.n_edges
     rows = stats["halo_rows"] if exchange == "halo" else stats["all_gather_rows"]
-    est = estimate_sharded(prepared.info["n_nodes"], data.graph.n_edges, prepared.info["n_features"],
+    est = estimate_sharded(prepared.info["n_nodes"], n_edges, prepared.info["n_features"],
                            prepared.n_classes, parts=n_parts, exchange_rows=rows, hidden=model_config.hidden,
-                           layers=model_config.layers, feature_nnz=int(data.x.nse) if hasattr(data.x, "nse") else None)
+                           layers=model_config.layers, feature_nnz=feature_nnz)
     say(f"{n_parts} device(s) in {jax.process_count()} process(es) | {stats['rows_per_device']} nodes per device | "
         f"{100 * stats['cut_fraction']:.1f}% of edges cross a border | {exchange}: {rows} rows received per "
         f"propagation (all_gather {stats['all_gather_rows']}, halo {stats['halo_rows']})")
     say(f"memory estimate per device {est.describe()}; host {available_bytes() / 2**30:.1f} GiB available")
-    sharded = distributed.shard_data(data, mesh, exchange=exchange)
+    if not args.dataset.startswith(PARTITIONED):
+        sharded = distributed.shard_data(data, mesh, exchange=exchange)
     res = distributed.fit_sharded(sharded, prepared.n_classes, model_config=model_config, config=train_config,
                                   key=jax.random.key(args.seed), log_every=args.log_every, log=say)
     m = res.metrics
@@ -585,7 +659,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     _check_output("--json", args.json)
     _check_output("--csv", args.csv)
-    say = (lambda msg: None) if args.quiet else print
+    say = (lambda msg: None) if args.quiet or not _is_writer() else print
     grid = Grid(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, hidden=args.hidden,
                 layers=args.layers)
     for cfg in grid.configs():  # validate every value before any work
@@ -599,8 +673,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     n_configs = len(grid.configs())
     say(f"sweep: {n_configs} configurations x {len(seeds)} seeds x {args.splits} split(s) = "
         f"{n_configs * len(seeds) * args.splits} runs")
+    share: dict[str, Any] = {}
+    if args.distributed:
+        import jax
+        from jax.experimental import multihost_utils
+
+        share = {"process_index": jax.process_index(), "process_count": jax.process_count(),
+                 "combine": lambda local: multihost_utils.process_allgather(local).sum(axis=0)}
+        say(f"process {jax.process_index()} of {jax.process_count()}: 1 in {jax.process_count()} runs of each "
+            f"group, on {len(jax.local_devices())} local device(s); the results are combined")
     rows = run_grid(prepared.data, prepared.n_classes, grid, seeds, n_splits=args.splits,
-                    model_config=model_config, config=train_config, memory_budget=args.memory_budget, log=say)
+                    model_config=model_config, config=train_config, memory_budget=args.memory_budget, log=say,
+                    **share)
+    if not _is_writer():
+        return 0
     print(format_table(rows))
     if args.csv is not None:
         write_csv(rows, args.csv)
@@ -731,6 +817,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_train(args) if args.command == "train" else cmd_sweep(args)
         if args.command in ("evaluate", "predict"):
             return cmd_evaluate(args) if args.command == "evaluate" else cmd_predict(args)
+        if args.command == "partition":
+            return cmd_partition(args)
         return cmd_datasets(args)
     except ValueError as exc:
         from jaxgcn.train import TrainingDiverged

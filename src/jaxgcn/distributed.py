@@ -3,7 +3,8 @@
 Device p owns nodes ``[p * L, (p + 1) * L)`` (the node count padded to ``P * L``): their features,
 labels, masks, self-loop weights and the rows of the adjacency for the edges pointing INTO them, as
 a local CSR block. Under ``jax.shard_map`` each propagation first gathers the source rows the block
-needs, then aggregates its own rows with the fused kernel. Two exchanges:
+needs, then aggregates its own rows: with the fused kernel on the CPU, with XLA's gather and
+segment sum on GPUs/TPUs (:func:`jaxgcn.csr.csr_matmul`). Two exchanges:
 
 - ``all_gather`` (the simple baseline): every device receives every node's (transformed) features;
   the block's columns are global node ids. Per device: ``P * L`` rows of width ``w``.
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn.csr import CSR, csr_from_scipy, spmm
+from jaxgcn.csr import CSR, csr_from_scipy, csr_matmul
 from jaxgcn.graph import Graph
 
 AXIS = "nodes"
@@ -178,7 +179,8 @@ def propagate_block(block: GraphBlock, x: jax.Array) -> jax.Array:
     else:
         received = jax.lax.all_to_all(x[block.send], AXIS, 0, 0)  # [P, H, width]: [q] came from device q
         sources = jnp.concatenate([x, received.reshape(-1, x.shape[-1])])
-    return block.self_weights[:, None].astype(x.dtype) * x + spmm(block.adj, sources.astype(jnp.float32)).astype(x.dtype)
+    # the fused kernel on the CPU; XLA's gather + segment sum on GPUs/TPUs (no custom call there)
+    return block.self_weights[:, None].astype(x.dtype) * x + csr_matmul(block.adj, sources)
 
 
 def shard_nodes(x: Any, n_pad: int, n_parts: int) -> Any:
@@ -203,13 +205,24 @@ def node_mesh(n_devices: int | None = None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices[: n_devices or None]), (AXIS,))
 
 
+def _mine(mesh: jax.sharding.Mesh) -> list[int]:
+    """Positions along the ``nodes`` axis of this process's devices."""
+    return [k for k, d in enumerate(mesh.devices.flat) if d.process_index == jax.process_index()]
+
+
+def _from_local(tree: Any, mesh: jax.sharding.Mesh) -> Any:
+    """This process's blocks [len(mine), ...] -> global arrays [P, ...] sharded over ``nodes``."""
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+    n_parts = mesh.devices.size
+    return jax.tree.map(lambda a: jax.make_array_from_process_local_data(
+        sharding, np.asarray(a), (n_parts, *np.shape(a)[1:])), tree)
+
+
 def to_global(tree: Any, mesh: jax.sharding.Mesh) -> Any:
     """Stacked host arrays [P, ...] -> global arrays sharded over the mesh's ``nodes`` axis, each
     process passing only the blocks of its own devices (in one process this is a plain device_put)."""
-    devices = list(mesh.devices.flat)
-    mine = [k for k, d in enumerate(devices) if d.process_index == jax.process_index()]
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
-    return jax.tree.map(lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)[mine]), tree)
+    mine = _mine(mesh)
+    return _from_local(jax.tree.map(lambda a: np.asarray(a)[mine], tree), mesh)
 
 
 def _local(tree: Any) -> Any:
@@ -232,7 +245,8 @@ def sharded_apply(model: Any, mesh: jax.sharding.Mesh) -> Any:
 def _sums(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Local (summed cross-entropy, hits, count) of the masked nodes."""
     logp = jax.nn.log_softmax(logits)
-    nll = -jnp.take_along_axis(logp, jnp.maximum(labels, 0)[:, None], axis=1)[:, 0]
+    # a one-hot product, not take_along_axis: its gradient would be a scatter (slow on the CPU)
+    nll = -jnp.sum(jax.nn.one_hot(labels, logits.shape[-1], dtype=logp.dtype) * logp, axis=-1)
     hit = (jnp.argmax(logits, axis=-1) == labels).astype(mask.dtype)
     return jnp.sum(nll * mask), jnp.sum(hit * mask), jnp.sum(mask)
 
@@ -434,3 +448,113 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     except (ValueError, RuntimeError) as err:
         raise ValueError(f"--distributed: could not join the job ({str(err).splitlines()[0]}); outside a "
                          "cluster manager give --coordinator HOST:PORT --num-processes N --process-id I") from None
+
+
+# ----------------------------------------------------------------------------- partition files
+
+PARTITION_FORMAT = "jaxgcn-partitions"
+PARTITION_META = "partitions.json"
+
+
+def _template(halo: bool, sparse_features: bool) -> Any:
+    """The pytree structure of stacked sharded data (leaves are placeholders)."""
+    from jaxgcn.train import TrainData
+
+    csr = lambda: CSR(*([0] * 6))  # noqa: E731
+    block = GraphBlock(csr(), 0, 0 if halo else None)
+    return TrainData(block, csr() if sparse_features else 0, 0, 0, 0, 0)
+
+
+def _leaf_names(tree: Any) -> list[str]:
+    paths, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [jax.tree_util.keystr(path).strip(".").replace(".", "/") for path, _ in paths]
+
+
+def save_partitions(directory: str | os.PathLike, data: Any, n_parts: int, *, exchange: str = "all_gather",
+                    info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Partition a host :class:`jaxgcn.train.TrainData` into ``n_parts`` row blocks and write one
+    file per block (``part-00000.npz``...) plus ``partitions.json``, so that each process of a
+    ``--distributed`` job later reads only the blocks of its own devices (:func:`load_partitions`).
+    Files are written to a temporary name and renamed; the JSON is written last. Returns the JSON."""
+    import hashlib
+    import json
+    from io import BytesIO
+
+    from jaxgcn.layers import is_sparse
+
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    blocks, n_pad = partition(data.graph, n_parts, exchange=exchange)
+    shard = lambda a: shard_nodes(a, n_pad, n_parts)  # noqa: E731
+    stacked = data._replace(graph=blocks, x=shard(data.x), labels=shard(np.asarray(data.labels, np.int32)),
+                            train_mask=shard(data.train_mask), val_mask=shard(data.val_mask),
+                            test_mask=shard(data.test_mask))
+    names, leaves = _leaf_names(stacked), jax.tree.leaves(stacked)
+    files = []
+    for p in range(n_parts):
+        buf = BytesIO()
+        np.savez(buf, **{name: np.asarray(leaf)[p] for name, leaf in zip(names, leaves)})
+        blob = buf.getvalue()
+        name = f"part-{p:05d}.npz"
+        tmp = os.path.join(directory, f".{name}.tmp{os.getpid()}")
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(directory, name))
+        files.append({"file": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
+    info = {k: v for k, v in (info or {}).items() if k != "node_order"}
+    meta = {"format": PARTITION_FORMAT, "parts": n_parts, "n_nodes": int(data.graph.n_nodes), "n_pad": int(n_pad),
+            "n_edges": int(data.graph.n_edges), "n_features": int(data.x.shape[1]), "exchange": exchange,
+            "sparse_features": bool(is_sparse(data.x)), "stats": partition_stats(data.graph, n_parts),
+            "files": files, "info": json.loads(json.dumps(info, default=lambda o: np.asarray(o).tolist()))}
+    tmp = os.path.join(directory, f".{PARTITION_META}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(meta, f, indent=2)
+    os.replace(tmp, os.path.join(directory, PARTITION_META))
+    return meta
+
+
+def read_partition_meta(directory: str | os.PathLike) -> dict[str, Any]:
+    """``partitions.json`` of a directory written by :func:`save_partitions` (checked)."""
+    import json
+
+    path = os.path.join(os.fspath(directory), PARTITION_META)
+    if not os.path.isfile(path):
+        raise ValueError(f"{directory}: no {PARTITION_META}; write the partitions with `jaxgcn partition "
+                         "--dataset ... --parts P --out DIR`")
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: unreadable ({err}); write the partitions again") from None
+    if meta.get("format") != PARTITION_FORMAT:
+        raise ValueError(f"{path}: not a jaxgcn partition file (format {meta.get('format')!r})")
+    return meta
+
+
+def load_partitions(directory: str | os.PathLike, mesh: jax.sharding.Mesh) -> tuple[ShardedData, dict[str, Any]]:
+    """Read only this process's blocks of a partitioned dataset and assemble the global arrays.
+    The mesh must have as many devices as the dataset has parts."""
+    meta = read_partition_meta(directory)
+    n_parts = mesh.devices.size
+    if meta["parts"] != n_parts:
+        raise ValueError(f"{directory} holds {meta['parts']} parts but this job has {n_parts} device(s); "
+                         f"partition it again with --parts {n_parts}, or run on {meta['parts']} devices")
+    template = _template(meta["exchange"] == "halo", meta["sparse_features"])
+    names = _leaf_names(template)
+    parts = []
+    for k in _mine(mesh):
+        entry = meta["files"][k]
+        path = os.path.join(os.fspath(directory), entry["file"])
+        if not os.path.isfile(path) or os.path.getsize(path) != entry["bytes"]:
+            raise ValueError(f"{path}: missing or truncated (expected {entry['bytes']} bytes); write the "
+                             "partitions again")
+        with np.load(path, allow_pickle=False) as z:
+            missing = [n for n in names if n not in z.files]
+            if missing:
+                raise ValueError(f"{path}: lacks {missing[0]!r}; write the partitions again")
+            parts.append([z[n] for n in names])
+    local = jax.tree.unflatten(jax.tree.structure(template), [np.stack(col) for col in zip(*parts)])
+    data = _from_local(local, mesh)
+    return ShardedData(data, mesh, meta["n_nodes"], meta["n_pad"], meta["n_features"], meta["exchange"]), meta

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, csr_from_scipy, spmm
+from jaxgcn.csr import CSR, csr_from_scipy, csr_matmul
 from jaxgcn.graph import Graph
 from jaxgcn.propagate import propagate
 
@@ -135,8 +135,8 @@ def matmul(x: Features, w: jax.Array) -> jax.Array:
     The BCOO product is a gather of ``w``'s rows plus a sorted ``segment_sum``, which measured
     faster on CPU than BCOO's generic ``dot_general``; the CSR product is the fused kernel.
     """
-    if isinstance(x, CSR):
-        return spmm(x, w.astype(jnp.float32)).astype(w.dtype)
+    if isinstance(x, CSR):  # the fused kernel; XLA where it cannot run (sharded training on a GPU)
+        return csr_matmul(x, w)
     if isinstance(x, jsparse.BCOO):
         rows, cols = x.indices[:, 0], x.indices[:, 1]
         msgs = x.data[:, None].astype(w.dtype) * w[cols]  # ids were checked on the host

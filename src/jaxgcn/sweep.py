@@ -18,7 +18,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from jaxgcn.batched import BatchResult, RunSpec, fit_runs
+from jaxgcn.batched import RunSpec, fit_runs
 from jaxgcn.memory import available_bytes
 from jaxgcn.models import GCNConfig
 from jaxgcn.train import TrainConfig, TrainData
@@ -87,20 +87,34 @@ def run_grid(
     config: TrainConfig = TrainConfig(),
     memory_budget: int | None = None,
     log: Callable[[str], None] | None = print,
+    process_index: int = 0,
+    process_count: int = 1,
+    combine: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> list[Row]:
     """Run every configuration of ``grid`` for every seed and split; return rows sorted by mean
     validation accuracy (best first).
 
     ``data``'s masks are [n_splits, n_nodes] when ``n_splits`` > 1.
+
+    In a job of ``process_count`` processes (``jax.distributed``), process ``process_index`` runs
+    every ``process_count``-th run of each group on its own devices; ``combine`` sums the
+    processes' [n_runs, 4] result arrays (each fills only its own rows), e.g. with
+    ``multihost_utils.process_allgather(x).sum(0)``, so every process returns the whole table.
     """
     configs = grid.configs()
     budget = memory_budget or available_bytes() // 2
     groups: dict[tuple, list[int]] = {}
     for i, cfg in enumerate(configs):
         groups.setdefault(_group_key(cfg, model_config.layer_norm), []).append(i)
-    per_config: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(configs))}
-    for g, (key, members) in enumerate(sorted(groups.items(), key=lambda kv: kv[0][0])):
+    ordered = sorted(groups.items(), key=lambda kv: kv[0][0])
+    every = [(i, seed, split) for _, members in ordered for i in members for seed in seeds for split in range(n_splits)]
+    index = {run: j for j, run in enumerate(every)}
+    results = np.zeros((len(every), 4))  # val_acc, test_acc, epochs_run, done
+    for g, (key, members) in enumerate(ordered):
         runs = [(i, seed, split) for i in members for seed in seeds for split in range(n_splits)]
+        runs = runs[process_index::process_count]
+        if not runs:
+            continue
         group_config = dataclasses.replace(model_config, layers=key[0],
                                            hidden=max(configs[i]["hidden"] for i in members))
         per_run_bytes = estimate_bytes(data, group_config, 1, n_classes)
@@ -111,11 +125,22 @@ def run_grid(
         for start in range(0, len(runs), chunk):
             part = runs[start:start + chunk]
             result = fit_runs(data, n_classes, _spec(configs, part), model_config=group_config, config=config)
-            _collect(result, part, per_config)
+            for j, run in enumerate(part):
+                results[index[run]] = (result.metrics["val_acc"][j], result.metrics["test_acc"][j],
+                                       result.epochs_run[j], 1.0)
             if log is not None:
                 log(f"group {g + 1}/{len(groups)} (layers {key[0]}, padded hidden {group_config.hidden}): "
                     f"{len(part)} runs in one program | compile {result.compile_seconds:.1f}s | train "
                     f"{result.train_seconds:.1f}s | val mean {np.mean(result.metrics['val_acc']):.4f}")
+    if combine is not None:
+        results = np.asarray(combine(results))
+    if not np.all(results[:, 3] == 1.0):
+        raise RuntimeError(f"sweep: {int(np.sum(results[:, 3] != 1.0))} of {len(every)} runs have no result "
+                           f"(process {process_index} of {process_count}; was every process's share combined?)")
+    per_config: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(configs))}
+    for (i, seed, split), (val, test, epochs, _) in zip(every, results):
+        per_config[i].append({"seed": seed, "split": split, "val_acc": float(val), "test_acc": float(test),
+                              "epochs_run": int(epochs)})
     rows = [_summarize(configs[i], per_config[i]) for i in range(len(configs))]
     return sorted(rows, key=lambda r: (-r.val_mean, -r.test_mean))
 
@@ -126,14 +151,6 @@ def _spec(configs: list[dict[str, Any]], part: list[tuple[int, int, int]]) -> Ru
     return RunSpec(np.asarray([s for _, s, _ in part], np.int64), col("lr", np.float32),
                    col("weight_decay", np.float32), col("dropout", np.float32), col("hidden", np.int32),
                    np.asarray([k for _, _, k in part], np.int32))
-
-
-def _collect(result: BatchResult, part: list[tuple[int, int, int]], per_config: dict[int, list]) -> None:
-    for j, (i, seed, split) in enumerate(part):
-        per_config[i].append({
-            "seed": seed, "split": split, "val_acc": float(result.metrics["val_acc"][j]),
-            "test_acc": float(result.metrics["test_acc"][j]), "epochs_run": int(result.epochs_run[j]),
-        })
 
 
 def _summarize(cfg: dict[str, Any], runs: list[dict[str, Any]]) -> Row:
