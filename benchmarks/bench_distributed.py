@@ -165,6 +165,27 @@ def papers100m_table(hidden: int = 256) -> None:
               f"{gb(halo.total - halo.parts['runtime'])} |")
 
 
+def ordering_stats(path: Path, parts: list[int]) -> str:
+    """What the RCM renumbering does to the partition: cut and halo rows with the input's (shuffled)
+    ids and after RCM, for each device count."""
+    import numpy as np
+
+    from jaxgcn.datasets import RawGraph, prepare
+    from jaxgcn.distributed import partition_stats
+
+    with np.load(path) as z:
+        raw = RawGraph("bench", z["senders"], z["receivers"], z["features"][:, :1], z["labels"],
+                       {k: z[k] for k in ("train", "val", "test")})
+    lines = []
+    for reorder in ("none", "rcm"):
+        graph = prepare(raw, feature_norm="none", reorder=reorder, on_device=False).data.graph
+        for p in parts:
+            st = partition_stats(graph, p)
+            lines.append(f"<!-- ids {reorder:>4}, P={p}: {100 * st['cut_fraction']:.1f}% of edges cross a border; "
+                         f"halo receives {st['halo_rows']:,} rows, all-gather {st['all_gather_rows']:,} -->")
+    return "\n".join(lines)
+
+
 def run(cmd: list[str], env: dict) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -184,6 +205,8 @@ def main() -> int:
     ap.add_argument("--papers100m", action="store_true", help="print the per-device estimate for "
                     "ogbn-papers100M (the README's table) and exit")
     ap.add_argument("--hidden", type=int, default=256, help="with --papers100m")
+    ap.add_argument("--stats-only", action="store_true", help="only the partition statistics with and without "
+                    "RCM (no training)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--graph", help=argparse.SUPPRESS)
     ap.add_argument("--exchange", help=argparse.SUPPRESS)
@@ -206,6 +229,9 @@ def main() -> int:
             info = generate(kind, args.nodes, path)
             print(f"<!-- {kind}: generated {info['input_edges']:,} raw edges in {info['generate_s']:.1f} s -->",
                   flush=True)
+            print(ordering_stats(path, [int(d) for d in args.devices.split(",") if int(d) > 1]), flush=True)
+            if args.stats_only:
+                continue
             for n_dev in (int(d) for d in args.devices.split(",")):
                 for exchange in args.exchanges.split(","):
                     if n_dev == 1 and exchange == "halo":
