@@ -546,6 +546,7 @@ def fit_runs(
     log: Callable[[str], None] | None = None,
     n_devices: int | None = None,
     runs_per_device: int = RUNS_PER_DEVICE,
+    progress: Any = None,
 ) -> BatchResult:
     """Train every run of ``spec`` with one compiled program (see the module docstring).
 
@@ -557,14 +558,17 @@ def fit_runs(
     size = max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
     if spec.n_runs <= size:
         return fit_batch(data, n_classes, spec, model_config=model_config, config=config,
-                         log_every=log_every, log=log, n_devices=n_devices)
+                         log_every=log_every, log=log, n_devices=n_devices, progress=progress)
     parts = []
     for start in range(0, spec.n_runs, size):
         part = RunSpec(*(a[start:start + size] for a in spec))
         if log is not None and log_every > 0:
             log(f"runs {start + 1}-{start + part.n_runs} of {spec.n_runs}")
+        if progress is not None:
+            progress.start_slice(start, f"runs {start + 1}-{start + part.n_runs} of {spec.n_runs}")
         parts.append(fit_batch(data, n_classes, _pad_spec(part, size), model_config=model_config, config=config,
-                               log_every=log_every, log=log, n_devices=n_devices, keep=part.n_runs))
+                               log_every=log_every, log=log, n_devices=n_devices, keep=part.n_runs,
+                               progress=progress))
     return _concat_results(spec, parts)
 
 
@@ -594,6 +598,7 @@ def fit_batch(
     log: Callable[[str], None] | None = None,
     n_devices: int | None = None,
     keep: int | None = None,
+    progress: Any = None,
 ) -> BatchResult:
     """Train every run of ``spec`` in ONE execution of one compiled program.
 
@@ -619,8 +624,12 @@ def fit_batch(
     runs = _shard_runs(run_inputs(padded), mesh)
     seeds = _shard_runs(jnp.asarray(padded.seed, jnp.int32), mesh)
     data = _replicate(data, mesh)
+    if progress is not None:
+        progress.compiling()
     (_, run_until, evaluate, final), state, compile_s = _compile(model_config, config, params, data, runs,
                                                                  seeds, mesh)
+    if progress is not None:
+        progress.compiled(compile_s)
     start = time.perf_counter()
     chunk = log_every if log_every > 0 else config.epochs
     while True:
@@ -630,6 +639,9 @@ def fit_batch(
             val = np.asarray(state.runs.history["val_acc"])[:n_runs, int(state.step) - 1]
             log(f"Epoch {int(state.step):3d} | runs training {int(np.sum(reason == RUNNING))}/{n_runs} "
                 f"| val mean {np.nanmean(val) if np.any(np.isfinite(val)) else float('nan'):.4f}")
+        if progress is not None:
+            progress.epochs(int(state.step), {k: np.asarray(v)[:n_runs] for k, v in state.runs.history.items()},
+                            time.perf_counter() - start)
         if not np.any(np.asarray(state.runs.reason) == RUNNING):
             break
     if np.any(reason == DIVERGED):

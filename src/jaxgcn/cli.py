@@ -54,6 +54,7 @@ def _bytes(text: str) -> int:
 
 
 REORDER_MIN_NODES = 100_000  # below this the features fit in cache and renumbering gains little
+OVERFIT_GAP = 0.3  # train minus validation accuracy above which the CLI prints a hint
 
 
 def _add_data_args(p: argparse.ArgumentParser) -> None:
@@ -160,8 +161,17 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="with --distributed: process 0's address (default: detected, e.g. from SLURM)")
     g.add_argument("--num-processes", type=_positive_int, default=None)
     g.add_argument("--process-id", type=int, default=None)
-    o.add_argument("--quiet", action="store_true", help="only the final summary")
-    o.add_argument("--log-every", type=_positive_int, default=20)
+    o.add_argument("--quiet", action="store_true", help="only the final summary (no bar, no progress lines)")
+    o.add_argument("--log-every", type=_positive_int, default=20,
+                   help="progress and --log period in epochs (default 20)")
+    if not grid:
+        o.add_argument("--log", type=Path, default=None,
+                       help="append one JSON line per logged epoch and run (epoch, loss, train/val accuracy, "
+                            "val loss, elapsed seconds) to this file; `jaxgcn plot curves` draws it")
+        o.add_argument("--tensorboard", type=Path, default=None,
+                       help="also write TensorBoard event files here (needs tensorboardX)")
+    o.add_argument("--debug", action="store_true",
+                   help="check the first training step with jax_debug_nans and checkify index/NaN checks")
     o.add_argument("--no-compile-cache", action="store_true",
                    help="do not use JAX's persistent compilation cache (~/.cache/jaxgcn)")
 
@@ -183,6 +193,24 @@ def build_parser() -> argparse.ArgumentParser:
     part.add_argument("--exchange", choices=("auto", "all_gather", "halo"), default="auto",
                       help="the exchange the blocks are laid out for (auto: halo when it receives fewer rows)")
     part.add_argument("--out", type=Path, required=True, help="the directory to write")
+    plot = sub.add_parser("plot", help="PNG figures: training curves (--log), node embeddings (--checkpoint), "
+                          "a sweep heatmap (--sweep-json)")
+    plot.add_argument("kind", choices=("curves", "embeddings", "sweep"))
+    plot.add_argument("--out", type=Path, required=True, help="the PNG file to write")
+    plot.add_argument("--log", type=Path, help="curves: a file written by train --log")
+    plot.add_argument("--checkpoint", type=Path, help="embeddings: a directory written by train --save")
+    plot.add_argument("--method", choices=("pca", "tsne"), default="pca",
+                      help="embeddings: 2-D projection (tsne needs scikit-learn)")
+    plot.add_argument("--sweep-json", type=Path, help="sweep: a file written by sweep --json")
+    plot.add_argument("--x", default="lr", help="sweep: hyperparameter on the x axis (default lr)")
+    plot.add_argument("--y", default="hidden", help="sweep: hyperparameter on the y axis (default hidden)")
+    plot.add_argument("--title", default=None)
+    _add_data_args(plot)
+    info = sub.add_parser("info", help="a dataset's statistics: size, cleaning, degrees, classes, features, "
+                          "memory estimate")
+    _add_data_args(info)
+    info.add_argument("--hidden", type=_positive_int, default=16, help="for the memory estimate (default 16)")
+    info.add_argument("--json", type=Path, help="also write the statistics to this JSON file")
     sub.add_parser("datasets", help="list the datasets --dataset accepts")
     for name, text in (("evaluate", "metrics of a saved model on a dataset's split"),
                        ("predict", "class predictions of a saved model, written as CSV")):
@@ -417,30 +445,93 @@ def _checkpointing(args: argparse.Namespace, prepared: Any, model_config: Any, t
 def _train_runs(args: argparse.Namespace, prepared: Any, model_config: Any, train_config: Any, say: Any):
     """One run through ``fit``; several seeds/splits as one batched program. Returns per-run
     (seed, split, test_acc, val_acc, epochs_run, stopped_early), compile and train seconds."""
+    from jaxgcn.progress import Progress
+
+    seeds = [args.seed + i for i in range(args.seeds)]
+    progress = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet, log_file=args.log,
+                        tensorboard=args.tensorboard, seeds=[s for _ in range(args.splits) for s in seeds])
+    args._progress = progress
+    try:
+        return _run_all(args, prepared, model_config, train_config, say, seeds, progress)
+    finally:
+        progress.done()
+
+
+def _run_all(args: argparse.Namespace, prepared: Any, model_config: Any, train_config: Any, say: Any,
+             seeds: list[int], progress: Any):
     import jax
-    import numpy as np
 
     from jaxgcn.batched import concat_specs, fit_runs, make_specs
     from jaxgcn.train import fit
 
-    seeds = [args.seed + i for i in range(args.seeds)]
     if len(seeds) == 1 and args.splits == 1:
         res = fit(prepared.data, prepared.n_classes, model_config=model_config, config=train_config,
-                  key=jax.random.key(seeds[0]), log_every=args.log_every, log=say,
+                  key=jax.random.key(seeds[0]), log_every=args.log_every, log=None, progress=progress,
                   **_checkpointing(args, prepared, model_config, train_config, say))
         m = res.metrics
         args._fit_result = res  # what --save writes
+        args._losses = res.history["loss"]
         return [(seeds[0], 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early)], \
             res.compile_seconds, res.train_seconds
     spec = concat_specs([make_specs(seeds, lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout,
                                     hidden=args.hidden, split=k) for k in range(args.splits)])
     say(f"{spec.n_runs} runs ({len(seeds)} seeds x {args.splits} split(s)) in one compiled program")
     res = fit_runs(prepared.data, prepared.n_classes, spec, model_config=model_config, config=train_config,
-                   log_every=args.log_every, log=say, n_devices=args.devices)
+                   log_every=args.log_every, log=None, n_devices=args.devices, progress=progress)
+    args._losses = res.history["loss"]
     runs = [(int(spec.seed[j]), int(spec.split[j]), float(res.metrics["test_acc"][j]),
              float(res.metrics["val_acc"][j]), int(res.epochs_run[j]), bool(res.stopped_early[j]))
             for j in range(spec.n_runs)]
     return runs, res.compile_seconds, res.train_seconds
+
+
+def _debug_checks(prepared: Any, model_config: Any, train_config: Any, say: Any) -> None:
+    """--debug: run one training step (forward, loss, gradients) and an evaluation forward with
+    ``jax_debug_nans`` on and under checkify's index, NaN and division checks, so an out-of-range
+    index or the first op that makes a NaN is named before the compiled loop starts. (The loop itself
+    runs without them: its history marks epochs not yet run with NaN.)"""
+    import jax
+    from jax.experimental import checkify
+
+    from jaxgcn.models import gcn
+    from jaxgcn.train import l2_penalty, masked_cross_entropy
+
+    data = prepared.data
+    model = gcn(model_config)
+    params = model.init(jax.random.key(0), int(data.x.shape[1]), prepared.n_classes)
+
+    def step(p: Any, data: Any) -> Any:  # data as an argument: closed-over arrays would be constant-folded
+        def loss(q: Any) -> Any:
+            logits = model.apply(q, data.graph, data.x, key=jax.random.key(1), train=True)
+            return masked_cross_entropy(logits, data.labels, data.train_mask) + \
+                train_config.weight_decay * l2_penalty(q, train_config.l2)
+        value, grads = jax.value_and_grad(loss)(p)
+        return value, grads, model.apply(p, data.graph, data.x)
+
+    checked = checkify.checkify(step, errors=checkify.index_checks | checkify.nan_checks | checkify.div_checks)
+    with jax.debug_nans(True):
+        try:
+            err, _ = jax.jit(checked)(params, data)
+        except FloatingPointError as exc:
+            raise ValueError(f"--debug: the first training step made a NaN: {str(exc).splitlines()[0]}") from None
+    message = err.get()
+    if message is not None:
+        raise ValueError(f"--debug: the first training step failed a check: {message.splitlines()[0]}")
+    say("debug: one training step ran with jax_debug_nans on and under checkify index/NaN/division checks: "
+        "no out-of-range index, no NaN (the compiled loop then runs without them)")
+
+
+def _overfitting_hint(train_acc: float, val_acc: float) -> str | None:
+    """A one-line hint when the final model fits the training nodes far better than the validation ones.
+
+    >>> _overfitting_hint(1.0, 0.8) is None, _overfitting_hint(1.0, 0.5)[:26]
+    (True, 'hint: train accuracy 1.000')
+    """
+    if train_acc - val_acc <= OVERFIT_GAP:
+        return None
+    return (f"hint: train accuracy {train_acc:.3f} but validation {val_acc:.3f}: the model overfits. Try more "
+            "regularization (--dropout, --weight-decay), early stopping (--early-stopping patience), fewer "
+            "--hidden units, or check that the split's classes are balanced (--train-per-class)")
 
 
 def _is_writer() -> bool:
@@ -500,6 +591,109 @@ def _load_partitioned(args: argparse.Namespace, mesh: Any, say: Any) -> Any:
     say(f"{directory}: {meta['n_nodes']} nodes in {meta['parts']} parts written for {meta['exchange']}; this "
         f"process read {len(distributed._mine(mesh))} of them")
     return sharded, SimpleNamespace(info=info, n_classes=int(info["n_classes"]), backend="csr"), meta["stats"]
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from jaxgcn import plots
+
+    _check_output("--out", args.out)
+    need = {"curves": ("--log", args.log), "embeddings": ("--checkpoint", args.checkpoint),
+            "sweep": ("--sweep-json", args.sweep_json)}[args.kind]
+    if need[1] is None:
+        raise ValueError(f"jaxgcn plot {args.kind} needs {need[0]}")
+    if args.kind == "curves":
+        if not args.log.is_file():
+            raise ValueError(f"--log {args.log}: no such file; write it with `jaxgcn train --log {args.log}`")
+        runs = plots.read_log(args.log)
+        path = plots.training_curves(runs, args.out, title=args.title or f"training curves ({args.log.name}, "
+                                     f"{len(runs)} run{'s' if len(runs) > 1 else ''})")
+    elif args.kind == "sweep":
+        try:
+            payload = json.loads(args.sweep_json.read_text())
+            configurations = payload["configurations"]
+        except (OSError, json.JSONDecodeError, KeyError) as err:
+            raise ValueError(f"--sweep-json {args.sweep_json}: not a file written by `jaxgcn sweep --json` "
+                             f"({type(err).__name__})") from None
+        path = plots.sweep_heatmap(configurations, args.x, args.y, args.out, title=args.title)
+    else:
+        import dataclasses
+
+        import jax
+        import numpy as np
+
+        from jaxgcn.models import GCNConfig, gcn
+
+        ck, prepared, _ = _load_for_checkpoint(args, need_split=False)
+        fields = {f.name for f in dataclasses.fields(GCNConfig)}
+        config = GCNConfig(**{k: v for k, v in ck.meta["model"].items()
+                              if k in fields and k not in ("backend", "chunk_edges")})
+        params = jax.tree.map(jax.numpy.asarray, ck.params)
+        h = jax.jit(lambda p, g, x: gcn(config).apply(p, g, x, embed=True))(params, prepared.data.graph,
+                                                                            prepared.data.x)
+        if not isinstance(h, jax.Array):  # a 1-layer model's "embedding" is its (sparse) input
+            raise ValueError(f"checkpoint {args.checkpoint}: a {config.layers}-layer model has no hidden layer to plot")
+        labels = np.asarray(prepared.data.labels)
+        path = plots.embeddings(np.asarray(h), labels, args.out, class_names=ck.meta.get("class_names"),
+                                method=args.method, title=args.title or
+                                f"{prepared.info['dataset']}: last hidden layer ({config.hidden} units), "
+                                f"{args.method.upper()}")
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """``jaxgcn info``: what the graph is and what preparing it did, and the training memory estimate."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from jaxgcn.memory import estimate
+
+    _check_output("--json", args.json)
+    args.backend = "auto"
+    raw = _raw(args)
+    feats = raw.features
+    n, n_features = feats.shape
+    nnz = int(feats.nnz) if sp.issparse(feats) else int(np.count_nonzero(feats))
+    args.save_split = None
+    prepared = _load(args, lambda msg: None, on_device=False)
+    info, graph = prepared.info, prepared.data.graph
+    degree = np.diff(np.asarray(graph.csr.indptr)) if graph.csr is not None else \
+        np.bincount(np.asarray(graph.receivers), minlength=n)
+    labels = np.asarray(prepared.data.labels)
+    names = info.get("class_names") or [str(c) for c in range(prepared.n_classes)]
+    counts = np.bincount(labels[labels >= 0], minlength=prepared.n_classes)
+    est = estimate(n, graph.n_edges, n_features, prepared.n_classes, hidden=args.hidden, backend=prepared.backend,
+                   feature_nnz=nnz if sp.issparse(feats) else None,
+                   symmetric=graph.csr is None or graph.csr.symmetric)
+    stats = {
+        "dataset": info["dataset"], "nodes": n, "edges": info["n_edges"], "input_edges": info["input_edges"],
+        "duplicates_merged": info["duplicates_merged"], "self_loops_removed": info["self_loops_found"],
+        "one_way_edges_symmetrized": info["edges_symmetrized"], "isolated_nodes": info["isolated_nodes"],
+        "degree": {"min": int(degree.min()), "median": float(np.median(degree)), "mean": float(degree.mean()),
+                   "p99": float(np.percentile(degree, 99)), "max": int(degree.max())},
+        "features": n_features, "feature_nonzeros": nnz, "feature_density": nnz / max(1, n * n_features),
+        "classes": {str(names[c]): int(counts[c]) for c in range(prepared.n_classes)},
+        "unlabelled_nodes": int(np.sum(labels < 0)), "split_sizes": info["split_sizes"],
+        "backend": prepared.backend, "memory_estimate_bytes": est.total,
+    }
+    d = stats["degree"]
+    largest, smallest = counts.max(), max(counts.min(), 1)
+    print(f"{info['dataset']}: {n:,} nodes, {info['n_edges']:,} edges (undirected, without self-loops)")
+    print(f"  input: {info['input_edges']:,} edge entries; {info['duplicates_merged']:,} duplicates merged, "
+          f"{info['self_loops_found']:,} self-loops removed (the GCN adds its own), "
+          f"{info['edges_symmetrized']:,} one-way edges symmetrized")
+    print(f"  isolated nodes: {info['isolated_nodes']:,}")
+    print(f"  degree: min {d['min']}, median {d['median']:g}, mean {d['mean']:.2f}, 99th percentile "
+          f"{d['p99']:g}, max {d['max']}")
+    print(f"  features: {n_features:,} per node, {nnz:,} non-zeros ({100 * stats['feature_density']:.2f}% dense)")
+    print(f"  classes: {prepared.n_classes} (largest/smallest {largest / smallest:.1f}x); " + ", ".join(
+        f"{names[c]} {counts[c]:,}" for c in range(prepared.n_classes))
+          + (f"; {stats['unlabelled_nodes']:,} unlabelled" if stats["unlabelled_nodes"] else ""))
+    print("  split: " + ", ".join(f"{k} {v:,}" for k, v in info["split_sizes"].items()))
+    print(f"  training memory estimate (backend {prepared.backend}, hidden {args.hidden}): {est.describe()}")
+    if args.json is not None:
+        _write_json(args.json, stats)
+    return 0
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -622,6 +816,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     model_config, train_config = _configs(args, "segment" if args.chunk_edges else "csr")  # validates early
     prepared = _load(args, say)
     model_config = _plan(args, prepared, model_config, min(args.seeds * args.splits, 8), say)
+    if args.debug:
+        _debug_checks(prepared, model_config, train_config, say)
     runs, compile_s, train_s = _train_runs(args, prepared, model_config, train_config, say)
     if args.save is not None:
         from jaxgcn import checkpoint
@@ -630,12 +826,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
                         info=prepared.info, epoch=res.epochs_run, metrics=res.metrics, node_ids=args._node_ids)
         say(f"saved the model to {args.save}")
+    from jaxgcn.train import divergence_hint
+
     test = np.array([r[2] for r in runs])
     val = np.array([r[3] for r in runs])
     epochs = [r[4] for r in runs]
+    fitted = getattr(args, "_fit_result", None)
+    diverged = divergence_hint(args._losses, prepared.data, train_config)
+    hint = diverged or (_overfitting_hint(fitted.metrics["train_acc"], fitted.metrics["val_acc"]) if fitted else None)
+
     print(f"test accuracy {test.mean():.4f} ± {test.std():.4f} over {len(runs)} run(s) | val "
           f"{val.mean():.4f} | epochs {min(epochs)}-{max(epochs)} | compile {compile_s:.2f}s | "
           f"train {train_s:.2f}s ({1e3 * train_s / max(epochs):.2f} ms/epoch)")
+    if hint:
+        print(hint)
     if args.json is not None:
         _write_json(args.json, {
             **_base_report(args, prepared),
@@ -819,6 +1023,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_evaluate(args) if args.command == "evaluate" else cmd_predict(args)
         if args.command == "partition":
             return cmd_partition(args)
+        if args.command == "info":
+            return cmd_info(args)
+        if args.command == "plot":
+            return cmd_plot(args)
         return cmd_datasets(args)
     except ValueError as exc:
         from jaxgcn.train import TrainingDiverged

@@ -81,6 +81,9 @@ def gcn(config: GCNConfig = GCNConfig()) -> Model:
     Params are ``{"layer_0": {"w", "b", ["w_res"], ["ln"]}, ..., "layer_{L-1}": {"w", "b"}}``;
     ``w_res`` (residual projection) exists in the first layer, whose input may be sparse, and where
     widths differ.
+    ``apply(..., embed=True)`` returns the input of the last layer (the last hidden representation,
+    [n_nodes, hidden]) instead of the logits.
+
     ``apply(..., aggregated=A_x)`` takes ``Â · x`` precomputed (:func:`aggregate_input`) for the
     first layer of an ``aggregate_first`` model when dropout leaves ``x`` unchanged (evaluation).
     Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]``; the last
@@ -121,7 +124,7 @@ def gcn(config: GCNConfig = GCNConfig()) -> Model:
         return params
 
     def apply(params: Params, graph: Graph, x: Features, *, key: jax.Array | None = None,
-              train: bool = False, aggregated: jax.Array | None = None) -> jax.Array:
+              train: bool = False, aggregated: jax.Array | None = None, embed: bool = False) -> jax.Array:
         keys = [None] * config.layers
         if train and config.dropout > 0.0:
             if key is None:
@@ -129,6 +132,8 @@ def gcn(config: GCNConfig = GCNConfig()) -> Model:
             keys = list(jax.random.split(key, config.layers))
         h = x
         for i in range(config.layers):
+            if embed and i == config.layers - 1:
+                return h  # the last hidden representation (the node embeddings a plot shows)
             layer = params[f"layer_{i}"]
             h_in = dropout(keys[i], h, config.dropout, train=train, rng=config.dropout_rng)
             if i == 0 and config.aggregate_first and not is_sparse(h_in):

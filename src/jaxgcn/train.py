@@ -330,6 +330,7 @@ def fit(
     checkpoint_every: int | None = None,
     on_checkpoint: Callable[[RunState], None] | None = None,
     resume: Callable[[RunState], RunState] | None = None,
+    progress: Any = None,
 ) -> FitResult:
     """Train one GCN; print ``Epoch  20 | loss ... | train ... | val ...`` every ``log_every`` epochs.
 
@@ -338,11 +339,18 @@ def fit(
     returns a saved state to continue from instead of a fresh one. The epochs are the same
     compiled computation whatever the chunking, so a resumed run equals an uninterrupted one.
 
+    ``progress`` (a :class:`jaxgcn.progress.Progress`) receives the compile phase and the history
+    after every chunk of ``log_every`` epochs (bar, plain lines, ``--log`` JSON lines).
+
     Raises:
         TrainingDiverged: the loss became NaN/inf; the message names the likely causes.
     """
     key = jax.random.key(0) if key is None else key
+    if progress is not None:
+        progress.compiling()
     compiled = compile_runner(model_config, config, data, n_classes)
+    if progress is not None:
+        progress.compiled(compiled.compile_seconds)
     start = time.perf_counter()
     state = compiled.init(key, data)
     if resume is not None:
@@ -355,6 +363,8 @@ def fit(
         epoch, reason = int(state.epoch), int(state.reason)
         if log is not None and log_every > 0:
             shown = _log_progress(state.history, shown, epoch, log_every, log)
+        if progress is not None:
+            progress.epochs(epoch, state.history, time.perf_counter() - start)
         if on_checkpoint is not None and reason == RUNNING:
             on_checkpoint(state)
         if reason != RUNNING:
@@ -392,6 +402,29 @@ def row_sums_of(graph: Any) -> np.ndarray:
 
 def divergence_message(data: TrainData, config: TrainConfig, epoch: int) -> str:
     """Explain a NaN/inf loss from what the run can see: lr, feature scale, adjacency scale."""
+    return f"training diverged: the loss became NaN/inf at epoch {epoch}; likely cause: " + likely_causes(data, config)
+
+
+def divergence_hint(losses: np.ndarray, data: TrainData, config: TrainConfig, factor: float = 10.0) -> str | None:
+    """A hint when training blew up without a NaN (Adam's bounded steps usually prevent one): the
+    training loss rose above ``factor`` times its first value. ``losses``: [epochs] or [runs, epochs].
+
+    >>> divergence_hint(np.array([2.0, 1.5, 1.2]), None, None) is None
+    True
+    """
+    losses = np.atleast_2d(np.asarray(losses, np.float64))
+    first, worst = losses[:, 0], np.nanmax(np.where(np.isfinite(losses), losses, np.nan), axis=1)
+    bad = np.flatnonzero(worst > factor * np.maximum(first, 1e-6))
+    if bad.size == 0:
+        return None
+    r = int(bad[0])
+    runs = f" (in {bad.size} of {losses.shape[0]} runs)" if losses.shape[0] > 1 else ""
+    return (f"hint: the training loss rose from {first[r]:.3g} to {worst[r]:.3g}{runs}: training diverged; likely "
+            "cause: " + likely_causes(data, config))
+
+
+def likely_causes(data: TrainData, config: TrainConfig) -> str:
+    """The causes of a diverging run that its settings and data show (lr, feature and adjacency scale)."""
     x = data.x.data if hasattr(data.x, "data") and not isinstance(data.x, jax.Array) else data.x
     feature_scale = float(jnp.max(jnp.abs(x))) if x.size else 0.0
     graph = data.graph
@@ -407,4 +440,4 @@ def divergence_message(data: TrainData, config: TrainConfig, epoch: int) -> str:
                       "use --norm sym)")
     if not causes:
         causes.append(f"learning rate {config.lr:g} too large for this data, or extreme input values")
-    return f"training diverged: the loss became NaN/inf at epoch {epoch}; likely cause: " + "; ".join(causes)
+    return "; ".join(causes)

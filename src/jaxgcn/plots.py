@@ -1,0 +1,200 @@
+"""PNG figures of a run (matplotlib, headless ``Agg`` backend; ``pip install 'jaxgcn[plot]'``).
+
+- :func:`training_curves`: loss and accuracies against epoch from a ``--log`` file, the
+  early-stopping epoch marked, mean ± one standard deviation over runs when there are several;
+- :func:`embeddings`: the learned node embeddings (the last hidden layer) in 2-D, PCA by default
+  or t-SNE with scikit-learn installed, coloured by class — the classic GCN picture;
+- :func:`sweep_heatmap`: mean validation accuracy over two hyperparameters of a sweep JSON.
+
+Every figure is written atomically (a temporary file renamed into place) at a fixed pixel size
+(``size`` inches × 100 dpi).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DPI = 100
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise ValueError("plots need matplotlib: pip install 'jaxgcn[plot]' (or pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, out: str | os.PathLike) -> Path:
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}.png")
+    fig.savefig(tmp, dpi=DPI, format="png")
+    os.replace(tmp, out)
+    return out
+
+
+def read_log(path: str | os.PathLike) -> dict[int, dict[str, np.ndarray]]:
+    """A ``--log`` JSON-lines file -> {run: {"epoch", "loss", "train_acc", "val_loss", "val_acc"
+    [, "stopped_early_at"]}} (arrays). A later block of lines for the same run (a second training appended to the file) replaces it."""
+    runs: dict[int, list[dict[str, Any]]] = {}
+    stops: dict[int, int] = {}
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                if "stopped_early_at" in rec:
+                    stops[int(rec["run"])] = int(rec["stopped_early_at"])
+                    continue
+                run, epoch = int(rec["run"]), int(rec["epoch"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                raise ValueError(f"{path}, line {number}: not a jaxgcn --log record ({line.strip()[:60]!r}); "
+                                 "give the file written by `jaxgcn train --log FILE`") from None
+            rows = runs.setdefault(run, [])
+            if rows and epoch <= rows[-1]["epoch"]:
+                rows.clear()  # a new training appended to the same file
+                stops.pop(run, None)
+            rows.append(rec)
+    if not runs:
+        raise ValueError(f"{path}: no records; train with --log {path} first")
+    keys = ("epoch", "loss", "train_acc", "val_loss", "val_acc")
+    out = {run: {k: np.array([np.nan if r.get(k) is None else r[k] for r in rows], np.float64) for k in keys}
+           for run, rows in sorted(runs.items())}
+    for run, epoch in stops.items():
+        if run in out:
+            out[run]["stopped_early_at"] = np.array([epoch])
+    return out
+
+
+def training_curves(runs: dict[int, dict[str, np.ndarray]], out: str | os.PathLike, *,
+                    title: str = "training curves", size: tuple[float, float] = (10, 4)) -> Path:
+    """Loss (left) and accuracy (right) against epoch; mean ± std band over runs; a dashed line at
+    the early-stopping epoch (the mean over the runs that stopped early, their range in the legend)."""
+    import warnings
+
+    plt = _pyplot()
+    epochs = np.unique(np.concatenate([r["epoch"] for r in runs.values()]))
+    stops = [int(r["stopped_early_at"][0]) for r in runs.values() if "stopped_early_at" in r]
+
+    def stacked(key: str) -> np.ndarray:
+        table = np.full((len(runs), epochs.size), np.nan)
+        for i, r in enumerate(runs.values()):
+            table[i, np.searchsorted(epochs, r["epoch"])] = r[key]
+        return table
+
+    fig, axes = plt.subplots(1, 2, figsize=size)
+    for ax, pairs, label in ((axes[0], (("loss", "train loss"), ("val_loss", "val loss")), "cross-entropy"),
+                             (axes[1], (("train_acc", "train accuracy"), ("val_acc", "val accuracy")), "accuracy")):
+        for key, name in pairs:
+            with warnings.catch_warnings():  # epochs where every run had stopped are all-NaN columns
+                warnings.simplefilter("ignore", RuntimeWarning)
+                table = stacked(key)
+                mean, std = np.nanmean(table, 0), np.nanstd(table, 0)
+            line, = ax.plot(epochs, mean, label=name + (f" (mean of {len(runs)})" if len(runs) > 1 else ""))
+            if len(runs) > 1:
+                ax.fill_between(epochs, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        if stops:
+            where = f"epoch {stops[0]}" if len(set(stops)) == 1 else f"epochs {min(stops)}-{max(stops)}"
+            ax.axvline(float(np.mean(stops)), color="grey", linestyle="--", linewidth=1,
+                       label=f"early stopping ({len(stops)} of {len(runs)} runs, {where})" if len(runs) > 1
+                       else f"early stopping at {where}")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[1].set_ylim(0, 1.02)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = _save(fig, out)
+    plt.close(fig)
+    return path
+
+
+def project_2d(h: np.ndarray, method: str = "pca", seed: int = 0) -> np.ndarray:
+    """[n, d] -> [n, 2]: the top two principal components, or t-SNE (scikit-learn) for ``tsne``."""
+    h = np.asarray(h, np.float64)
+    if method == "pca":
+        centred = h - h.mean(0)
+        _, _, vt = np.linalg.svd(centred, full_matrices=False)
+        out = centred @ vt[:2].T
+        return np.pad(out, ((0, 0), (0, 2 - out.shape[1])))
+    if method == "tsne":
+        try:
+            from sklearn.manifold import TSNE
+        except ImportError:
+            raise ValueError("--method tsne needs scikit-learn (pip install scikit-learn); --method pca needs "
+                             "nothing more") from None
+        return TSNE(n_components=2, random_state=seed, init="pca").fit_transform(h)
+    raise ValueError(f"--method {method!r} must be pca or tsne")
+
+
+def embeddings(h: np.ndarray, labels: np.ndarray, out: str | os.PathLike, *, class_names: list[str] | None = None,
+               method: str = "pca", title: str = "node embeddings", size: tuple[float, float] = (7, 6)) -> Path:
+    """Scatter of the 2-D projection of the embeddings ``h`` [n, d], one colour per class
+    (``labels`` < 0: unlabelled, grey)."""
+    plt = _pyplot()
+    xy = project_2d(h, method)
+    labels = np.asarray(labels)
+    fig, ax = plt.subplots(figsize=size)
+    unl = labels < 0
+    if unl.any():
+        ax.scatter(xy[unl, 0], xy[unl, 1], s=3, c="lightgrey", label="unlabelled")
+    cmap = plt.get_cmap("tab10" if labels.max(initial=0) < 10 else "tab20")
+    for c in np.unique(labels[~unl]):
+        pick = labels == c
+        name = class_names[c] if class_names and c < len(class_names) else str(c)
+        ax.scatter(xy[pick, 0], xy[pick, 1], s=4, color=cmap(int(c) % cmap.N), label=name)
+    ax.set_xlabel(f"{method.upper()} 1")
+    ax.set_ylabel(f"{method.upper()} 2")
+    ax.set_title(title)
+    ax.legend(fontsize=7, markerscale=3, loc="best")
+    fig.tight_layout()
+    path = _save(fig, out)
+    plt.close(fig)
+    return path
+
+
+def sweep_heatmap(configurations: list[dict[str, Any]], x: str, y: str, out: str | os.PathLike, *,
+                  metric: str = "val_acc_mean", title: str | None = None,
+                  size: tuple[float, float] = (7, 5)) -> Path:
+    """Mean of ``metric`` over the sweep's configurations for each (``x``, ``y``) pair (the best over
+    the other hyperparameters), as an annotated heatmap."""
+    plt = _pyplot()
+    if not configurations:
+        raise ValueError("the sweep has no configurations")
+    for key in (x, y):
+        if key not in configurations[0]:
+            known = [k for k in configurations[0] if k in ("lr", "weight_decay", "dropout", "hidden", "layers")]
+            raise ValueError(f"--x/--y {key!r} is not a swept hyperparameter; choose from {known}")
+    xs = sorted({c[x] for c in configurations})
+    ys = sorted({c[y] for c in configurations})
+    grid = np.full((len(ys), len(xs)), np.nan)
+    for c in configurations:
+        i, j = ys.index(c[y]), xs.index(c[x])
+        grid[i, j] = c[metric] if np.isnan(grid[i, j]) else max(grid[i, j], c[metric])
+    fig, ax = plt.subplots(figsize=size)
+    im = ax.imshow(grid, cmap="viridis", origin="lower", aspect="auto")
+    ax.set_xticks(range(len(xs)), [f"{v:g}" for v in xs])
+    ax.set_yticks(range(len(ys)), [f"{v:g}" for v in ys])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            if np.isfinite(grid[i, j]):
+                ax.text(j, i, f"{grid[i, j]:.3f}", ha="center", va="center", fontsize=8,
+                        color="white" if grid[i, j] < np.nanmean(grid) else "black")
+    fig.colorbar(im, ax=ax, label=metric.replace("_", " "))
+    ax.set_title(title or f"{metric.replace('_', ' ')} by {x} and {y}")
+    fig.tight_layout()
+    path = _save(fig, out)
+    plt.close(fig)
+    return path

@@ -1,0 +1,204 @@
+"""What a training run shows and records while it runs.
+
+:class:`Progress` receives the events of :func:`jaxgcn.train.fit` and
+:func:`jaxgcn.batched.fit_batch` (``compiling()``, ``compiled(seconds)``, ``epochs(epoch,
+history, elapsed)``, ``done()``) and
+
+- on a terminal draws a tqdm bar with the current loss and validation accuracy (when tqdm is
+  installed; plain lines otherwise), off a terminal (CI, log files) prints a plain line every
+  ``every`` epochs, and prints nothing with ``quiet``; compiling is shown as its own phase;
+- writes one JSON line per logged epoch and run to ``log_file`` (``--log``): ``run``, ``seed``,
+  ``epoch``, ``loss``, ``train_acc``, ``val_loss``, ``val_acc``, ``elapsed`` (seconds since the
+  first epoch started, measured when the chunk that ended at that epoch returned);
+- writes TensorBoard scalars to ``tensorboard`` (``--tensorboard DIR``) when tensorboardX is
+  installed, one sub-directory per run.
+
+A history here is ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [epochs] arrays, or [runs,
+epochs] for a batch (NaN where an epoch has not run).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import IO, Any
+
+import numpy as np
+
+KEYS = ("loss", "train_acc", "val_loss", "val_acc")
+
+
+def tqdm_available() -> bool:
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _clean(value: float) -> float | None:
+    return None if not math.isfinite(value) else round(float(value), 6)
+
+
+class Progress:
+    """Progress display plus the metrics log of one or several runs (see the module docstring).
+
+    Args:
+        total: epochs of the run (the bar's length).
+        every: plain-line and log period in epochs.
+        quiet: no display (the log files are still written).
+        stream: where the display goes (default stdout).
+        tty: draw a bar (default: ``stream.isatty()`` and tqdm installed).
+        log_file: JSON-lines path (opened for appending; ``None``: no log).
+        tensorboard: directory for TensorBoard event files (``None``: none).
+        seeds: the seed of each run (for the log records).
+        say: where phase and notice lines go (default: print to ``stream`` unless quiet).
+    """
+
+    def __init__(self, total: int, *, every: int = 20, quiet: bool = False, stream: IO[str] | None = None,
+                 tty: bool | None = None, log_file: str | os.PathLike | None = None,
+                 tensorboard: str | os.PathLike | None = None, seeds: list[int] | None = None,
+                 desc: str = "training") -> None:
+        self.total, self.every, self.quiet = total, max(1, every), quiet
+        self.stream = stream if stream is not None else sys.stdout
+        isatty = getattr(self.stream, "isatty", lambda: False)()
+        self.tty = (isatty if tty is None else tty) and tqdm_available() and not quiet
+        self.seeds = seeds or [0]
+        self.desc = desc
+        self.logged: dict[int, int] = {}  # run -> last epoch written
+        self.shown = 0
+        self.bar: Any = None
+        self.log = open(log_file, "a") if log_file is not None else None
+        self.writers: list[Any] | None = None
+        self.tensorboard = tensorboard
+        self.compile_start = 0.0
+        self.offset = 0
+        self.last_epoch: dict[int, int] = {}
+        if tensorboard is not None:
+            try:
+                from tensorboardX import SummaryWriter
+            except ImportError:
+                self.say(f"--tensorboard {tensorboard}: tensorboardX is not installed (pip install tensorboardX); "
+                         "no event files are written (--log FILE keeps the same metrics as JSON lines)")
+            else:
+                self.writers = [SummaryWriter(os.path.join(os.fspath(tensorboard), f"run-{i}-seed-{s}"))
+                                for i, s in enumerate(self.seeds)]
+
+    def say(self, message: str) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(message, file=self.stream)
+        else:
+            print(message, file=self.stream, flush=True)
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def start_slice(self, offset: int, label: str) -> None:
+        """The next batch holds runs ``offset``, ``offset + 1``, ... (their epochs restart at 0)."""
+        self.offset, self.shown = offset, 0
+        if self.bar is not None:
+            self.bar.reset()
+            self.bar.set_description(label)
+        else:
+            self.say(label)
+
+    def compiling(self) -> None:
+        self.compile_start = time.perf_counter()
+        if self.tty:
+            print("compiling…", end="\r", file=self.stream, flush=True)
+
+    def compiled(self, seconds: float) -> None:
+        if seconds > 0:
+            self.say(f"compiled in {seconds:.2f}s")
+        elif self.tty:
+            print(" " * 12, end="\r", file=self.stream, flush=True)
+        if self.tty and self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, desc=self.desc, unit="epoch", file=self.stream, leave=True,
+                            dynamic_ncols=True)
+
+    def epochs(self, epoch: int, history: dict[str, Any], elapsed: float) -> None:
+        """The runs have advanced to ``epoch`` (the largest epoch of any run)."""
+        rows = {k: np.atleast_2d(np.asarray(history[k], np.float64)) for k in KEYS}
+        self._write_log(rows, epoch, elapsed)
+        latest = {k: self._latest(rows[k], epoch) for k in KEYS}
+        running = int(np.sum(np.isfinite(rows["loss"][:, epoch - 1]))) if epoch >= 1 else 0
+        if self.bar is not None:
+            self.bar.update(epoch - self.bar.n)
+            post = {"loss": f"{latest['loss']:.4f}", "val": f"{latest['val_acc']:.4f}"}
+            if rows["loss"].shape[0] > 1:
+                post["runs"] = f"{running}/{rows['loss'].shape[0]}"
+            self.bar.set_postfix(post, refresh=True)
+        elif not self.quiet:
+            for e in range(self.shown + 1, epoch + 1):
+                if e % self.every == 0:
+                    i = e - 1
+                    if rows["loss"].shape[0] == 1:
+                        r = {k: rows[k][0, i] for k in KEYS}
+                        self.say(f"Epoch {e:3d} | loss {r['loss']:.4f} | train {r['train_acc']:.4f} "
+                                 f"| val {r['val_acc']:.4f}")
+                    else:
+                        val = rows["val_acc"][:, i]
+                        live = int(np.sum(np.isfinite(val)))
+                        mean = float(np.nanmean(val)) if live else float("nan")
+                        self.say(f"Epoch {e:3d} | runs training {live}/{len(val)} | val mean {mean:.4f}")
+        self.shown = epoch
+
+    def _seed(self, run: int) -> int:
+        return int(self.seeds[run]) if run < len(self.seeds) else run
+
+    def done(self) -> None:
+        """Close the bar and the files; the log gets one ``stopped_early_at`` line per run that ended
+        before the last epoch (what ``jaxgcn plot curves`` marks)."""
+        if self.log is not None:
+            for run, last in sorted(self.last_epoch.items()):
+                if last < self.total:
+                    self.log.write(json.dumps({"run": run, "seed": self._seed(run), "stopped_early_at": last}) + "\n")
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        for w in self.writers or []:
+            w.close()
+        self.writers = None
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _latest(values: np.ndarray, epoch: int) -> float:
+        col = values[:, max(epoch - 1, 0)]
+        col = col[np.isfinite(col)]
+        return float(col.mean()) if col.size else float("nan")
+
+    def _write_log(self, rows: dict[str, np.ndarray], epoch: int, elapsed: float) -> None:
+        if self.log is None and self.writers is None:
+            return
+        for local in range(rows["loss"].shape[0]):
+            run = self.offset + local
+            start = self.logged.get(run, 0)
+            for e in range(start + 1, epoch + 1):
+                i = e - 1
+                if not np.isfinite(rows["loss"][local, i]):
+                    continue  # this run had stopped
+                last = e == epoch or not np.isfinite(rows["loss"][local, min(i + 1, epoch - 1)])
+                if e % self.every and not last:
+                    continue
+                self.last_epoch[run] = e
+                record = {"run": run, "seed": self._seed(run), "epoch": e,
+                          **{k: _clean(rows[k][local, i]) for k in KEYS}, "elapsed": round(elapsed, 4)}
+                if self.log is not None:
+                    self.log.write(json.dumps(record) + "\n")
+                if self.writers is not None and run < len(self.writers):
+                    for k in KEYS:
+                        if record[k] is not None:
+                            self.writers[run].add_scalar(k, record[k], e)
+            self.logged[run] = epoch
+        if self.log is not None:
+            self.log.flush()

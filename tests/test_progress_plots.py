@@ -1,0 +1,255 @@
+"""What users see: progress display, the --log metrics file, plots, --debug, hints and `jaxgcn info`."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import struct
+
+import numpy as np
+import pytest
+
+from jaxgcn.cli import main
+from jaxgcn.progress import Progress
+
+SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
+         "--no-compile-cache"]
+
+
+def run_main(argv):
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def png_size(path):
+    """(width, height) from a PNG's IHDR chunk; raises if the file is not a PNG."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def history(n_epochs, stop=None, runs=1):
+    h = {k: np.full((runs, n_epochs), np.nan) for k in ("loss", "train_acc", "val_loss", "val_acc")}
+    for r in range(runs):
+        end = n_epochs if stop is None else stop[r]
+        for k, base in (("loss", 2.0), ("train_acc", 0.5), ("val_loss", 2.5), ("val_acc", 0.4)):
+            h[k][r, :end] = base + 0.001 * np.arange(end)
+    return h
+
+
+# --- progress ------------------------------------------------------------------------------------
+
+
+def test_plain_lines_off_a_terminal_and_nothing_when_quiet():
+    out = io.StringIO()
+    p = Progress(60, every=20, stream=out, tty=False)
+    p.compiling()
+    p.compiled(1.234)
+    p.epochs(40, history(60), 0.5)
+    p.epochs(60, history(60), 1.0)
+    p.done()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "compiled in 1.23s"  # compiling is its own phase
+    assert [line.split(" |")[0] for line in lines[1:]] == ["Epoch  20", "Epoch  40", "Epoch  60"]
+    assert lines[1] == "Epoch  20 | loss 2.0190 | train 0.5190 | val 0.4190"
+    quiet = io.StringIO()
+    q = Progress(60, every=20, stream=quiet, tty=False, quiet=True)
+    q.compiled(1.0)
+    q.epochs(60, history(60), 1.0)
+    q.done()
+    assert quiet.getvalue() == ""
+
+
+def test_a_terminal_gets_a_bar_with_loss_and_validation_accuracy():
+    out = io.StringIO()
+    p = Progress(60, every=20, stream=out, tty=True)
+    p.compiling()
+    p.compiled(0.5)
+    for epoch in (20, 40, 60):
+        p.epochs(epoch, history(60), epoch / 60)
+    p.done()
+    text = out.getvalue()
+    assert text.startswith("compiling…\r")
+    assert "60/60" in text and "loss=2.0590" in text and "val=0.4590" in text
+    assert "\r" in text and "Epoch  20 |" not in text  # the bar replaces the plain lines
+
+
+def test_log_writes_one_line_per_logged_epoch_and_run_and_marks_early_stops(tmp_path):
+    log = tmp_path / "m.jsonl"
+    p = Progress(50, every=20, stream=io.StringIO(), tty=False, log_file=log, seeds=[7, 8])
+    p.epochs(20, history(50, stop=[33, 50], runs=2), 0.25)
+    p.epochs(40, history(50, stop=[33, 50], runs=2), 0.5)
+    p.epochs(50, history(50, stop=[33, 50], runs=2), 0.625)
+    p.done()
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    epochs = [(r["run"], r["epoch"]) for r in records if "epoch" in r]
+    # every 20th epoch, the epoch a run stopped at, and the last epoch
+    assert epochs == [(0, 20), (1, 20), (0, 33), (1, 40), (1, 50)]
+    r33 = records[2]
+    assert r33["seed"] == 7 and r33["loss"] == pytest.approx(2.032) and r33["elapsed"] == 0.5
+    assert set(r33) == {"run", "seed", "epoch", "loss", "train_acc", "val_loss", "val_acc", "elapsed"}
+    assert records[-1] == {"run": 0, "seed": 7, "stopped_early_at": 33}
+
+
+def test_cli_log_matches_the_run_and_its_json(tmp_path, capsys, standard_dtype_promotion):
+    log, out = tmp_path / "m.jsonl", tmp_path / "r.json"
+    args = [*SYNTH, "--epochs", "300", "--seeds", "3", "--log", str(log), "--json", str(out)]
+    assert run_main(args) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"^compiled in \d+\.\d\ds$", printed, re.M)
+    report = json.loads(out.read_text())
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    for run, (epochs, stopped) in enumerate(zip(report["epochs_run"], report["stopped_early"])):
+        mine = [r for r in records if r["run"] == run and "epoch" in r]
+        assert mine[-1]["epoch"] == epochs and all(r["seed"] == run for r in mine)
+        assert [r["epoch"] for r in mine[:-1]] == list(range(20, epochs, 20))
+        assert np.all(np.diff([r["elapsed"] for r in mine]) >= 0)
+        marks = [r["stopped_early_at"] for r in records if r.get("run") == run and "stopped_early_at" in r]
+        assert marks == ([epochs] if stopped else [])
+        assert mine[-1]["val_acc"] == pytest.approx(report["runs"][run]["val_acc"], abs=1e-6)
+    assert any(report["stopped_early"])  # Kipf's rule fires within 300 epochs here
+
+
+def test_tensorboard_without_tensorboardx_says_so_and_trains(tmp_path, capsys, standard_dtype_promotion):
+    pytest.importorskip("tqdm")
+    try:
+        import tensorboardX  # noqa: F401
+        have = True
+    except ImportError:
+        have = False
+    assert run_main([*SYNTH, "--epochs", "20", "--tensorboard", str(tmp_path / "tb")]) == 0
+    printed = capsys.readouterr().out
+    if have:
+        assert any((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    else:
+        assert "tensorboardX is not installed (pip install tensorboardX); no event files are written" in printed
+        assert "test accuracy" in printed
+
+
+# --- hints and diagnostics -----------------------------------------------------------------------------
+
+
+def test_lr_100_on_unnormalized_features_names_the_learning_rate(capsys, standard_dtype_promotion):
+    # Adam's bounded steps keep the loss finite, but it explodes (~2 -> ~6e4): the run says why
+    args = ["train", "--dataset", "cora", "--lr", "100", "--feature-norm", "none", "--quiet", "--no-compile-cache"]
+    assert run_main(args) == 0
+    hint = [line for line in capsys.readouterr().out.splitlines() if line.startswith("hint:")]
+    assert len(hint) == 1 and "training diverged" in hint[0], hint
+    assert "the learning rate 100 is large (try --lr 0.01)" in hint[0]
+    assert "features are unnormalized" not in hint[0]  # Cora's raw features are 0/1: not the cause
+    # a NaN ends the run with an error naming the learning rate too (exit status 1)
+    nan = [*SYNTH, "--lr", "1e20", "--norm", "none", "--feature-norm", "none", "--epochs", "50", "--quiet"]
+    assert run_main(nan) == 1
+    err = capsys.readouterr().err
+    assert "loss became NaN/inf" in err and "the learning rate 1e+20 is large" in err
+
+
+def test_overfitting_prints_a_hint(capsys, standard_dtype_promotion):
+    # 4 weak features, edges ignoring the classes, 128 hidden units and no regularization: the 80 train
+    # nodes are memorized (train 1.0) while validation stays near 0.46
+    args = ["train", "--dataset", "synthetic", "--nodes", "600", "--classes", "4", "--features", "4",
+            "--homophily", "0", "--hidden", "128", "--dropout", "0", "--weight-decay", "0", "--lr", "0.05",
+            "--early-stopping", "none", "--epochs", "400", "--no-compile-cache"]
+    assert run_main(args) == 0
+    hint = [line for line in capsys.readouterr().out.splitlines() if line.startswith("hint:")]
+    assert len(hint) == 1 and "the model overfits" in hint[0] and "--dropout" in hint[0]
+
+
+def test_no_hint_for_the_paper_run(capsys, standard_dtype_promotion):
+    assert run_main(["train", "--dataset", "cora", "--no-compile-cache"]) == 0
+    assert "hint:" not in capsys.readouterr().out
+
+
+def test_debug_checks_the_first_step_and_says_so(capsys, standard_dtype_promotion):
+    import jax
+
+    assert run_main([*SYNTH, "--epochs", "20", "--debug"]) == 0
+    out = capsys.readouterr().out
+    assert "debug: one training step ran with jax_debug_nans on and under checkify index/NaN/division checks" in out
+    assert not jax.config.jax_debug_nans  # restored for the compiled loop
+
+
+def test_info_prints_the_known_invariants_of_cora_and_citeseer(tmp_path, capsys):
+    assert run_main(["info", "--dataset", "cora", "--json", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cora: 2,708 nodes, 5,278 edges (undirected, without self-loops)")
+    assert "isolated nodes: 0" in out and "1,433 per node" in out and "training memory estimate" in out
+    stats = json.loads((tmp_path / "c.json").read_text())
+    assert stats["nodes"] == 2708 and stats["edges"] == 5278 and sum(stats["classes"].values()) == 2708
+    assert stats["split_sizes"] == {"train": 140, "val": 500, "test": 1000}
+    assert stats["degree"]["max"] == 168 and stats["feature_nonzeros"] == 49216
+    assert run_main(["info", "--dataset", "citeseer"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("citeseer: 3,327 nodes, 4,552 edges") and "isolated nodes: 48" in out
+
+
+# --- plots ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    pytest.importorskip("matplotlib")
+    import jax
+
+    d = tmp_path_factory.mktemp("trained")
+    with jax.numpy_dtype_promotion("standard"):
+        assert run_main(["train", "--dataset", "cora", "--seeds", "3", "--epochs", "300", "--log",
+                         str(d / "m.jsonl"), "--quiet", "--no-compile-cache"]) == 0
+        assert run_main(["train", "--dataset", "cora", "--save", str(d / "model"), "--quiet",
+                         "--no-compile-cache"]) == 0
+        assert run_main(["sweep", "--dataset", "cora", "--lr", "0.01,0.05", "--hidden", "8,16", "--epochs", "40",
+                         "--json", str(d / "sweep.json"), "--quiet", "--no-compile-cache"]) == 0
+    return d
+
+
+def test_curves_png(trained, tmp_path):
+    from jaxgcn.plots import read_log
+
+    out = tmp_path / "curves.png"
+    assert run_main(["plot", "curves", "--log", str(trained / "m.jsonl"), "--out", str(out)]) == 0
+    assert png_size(out) == (1000, 400) and out.stat().st_size > 20_000
+    runs = read_log(trained / "m.jsonl")
+    assert sorted(runs) == [0, 1, 2] and all("stopped_early_at" in r for r in runs.values())
+
+
+def test_embeddings_png(trained, tmp_path):
+    out = tmp_path / "emb.png"
+    assert run_main(["plot", "embeddings", "--checkpoint", str(trained / "model"), "--dataset", "cora",
+                     "--out", str(out)]) == 0
+    assert png_size(out) == (700, 600) and out.stat().st_size > 20_000
+
+
+def test_embedding_projection_keeps_the_classes_apart():
+    from jaxgcn.plots import project_2d
+
+    rng = np.random.default_rng(0)
+    h = np.concatenate([rng.normal(0, 0.1, (50, 16)), rng.normal(3, 0.1, (50, 16))])
+    xy = project_2d(h, "pca")
+    assert xy.shape == (100, 2)
+    assert abs(xy[:50, 0].mean() - xy[50:, 0].mean()) > 10 * xy[:50, 0].std()  # PC 1 separates them
+
+
+def test_sweep_heatmap_png(trained, tmp_path):
+    out = tmp_path / "sweep.png"
+    assert run_main(["plot", "sweep", "--sweep-json", str(trained / "sweep.json"), "--x", "lr", "--y", "hidden",
+                     "--out", str(out)]) == 0
+    assert png_size(out) == (700, 500) and out.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["plot", "curves"], "jaxgcn plot curves needs --log"),
+    (["plot", "sweep", "--sweep-json", "SWEEP", "--x", "momentum"], "'momentum' is not a swept hyperparameter"),
+    (["plot", "curves", "--log", "BAD"], r"bad.jsonl, line 1: not a jaxgcn --log record"),
+    (["plot", "curves", "--log", "MISSING"], r"no such file; write it with `jaxgcn train --log"),
+])
+def test_plot_errors_name_the_argument(tmp_path, capsys, trained, args, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("hello\n")
+    swap = {"SWEEP": str(trained / "sweep.json"), "BAD": str(bad), "MISSING": str(tmp_path / "none.jsonl")}
+    argv = [swap.get(a, a) for a in args] + ["--out", str(tmp_path / "x.png")]
+    assert run_main(argv) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "x.png").exists()
