@@ -299,8 +299,17 @@ def _load(args: argparse.Namespace, say: Any, on_device: bool = True):
         raise ValueError(f"--splits {args.splits} needs --split random (the public split is one split)")
     if args.save_split is not None and args.splits > 1:
         raise ValueError(f"--save-split writes one split; --splits {args.splits} draws several")
+    import time
+
+    start = time.perf_counter()
+    tty = sys.stdout.isatty() and not getattr(args, "quiet", False)
+    if tty:
+        print(f"reading {args.dataset if args.edges is None else args.edges}…", end="\r", flush=True)
     raw = _raw(args)
     n_nodes = raw.features.shape[0]
+    if tty:
+        print(f"preparing {n_nodes:,} nodes (cleaning, normalizing{', RCM' if n_nodes >= REORDER_MIN_NODES else ''})…",
+              end="\r", flush=True)
     reorder = "rcm" if args.reorder == "auto" and n_nodes >= REORDER_MIN_NODES else args.reorder
     prepared = prepare(raw, norm=args.norm, feature_norm=args.feature_norm,
                        symmetrize=not args.no_symmetrize, backend=args.backend,
@@ -319,7 +328,8 @@ def _load(args: argparse.Namespace, say: Any, on_device: bool = True):
     say(f"{info['dataset']}: {info['n_nodes']} nodes, {info['n_edges']} edges, {info['n_features']} "
         f"features, {info['n_classes']} classes | backend {prepared.backend}"
         + (f" | {info['edges_symmetrized']} one-way edges symmetrized" if info["edges_symmetrized"] else "")
-        + (f" | split {info['split']}" if "split" in info else ""))
+        + (f" | split {info['split']}" if "split" in info else "")
+        + f" | read and prepared in {time.perf_counter() - start:.2f}s" + (" " * 20 if tty else ""))
     return prepared
 
 
@@ -767,8 +777,17 @@ def _train_sharded(args: argparse.Namespace, say: Any) -> int:
     say(f"memory estimate per device {est.describe()}; host {available_bytes() / 2**30:.1f} GiB available")
     if not args.dataset.startswith(PARTITIONED):
         sharded = distributed.shard_data(data, mesh, exchange=exchange)
-    res = distributed.fit_sharded(sharded, prepared.n_classes, model_config=model_config, config=train_config,
-                                  key=jax.random.key(args.seed), log_every=args.log_every, log=say)
+    from jaxgcn.progress import Progress
+
+    progress = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet or not writer,
+                        log_file=args.log if writer else None, tensorboard=args.tensorboard if writer else None,
+                        seeds=[args.seed])
+    try:
+        res = distributed.fit_sharded(sharded, prepared.n_classes, model_config=model_config, config=train_config,
+                                      key=jax.random.key(args.seed), log_every=args.log_every, log=None,
+                                      progress=progress)
+    finally:
+        progress.done()
     m = res.metrics
     if writer and args.save is not None:
         from jaxgcn import checkpoint
@@ -886,9 +905,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                  "combine": lambda local: multihost_utils.process_allgather(local).sum(axis=0)}
         say(f"process {jax.process_index()} of {jax.process_count()}: 1 in {jax.process_count()} runs of each "
             f"group, on {len(jax.local_devices())} local device(s); the results are combined")
-    rows = run_grid(prepared.data, prepared.n_classes, grid, seeds, n_splits=args.splits,
-                    model_config=model_config, config=train_config, memory_budget=args.memory_budget, log=say,
-                    **share)
+    from jaxgcn.progress import Progress
+
+    # a bar per group on a terminal; off a terminal the one-line-per-group log is the progress
+    bar = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet or not _is_writer(),
+                   desc="sweep") if sys.stdout.isatty() else None
+    try:
+        rows = run_grid(prepared.data, prepared.n_classes, grid, seeds, n_splits=args.splits,
+                        model_config=model_config, config=train_config, memory_budget=args.memory_budget, log=say,
+                        progress=bar, **share)
+    finally:
+        if bar is not None:
+            bar.done()
     if not _is_writer():
         return 0
     print(format_table(rows))

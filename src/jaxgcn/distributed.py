@@ -373,7 +373,7 @@ def shard_data(data: Any, mesh: jax.sharding.Mesh, *, exchange: str = "all_gathe
 
 
 def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: Any, config: Any, key: jax.Array,
-                log_every: int = 20, log: Callable[[str], None] | None = print) -> Any:
+                log_every: int = 20, log: Callable[[str], None] | None = print, progress: Any = None) -> Any:
     """Train full-batch with the graph's rows sharded over ``sharded.mesh`` (every process of a
     ``jax.distributed`` job calls this with the same arguments). The epochs run in compiled chunks
     of ``log_every`` with the single-device early-stopping rules. Returns a
@@ -383,11 +383,15 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: Any, conf
     data = sharded.data
     runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh)
     start = time.perf_counter()
+    if progress is not None:
+        progress.compiling()
     init = jax.jit(runner.init).lower(key, None).compile()
     state = init(key, None)
     run_until = jax.jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0)).compile()
     evaluate = jax.jit(runner.evaluate).lower(state.params, data).compile()
     compile_seconds = time.perf_counter() - start
+    if progress is not None:
+        progress.compiled(compile_seconds)
     start, shown = time.perf_counter(), 0
     while True:
         stop = min(int(state.epoch) + max(log_every, 1), config.epochs)
@@ -395,6 +399,8 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: Any, conf
         epoch, reason = int(state.epoch), int(state.reason)
         if log is not None and log_every > 0:
             shown = _log_progress(state.history, shown, epoch, log_every, log)
+        if progress is not None:
+            progress.epochs(epoch, jax.tree.map(np.asarray, state.history), time.perf_counter() - start)
         if reason != RUNNING:
             break
     if reason == DIVERGED:

@@ -119,8 +119,12 @@ class Progress:
         if self.tty and self.bar is None:
             from tqdm import tqdm
 
+            import shutil
+
+            # a sizeless pseudo-terminal reports 0 x 0, which makes tqdm draw nothing: fall back to 100 x 24
+            size = shutil.get_terminal_size((100, 24))
             self.bar = tqdm(total=self.total, desc=self.desc, unit="epoch", file=self.stream, leave=True,
-                            dynamic_ncols=True)
+                            ncols=min(max(size.columns, 60), 140), nrows=max(size.lines, 24), disable=False)
 
     def epochs(self, epoch: int, history: dict[str, Any], elapsed: float) -> None:
         """The runs have advanced to ``epoch`` (the largest epoch of any run)."""

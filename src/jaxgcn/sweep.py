@@ -90,6 +90,7 @@ def run_grid(
     process_index: int = 0,
     process_count: int = 1,
     combine: Callable[[np.ndarray], np.ndarray] | None = None,
+    progress: Any = None,
 ) -> list[Row]:
     """Run every configuration of ``grid`` for every seed and split; return rows sorted by mean
     validation accuracy (best first).
@@ -100,6 +101,7 @@ def run_grid(
     every ``process_count``-th run of each group on its own devices; ``combine`` sums the
     processes' [n_runs, 4] result arrays (each fills only its own rows), e.g. with
     ``multihost_utils.process_allgather(x).sum(0)``, so every process returns the whole table.
+    ``progress`` (a :class:`jaxgcn.progress.Progress`) shows each chunk's epochs.
     """
     configs = grid.configs()
     budget = memory_budget or available_bytes() // 2
@@ -124,7 +126,10 @@ def run_grid(
                 f"{budget / 2**30:.1f} GiB budget: running {-(-len(runs) // chunk)} chunks of <= {chunk} runs")
         for start in range(0, len(runs), chunk):
             part = runs[start:start + chunk]
-            result = fit_runs(data, n_classes, _spec(configs, part), model_config=group_config, config=config)
+            if progress is not None:
+                progress.start_slice(index[part[0]], f"group {g + 1}/{len(groups)}, {len(part)} runs")
+            result = fit_runs(data, n_classes, _spec(configs, part), model_config=group_config, config=config,
+                              log_every=progress.every if progress is not None else 0, progress=progress)
             for j, run in enumerate(part):
                 results[index[run]] = (result.metrics["val_acc"][j], result.metrics["test_acc"][j],
                                        result.epochs_run[j], 1.0)
