@@ -626,20 +626,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
                              f"({type(err).__name__})") from None
         path = plots.sweep_heatmap(configurations, args.x, args.y, args.out, title=args.title)
     else:
-        import dataclasses
-
         import jax
         import numpy as np
 
-        from jaxgcn.models import GCNConfig, gcn
-
         ck, prepared, _ = _load_for_checkpoint(args, need_split=False)
-        fields = {f.name for f in dataclasses.fields(GCNConfig)}
-        config = GCNConfig(**{k: v for k, v in ck.meta["model"].items()
-                              if k in fields and k not in ("backend", "chunk_edges")})
-        params = jax.tree.map(jax.numpy.asarray, ck.params)
-        h = jax.jit(lambda p, g, x: gcn(config).apply(p, g, x, embed=True))(params, prepared.data.graph,
-                                                                            prepared.data.x)
+        config, _ = _checkpoint_model(ck)
+        h = _logits(ck, prepared, embed=True)
         if not isinstance(h, jax.Array):  # a 1-layer model's "embedding" is its (sparse) input
             raise ValueError(f"checkpoint {args.checkpoint}: a {config.layers}-layer model has no hidden layer to plot")
         labels = np.asarray(prepared.data.labels)
@@ -959,18 +951,29 @@ def _load_for_checkpoint(args: argparse.Namespace, need_split: bool):
     return ck, prepared, raw.node_ids
 
 
-def _logits(ck: Any, prepared: Any) -> Any:
+def _checkpoint_model(ck: Any) -> tuple[Any, Any]:
+    """The saved model's config and params (device arrays)."""
     import dataclasses
 
     import jax
 
-    from jaxgcn.models import GCNConfig, gcn
+    from jaxgcn.models import GCNConfig
 
     fields = {f.name for f in dataclasses.fields(GCNConfig)}
     # the backend follows the graph as prepared here; chunking is a memory knob, not the model
     config = GCNConfig(**{k: v for k, v in ck.meta["model"].items() if k in fields and k not in ("backend", "chunk_edges")})
-    params = jax.tree.map(jax.numpy.asarray, ck.params)
-    return jax.jit(lambda p, g, x: gcn(config).apply(p, g, x))(params, prepared.data.graph, prepared.data.x)
+    return config, jax.tree.map(jax.numpy.asarray, ck.params)
+
+
+def _logits(ck: Any, prepared: Any, embed: bool = False) -> Any:
+    """The saved model's logits (or, with ``embed``, its last hidden layer) on the prepared graph."""
+    import jax
+
+    from jaxgcn.models import gcn
+
+    config, params = _checkpoint_model(ck)
+    return jax.jit(lambda p, g, x: gcn(config).apply(p, g, x, embed=embed))(params, prepared.data.graph,
+                                                                           prepared.data.x)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
