@@ -367,7 +367,7 @@ def test_partition_files_are_checked(tmp_path):
 def test_cli_sweep_shares_the_runs_between_two_processes(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
-    grid = ["--lr", "0.01,0.05", "--seeds", "2", "--epochs", "60"]
+    grid = ["--lr", "0.01,0.05", "--seeds", "2", "--epochs", "30"]
     port = _free_port()
     common = ["-m", "jaxgcn.cli", "sweep", "--dataset", "cora", *grid, "--distributed", "--coordinator",
               f"127.0.0.1:{port}", "--num-processes", "2", "--json", "two.json"]
