@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 import jaxgcn.csr as csr_mod
@@ -147,3 +149,98 @@ def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):
     expected = spmm(a, b)
     monkeypatch.setattr(csr_mod, "kernel_status", lambda: (False, "no kernel here"))
     np.testing.assert_allclose(csr_matmul(a, b), expected, atol=1e-5)  # falls back to XLA
+
+
+# --- every regime of the kernel, against SciPy (issue 12) --------------------------------------------
+# The kernel switches on row prefetching when b exceeds 256 KiB (kTileBytes) and cuts the rows into
+# chunks on the thread pool when (nnz + rows) * width >= 2**18; the gradient passes skip flags. Each
+# regime is checked with one value column (V = 1) and with R per-run value columns (V = R), against
+# SciPy and against R separate V = 1 calls.
+
+PREFETCH_BYTES, CHUNK_COST = 256 * 1024, 1 << 18
+
+
+def _kernel(a, vals, b, skip=None):
+    """The raw kernel call (``skip``: uint8 per row of b, 0 = all-zero row that is not read)."""
+    csr_mod.require_kernel()
+    return np.asarray(csr_mod._call(jnp.asarray(a.indptr, jnp.int32), jnp.asarray(a.indices, jnp.int32),
+                                    jnp.asarray(vals, jnp.float32), jnp.asarray(b, jnp.float32),
+                                    None if skip is None else jnp.asarray(skip, jnp.uint8)))
+
+
+def check_kernel_case(n, m, density, runs, h, skip_frac, seed):
+    """V = R and V = 1 products equal SciPy; rows flagged as skipped hold NaN and must not be read."""
+    rng = np.random.default_rng(seed)
+    a = sp.random(n, m, density=density, random_state=seed, format="csr", dtype=np.float64)
+    a.sort_indices()
+    width = runs * h
+    b = rng.standard_normal((m, width)).astype(np.float32)
+    skip = None
+    if skip_frac > 0:
+        skip = (rng.random(m) >= skip_frac).astype(np.uint8)
+        b[skip == 0] = np.nan  # read once and the output row turns NaN
+    b_read = np.where(skip[:, None] == 0, 0.0, b) if skip is not None else b
+    vals = (rng.standard_normal((a.nnz, runs)) * (rng.random((a.nnz, runs)) > 0.5)).astype(np.float32)
+    out = _kernel(a, vals, b, skip)
+    assert out.shape == (n, width) and np.all(np.isfinite(out))
+    separate = []
+    for r in range(runs):
+        a_r = sp.csr_matrix((vals[:, r].astype(np.float64), a.indices, a.indptr), shape=a.shape)
+        cols = slice(r * h, (r + 1) * h)
+        np.testing.assert_allclose(out[:, cols], a_r @ b_read[:, cols].astype(np.float64), rtol=1e-4, atol=1e-4)
+        separate.append(_kernel(a, vals[:, r:r + 1], np.ascontiguousarray(b[:, cols]), skip))
+    # the same sums in the same order: bit for bit (a run that read run 0's values would differ)
+    np.testing.assert_array_equal(out, np.concatenate(separate, axis=1))
+    shared = _kernel(a, a.data[:, None].astype(np.float32), b, skip)  # V = 1 over the whole width
+    np.testing.assert_allclose(shared, a @ b_read.astype(np.float64), rtol=1e-4, atol=1e-4)
+    return {"prefetch": m * width * 4 > PREFETCH_BYTES, "chunks": (a.nnz + n) * width >= CHUNK_COST}
+
+
+@pytest.mark.parametrize(("n", "m", "density", "runs", "h", "skip"), [
+    (40, 30, 0.2, 3, 5, 0.0),            # one chunk, b in cache
+    (40, 30, 0.2, 3, 5, 0.5),            # + skipped rows
+    (3000, 2000, 0.01, 4, 16, 0.0),      # prefetch + several chunks, width a multiple of 16
+    (3000, 2000, 0.01, 3, 13, 0.4),      # prefetch + chunks + skips, width not a multiple of 16
+    (20000, 50, 0.05, 2, 7, 0.3),        # many rows, small b in cache, several chunks
+    (300, 9000, 0.002, 5, 3, 0.0),       # prefetch, one chunk
+], ids=["small", "small-skip", "prefetch-chunks", "prefetch-chunks-skip-odd", "chunks-only", "prefetch-only"])
+def test_kernel_regimes_equal_scipy(n, m, density, runs, h, skip):
+    regime = check_kernel_case(n, m, density, runs, h, skip, seed=n + m)
+    expected = {"small": (False, False), "small-skip": (False, False)}
+    if n == 3000:
+        assert regime == {"prefetch": True, "chunks": True}
+    elif n == 20000:
+        assert regime == {"prefetch": False, "chunks": True}
+    elif n == 300:
+        assert regime == {"prefetch": True, "chunks": False}
+    else:
+        assert tuple(regime.values()) == expected["small"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 2500), m=st.integers(1, 2500), density=st.floats(0.0, 0.05), runs=st.integers(1, 5),
+       h=st.integers(1, 40), skip=st.sampled_from([0.0, 0.3, 0.9]), seed=st.integers(0, 2**16))
+def test_kernel_equals_scipy_over_random_shapes(n, m, density, runs, h, skip, seed):
+    check_kernel_case(n, m, density, runs, h, skip, seed)
+
+
+def test_kernel_entry_refuses_out_of_range_patterns():
+    """A pattern that bypassed host validation gets an error from the kernel, not a wild read."""
+    a = sp.csr_matrix(np.eye(4))
+    bad = sp.csr_matrix((a.data, a.indices.copy(), a.indptr), shape=a.shape)
+    bad.indices[2] = 1000
+    with pytest.raises(Exception, match=r"jaxgcn_spmm: a column index or row pointer is out of range"):
+        _kernel(bad, bad.data[:, None], np.ones((4, 2)))
+    bad.indices[2] = -3
+    with pytest.raises(Exception, match=r"out of range"):
+        _kernel(bad, bad.data[:, None], np.ones((4, 2)))
+    shuffled = sp.csr_matrix((a.data, a.indices, np.array([0, 2, 1, 3, 4])), shape=a.shape)
+    with pytest.raises(Exception, match=r"out of range"):
+        _kernel(shuffled, shuffled.data[:, None], np.ones((4, 2)))
+
+
+def test_host_conversion_refuses_out_of_range_indices():
+    bad = sp.csr_matrix((np.ones(2), np.array([0, 7]), np.array([0, 1, 2])), shape=(2, 3))
+    with pytest.raises(ValueError, match=r"sparse matrix of shape \(2, 3\) is malformed: column index 7 is out "
+                                         r"of range \[0, 3\)"):
+        csr_from_scipy(bad)

@@ -18,7 +18,6 @@ zero, so a padded run equals the unpadded model of its width.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -29,6 +28,7 @@ import optax
 
 from jax.experimental import sparse as jsparse
 
+from jaxgcn.compiler import jit
 from jaxgcn.csr import CSR, spmm
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.models import GCNConfig, aggregate_input, gcn
@@ -233,11 +233,10 @@ def init_params(config: GCNConfig, spec: RunSpec, n_features: int, n_classes: in
         raise ValueError(f"a run has hidden width {hidden.max()} > the padded width {config.hidden}")
     if config.layer_norm and np.any(hidden != config.hidden):
         raise ValueError("layer norm needs every run of a batch to have the same hidden width")
-    return _init_stacked(config, tuple(int(h) for h in hidden), n_features, n_classes,
-                         jnp.asarray(spec.seed, jnp.int32))
+    init = jit(_init_stacked, static_argnums=(0, 1, 2, 3))
+    return init(config, tuple(int(h) for h in hidden), n_features, n_classes, jnp.asarray(spec.seed, jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _init_stacked(config: GCNConfig, hidden: tuple[int, ...], n_features: int, n_classes: int,
                   seeds: jax.Array) -> Params:
     widths = np.asarray(hidden)
@@ -515,12 +514,12 @@ def _compile(model_config: GCNConfig, config: TrainConfig, params: Params, data:
     if key not in _COMPILED:
         runner = make_batch_runner(model_config, config)
         shardings = _state_shardings(jax.eval_shape(runner.init, params, seeds), mesh)
-        init = jax.jit(runner.init, out_shardings=shardings).lower(params, seeds).compile()
+        init = jit(runner.init, out_shardings=shardings).lower(params, seeds).compile()
         state = init(params, seeds)
-        run_until = jax.jit(runner.run_until, donate_argnums=0, out_shardings=shardings) \
+        run_until = jit(runner.run_until, donate_argnums=0, out_shardings=shardings) \
             .lower(state, data, runs, jnp.int32(0)).compile()
-        evaluate = jax.jit(runner.evaluate).lower(params, data, runs).compile()
-        final = jax.jit(runner.final_params).lower(state).compile()
+        evaluate = jit(runner.evaluate).lower(params, data, runs).compile()
+        final = jit(runner.final_params).lower(state).compile()
         _COMPILED[key] = (init, run_until, evaluate, final)
         return _COMPILED[key], state, time.perf_counter() - start
     compiled = _COMPILED[key]

@@ -70,6 +70,21 @@ class CSR(NamedTuple):
         return self.t_indptr is None
 
 
+def _check_pattern(csr: sp.csr_matrix) -> None:
+    """Refuse a CSR whose pointers or column indices are out of range (SciPy does not check a
+    matrix built from raw arrays; the kernel would read outside ``b``)."""
+    n_rows, n_cols = csr.shape
+    indptr, cols = csr.indptr, csr.indices
+    what = f"sparse matrix of shape {csr.shape} is malformed"
+    if indptr.shape[0] != n_rows + 1 or indptr[0] != 0 or indptr[-1] != cols.shape[0] or np.any(np.diff(indptr) < 0):
+        raise ValueError(f"{what}: its row pointers are not non-decreasing from 0 to {cols.shape[0]} "
+                         "(rebuild it with scipy.sparse.csr_matrix((data, (rows, cols)), shape=...))")
+    bad = np.flatnonzero((cols < 0) | (cols >= n_cols))
+    if bad.size:
+        raise ValueError(f"{what}: column index {int(cols[bad[0]])} is out of range [0, {n_cols}) "
+                         f"({bad.size} such entries); fix the column indices or the shape")
+
+
 def csr_from_scipy(matrix: Any, dtype: Any = np.float32, *, check_symmetric: bool = False) -> CSR:
     """Host-side :class:`CSR` (NumPy arrays) of a SciPy sparse matrix, duplicates summed.
 
@@ -80,11 +95,12 @@ def csr_from_scipy(matrix: Any, dtype: Any = np.float32, *, check_symmetric: boo
     ((2, 2), [1, 0], [1, 0])
     """
     csr = sp.csr_matrix(matrix, dtype=np.float64)
-    csr.sum_duplicates()
-    csr.sort_indices()
     if max(csr.shape) >= 2**31 or csr.nnz >= 2**31:
         raise ValueError(f"sparse matrix of shape {csr.shape} with {csr.nnz} entries overflows int32 indices; "
                          "split it (see the README's scale section)")
+    _check_pattern(csr)
+    csr.sum_duplicates()
+    csr.sort_indices()
     n_rows, n_cols = csr.shape
     data = csr.data.astype(dtype)
     if check_symmetric and n_rows == n_cols and (abs(csr - csr.T) > 1e-12 * max(1.0, abs(csr).max())).nnz == 0:

@@ -39,6 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from jaxgcn.csr import CSR, csr_from_scipy, csr_matmul
+from jaxgcn.compiler import jit
 from jaxgcn.graph import Graph
 
 AXIS = "nodes"
@@ -385,10 +386,10 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: Any, conf
     start = time.perf_counter()
     if progress is not None:
         progress.compiling()
-    init = jax.jit(runner.init).lower(key, None).compile()
+    init = jit(runner.init).lower(key, None).compile()
     state = init(key, None)
-    run_until = jax.jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0)).compile()
-    evaluate = jax.jit(runner.evaluate).lower(state.params, data).compile()
+    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0)).compile()
+    evaluate = jit(runner.evaluate).lower(state.params, data).compile()
     compile_seconds = time.perf_counter() - start
     if progress is not None:
         progress.compiled(compile_seconds)
@@ -419,7 +420,7 @@ def predict_sharded(sharded: ShardedData, model_config: Any, params: Any) -> np.
     every process: gathered with ``process_allgather`` in a multi-process job)."""
     from jaxgcn.models import gcn
 
-    logits = jax.jit(sharded_apply(gcn(model_config), sharded.mesh))(params, sharded.data.graph, sharded.data.x)
+    logits = jit(sharded_apply(gcn(model_config), sharded.mesh))(params, sharded.data.graph, sharded.data.x)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 

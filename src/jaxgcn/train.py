@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxgcn.compiler import jit
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features, Params
 from jaxgcn.models import GCNConfig, aggregate_input, gcn
@@ -286,11 +287,11 @@ def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData
     runner = make_runner(model_config, config, data.x.shape[1], n_classes)
     start = time.perf_counter()
     key = jax.random.key(0)
-    init = jax.jit(runner.init).lower(key, data).compile()
+    init = jit(runner.init).lower(key, data).compile()
     state = jax.eval_shape(runner.init, key, data)
-    run_until = jax.jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0)).compile()
-    evaluate = jax.jit(runner.evaluate).lower(state.params, data).compile()
-    final = jax.jit(runner.final_params).lower(state).compile()
+    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0)).compile()
+    evaluate = jit(runner.evaluate).lower(state.params, data).compile()
+    final = jit(runner.final_params).lower(state).compile()
     compiled = Compiled(init, run_until, evaluate, final, time.perf_counter() - start)
     _COMPILED[cache_key] = compiled
     return compiled

@@ -38,6 +38,8 @@ struct Work {
   int64_t tile;       // columns per tile (a multiple of H when V > 1)
   bool prefetch;      // b is too large for the cache: prefetch rows ahead
   int64_t nnz_end;    // indptr[n]
+  int64_t m;          // rows of b: every column index must lie in [0, m)
+  mutable std::atomic<bool> bad{false};  // set by a chunk that met an out-of-range index or pointer
   std::vector<int64_t> bounds;  // row chunk c covers rows [bounds[c], bounds[c + 1])
   int64_t n_tasks;    // (column tiles) x (row chunks)
   std::atomic<int64_t> next{0};
@@ -52,14 +54,25 @@ constexpr int64_t kTileBytes = 256 * 1024;  // half of a 512 KiB L2: b smaller t
 // Rows [lo, hi) of the output, columns [j0, j0 + jw).
 void RunRows(const Work& w, int64_t lo, int64_t hi, int64_t j0, int64_t jw) {
   const int64_t W = w.W, V = w.V, H = w.H;
+  const uint32_t m = static_cast<uint32_t>(w.m);
   for (int64_t i = lo; i < hi; ++i) {
     float* __restrict o = w.out + i * W + j0;
     std::memset(o, 0, sizeof(float) * jw);
-    const int32_t k_end = w.indptr[i + 1];
-    for (int32_t k = w.indptr[i]; k < k_end; ++k) {
+    const int32_t k_begin = w.indptr[i], k_end = w.indptr[i + 1];
+    // The host validates every pattern (jaxgcn.csr.csr_from_scipy); these checks keep a pattern
+    // that bypassed it from reading or writing out of bounds. Each is one well-predicted compare.
+    if (k_begin < 0 || k_end < k_begin || k_end > w.nnz_end) {
+      w.bad.store(true, std::memory_order_relaxed);
+      continue;
+    }
+    for (int32_t k = k_begin; k < k_end; ++k) {
+      if (static_cast<uint32_t>(w.cols[k]) >= m) {
+        w.bad.store(true, std::memory_order_relaxed);
+        break;
+      }
       if (w.skip != nullptr && w.skip[w.cols[k]] == 0) continue;  // a zero row adds nothing
       const float* __restrict src = w.b + static_cast<int64_t>(w.cols[k]) * W + j0;
-      if (w.prefetch && k + kPrefetch < w.nnz_end &&
+      if (w.prefetch && k + kPrefetch < w.nnz_end && static_cast<uint32_t>(w.cols[k + kPrefetch]) < m &&
           (w.skip == nullptr || w.skip[w.cols[k + kPrefetch]] != 0)) {
         // Rows of b are read in random order: ask for the row kPrefetch entries ahead now, so
         // several cache misses are in flight at once instead of one at a time.
@@ -128,7 +141,11 @@ ffi::Error SpmmImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buf
   w->H = W / V;
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   const int64_t nnz = w->indptr[n];
+  if (w->indptr[0] != 0 || nnz != vdims[0]) {
+    return ffi::Error::InvalidArgument("jaxgcn_spmm: indptr must start at 0 and end at the number of entries");
+  }
   w->nnz_end = nnz;
+  w->m = bdims[0];
   // Rows of a large b are prefetched ahead; a b that fits in L2 needs no help. (Column tiles that
   // keep a slice of a mid-sized b in L2 were measured slower: every tile re-reads the pattern.)
   w->tile = W;
@@ -158,6 +175,9 @@ ffi::Error SpmmImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buf
   Drain(w);
   std::unique_lock<std::mutex> lock(w->mu);
   w->cv.wait(lock, [&] { return w->done.load() == w->n_tasks; });
+  if (w->bad.load()) {
+    return ffi::Error::InvalidArgument("jaxgcn_spmm: a column index or row pointer is out of range");
+  }
   return ffi::Error::Success();
 }
 
