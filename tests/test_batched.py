@@ -413,3 +413,40 @@ def test_large_batches_run_in_slices_of_one_program(hard, kipf_batch):
     for leaf_a, leaf_b in zip(jax.tree.leaves(sliced.params), jax.tree.leaves(kipf_batch.params)):
         assert leaf_a.shape == leaf_b.shape
         np.testing.assert_allclose(np.asarray(leaf_a), np.asarray(leaf_b), **PARAM_TOL)
+
+
+# --- 5. training options through the whole batched loop, against single runs (issue 12) ------------
+
+# Each option the batched step re-implements on the run axis: per-run gradient clipping, L2 on every
+# layer, layer norm, residual projections, 3 layers, bias, and the aggregate-first first layer. Two
+# configurations train every one of them with Kipf stopping; each run must equal its single run in
+# epochs, accuracies, histories and params.
+OPTIONS = {
+    "clip_l2all_layernorm_residual_bias_3layers": (
+        GCNConfig(backend="csr", layers=3, layer_norm=True, residual=True, bias=True),
+        TrainConfig(epochs=40, lr=0.05, window=5, clip_norm=0.5, l2="all")),
+    "aggregate_first": (GCNConfig(backend="csr", aggregate_first=True), KIPF),
+}
+
+
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_training_options_batched_equal_single_runs(option, hard, single):
+    model_config, config = OPTIONS[option]
+    seeds = [0, 1]
+    res = batch(hard, make_specs(seeds, lr=config.lr), model_config=model_config, config=config)
+    for r, seed in enumerate(seeds):
+        assert_run_equals_fit(res, r, single(hard, model_config, config, seed))
+
+
+def test_a_diverging_run_is_named_like_the_single_run_reports_it(hard):
+    from jaxgcn.train import TrainingDiverged
+
+    # the first Adam step puts weights near 1e20, whose squares overflow float32 in the L2 term
+    config = TrainConfig(epochs=10, lr=1e20, early_stopping="none")
+    with standard(), pytest.raises(TrainingDiverged) as single_err:
+        fit(hard.data, hard.n_classes, model_config=MODEL, config=config, key=jax.random.key(1), log=None)
+    spec = concat_specs([make_specs([0], lr=0.01), make_specs([1], lr=1e20)])
+    with pytest.raises(TrainingDiverged, match=r"run\(s\) \[1\] \(seed 1, lr 1e\+20\)") as batch_err:
+        batch(hard, spec, config=config)
+    # the same epoch and causes as the single run's message
+    assert str(single_err.value) in str(batch_err.value)
