@@ -290,10 +290,6 @@ def test_kipf_rule_stops_when_val_loss_exceeds_the_window_mean(hard):
     assert fired.tolist() == [len(gaps) - 1]  # it fires at the last epoch and at no earlier one
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "optax 0.2.8 Adam's bias correction computes `1 - decay**count` (float ** int32), which the "
-    "project's strict dtype promotion rejects: fit() (and the CLI, which reports it as a usage "
-    "error) cannot train under jax_numpy_dtype_promotion='strict'"))
 def test_fit_runs_under_strict_dtype_promotion(hard):
     # A configuration used nowhere else, so no program compiled under standard promotion is reused.
     config = TrainConfig(epochs=3, window=7, early_stopping="none")

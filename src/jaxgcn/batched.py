@@ -42,6 +42,7 @@ from jaxgcn.train import (
     TrainData,
     _advance,
     masked_cross_entropy,
+    standard_promotion,
 )
 
 # Params in the stacked layout carry the run axis at position 1 ([in, runs, out] / [runs, out] for
@@ -318,7 +319,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
     """
     if model_config.dropout_rng != "hash":
         raise ValueError("batched runs need dropout_rng='hash' (per-run masks from one counter hash)")
-    adam = optax.scale_by_adam()
+    adam = standard_promotion(optax.scale_by_adam())
     keep_best = config.early_stopping == "patience"
 
     def masks(data: TrainData, runs: RunInputs) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -145,10 +145,28 @@ def l2_penalty(params: Params, scope: str = "first") -> jax.Array:
     return 0.5 * sum(terms, jnp.float32(0.0))
 
 
+def standard_promotion(opt: optax.GradientTransformation) -> optax.GradientTransformation:
+    """``opt`` with its ``init``/``update`` traced under standard dtype promotion.
+
+    optax 0.2.8's Adam computes its bias correction as ``1 - decay**count`` (a Python float to the
+    power of an int32 array), which ``jax_numpy_dtype_promotion="strict"`` rejects. The rest of the
+    engine is strict-clean, so only the optimizer's own arithmetic gets the standard rules.
+    """
+    def init(params: Params) -> Any:
+        with jax.numpy_dtype_promotion("standard"):
+            return opt.init(params)
+
+    def update(updates: Params, state: Any, params: Params | None = None) -> tuple[Params, Any]:
+        with jax.numpy_dtype_promotion("standard"):
+            return opt.update(updates, state, params)
+    return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     """Adam with the configured learning rate, after optional global-norm clipping."""
     adam = optax.adam(config.lr)
-    return optax.chain(optax.clip_by_global_norm(config.clip_norm), adam) if config.clip_norm else adam
+    return standard_promotion(optax.chain(optax.clip_by_global_norm(config.clip_norm), adam)
+                              if config.clip_norm else adam)
 
 
 class Evaluation(NamedTuple):
