@@ -35,13 +35,12 @@ struct Work {
   const uint8_t* skip;  // optional [m]: 0 marks an all-zero row of b, which is not read
   float* out;
   int64_t V, W, H;
-  int64_t tile;       // columns per tile (a multiple of H when V > 1)
   bool prefetch;      // b is too large for the cache: prefetch rows ahead
   int64_t nnz_end;    // indptr[n]
   int64_t m;          // rows of b: every column index must lie in [0, m)
   mutable std::atomic<bool> bad{false};  // set by a chunk that met an out-of-range index or pointer
   std::vector<int64_t> bounds;  // row chunk c covers rows [bounds[c], bounds[c + 1])
-  int64_t n_tasks;    // (column tiles) x (row chunks)
+  int64_t n_tasks;    // row chunks
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
   std::mutex mu;
@@ -51,13 +50,13 @@ struct Work {
 constexpr int32_t kPrefetch = 16;
 constexpr int64_t kTileBytes = 256 * 1024;  // half of a 512 KiB L2: b smaller than this stays cached
 
-// Rows [lo, hi) of the output, columns [j0, j0 + jw).
-void RunRows(const Work& w, int64_t lo, int64_t hi, int64_t j0, int64_t jw) {
+// Rows [lo, hi) of the output.
+void RunRows(const Work& w, int64_t lo, int64_t hi) {
   const int64_t W = w.W, V = w.V, H = w.H;
   const uint32_t m = static_cast<uint32_t>(w.m);
   for (int64_t i = lo; i < hi; ++i) {
-    float* __restrict o = w.out + i * W + j0;
-    std::memset(o, 0, sizeof(float) * jw);
+    float* __restrict o = w.out + i * W;
+    std::memset(o, 0, sizeof(float) * W);
     const int32_t k_begin = w.indptr[i], k_end = w.indptr[i + 1];
     // The host validates every pattern (jaxgcn.csr.csr_from_scipy); these checks keep a pattern
     // that bypassed it from reading or writing out of bounds. Each is one well-predicted compare.
@@ -71,21 +70,21 @@ void RunRows(const Work& w, int64_t lo, int64_t hi, int64_t j0, int64_t jw) {
         break;
       }
       if (w.skip != nullptr && w.skip[w.cols[k]] == 0) continue;  // a zero row adds nothing
-      const float* __restrict src = w.b + static_cast<int64_t>(w.cols[k]) * W + j0;
+      const float* __restrict src = w.b + static_cast<int64_t>(w.cols[k]) * W;
       if (w.prefetch && k + kPrefetch < w.nnz_end && static_cast<uint32_t>(w.cols[k + kPrefetch]) < m &&
           (w.skip == nullptr || w.skip[w.cols[k + kPrefetch]] != 0)) {
         // Rows of b are read in random order: ask for the row kPrefetch entries ahead now, so
         // several cache misses are in flight at once instead of one at a time.
-        const char* ahead = reinterpret_cast<const char*>(w.b + static_cast<int64_t>(w.cols[k + kPrefetch]) * W + j0);
-        for (int64_t byte = 0; byte < jw * 4; byte += 64) __builtin_prefetch(ahead + byte);
+        const char* ahead = reinterpret_cast<const char*>(w.b + static_cast<int64_t>(w.cols[k + kPrefetch]) * W);
+        for (int64_t byte = 0; byte < W * 4; byte += 64) __builtin_prefetch(ahead + byte);
       }
       if (V == 1) {
         const float v = w.vals[k];
-        for (int64_t j = 0; j < jw; ++j) o[j] += v * src[j];
+        for (int64_t j = 0; j < W; ++j) o[j] += v * src[j];
       } else {
         // No branch on dropped (zero) values: with dropout ~50% it would mispredict half the time.
-        const float* vk = w.vals + static_cast<int64_t>(k) * V + j0 / H;
-        for (int64_t r = 0; r < jw / H; ++r) {
+        const float* vk = w.vals + static_cast<int64_t>(k) * V;
+        for (int64_t r = 0; r < V; ++r) {
           const float v = vk[r];
           float* __restrict orr = o + r * H;
           const float* __restrict sr = src + r * H;
@@ -98,12 +97,10 @@ void RunRows(const Work& w, int64_t lo, int64_t hi, int64_t j0, int64_t jw) {
 
 // Takes tasks until none are left; returns after marking each one done.
 void Drain(const std::shared_ptr<Work>& w) {
-  const int64_t n_chunks = static_cast<int64_t>(w->bounds.size()) - 1;
   for (;;) {
     const int64_t t = w->next.fetch_add(1);
     if (t >= w->n_tasks) return;
-    const int64_t c = t % n_chunks, j0 = (t / n_chunks) * w->tile;
-    RunRows(*w, w->bounds[c], w->bounds[c + 1], j0, std::min(w->tile, w->W - j0));
+    RunRows(*w, w->bounds[t], w->bounds[t + 1]);
     if (w->done.fetch_add(1) + 1 == w->n_tasks) {
       std::lock_guard<std::mutex> lock(w->mu);
       w->cv.notify_all();
@@ -147,14 +144,13 @@ ffi::Error SpmmImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buf
   w->nnz_end = nnz;
   w->m = bdims[0];
   // Rows of a large b are prefetched ahead; a b that fits in L2 needs no help. (Column tiles that
-  // keep a slice of a mid-sized b in L2 were measured slower: every tile re-reads the pattern.)
-  w->tile = W;
+  // kept a slice of a mid-sized b in L2 were measured slower, every tile re-reading the pattern,
+  // and were removed: each task covers whole rows.)
   w->prefetch = bdims[0] * W * 4 > kTileBytes;
-  const int64_t n_tiles = 1;
   // Work ~ (nnz + rows) * W; small products run on the calling thread only.
   const int64_t cost = (nnz + n) * W;
-  const int64_t n_chunks = cost < (1 << 18) ? 1 : std::min<int64_t>(n, std::max<int64_t>(1, 4 * threads / n_tiles));
-  w->n_tasks = n_chunks * n_tiles;
+  const int64_t n_chunks = cost < (1 << 18) ? 1 : std::min<int64_t>(n, std::max<int64_t>(1, 4 * threads));
+  w->n_tasks = n_chunks;
   w->bounds.resize(n_chunks + 1);
   w->bounds[0] = 0;
   for (int64_t c = 1; c < n_chunks; ++c) {  // equal shares of (nnz + rows)
