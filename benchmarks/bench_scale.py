@@ -2,7 +2,7 @@
 
     python benchmarks/bench_scale.py                                    # 100k, 1M, 2.45M nodes
     python benchmarks/bench_scale.py --sizes 100000 --epochs 3
-    python benchmarks/bench_scale.py --pyg-python /work/pyg-venv/bin/python
+    python benchmarks/bench_scale.py --pyg-python PATH
 
 For each size the same graph (synthetic SBM, average degree 25, 100 features, 47 classes; the
 2,449,029-node one is an ogbn-products-sized stand-in) is generated once and saved as the RAW edge

@@ -2,7 +2,7 @@
 wall time of a whole ``jaxgcn train`` process, against PyTorch Geometric measured in the same run.
 
     python benchmarks/bench_train.py                       # jaxgcn only
-    python benchmarks/bench_train.py --pyg-python /work/pyg-venv/bin/python   # + PyG reference
+    python benchmarks/bench_train.py --pyg-python PATH   # + PyG reference
 
 The PyG column runs benchmarks/pyg_gcn_cora.py with the given interpreter (a venv with torch and
 torch_geometric; the project itself never depends on them). Figures are medians of --repeats.

@@ -8,14 +8,14 @@ downloaded.
 
 It needs a separate PyG environment, not the jaxgcn one:
 
-    python3 -m venv /work/pyg-venv
-    /work/pyg-venv/bin/pip install torch==2.13.0
-    /work/pyg-venv/bin/pip install torch_geometric scipy numpy
+    python3 -m venv PYG_VENV
+    PYG_VENV/bin/pip install torch==2.13.0
+    PYG_VENV/bin/pip install torch_geometric scipy numpy
 
 Run it from the repository root:
 
-    /work/pyg-venv/bin/python benchmarks/pyg_gcn_cora.py --seeds 10 --json out.json
-    /work/pyg-venv/bin/python benchmarks/pyg_gcn_cora.py --dataset CiteSeer --seeds 3
+    PYG_VENV/bin/python benchmarks/pyg_gcn_cora.py --seeds 10 --json out.json
+    PYG_VENV/bin/python benchmarks/pyg_gcn_cora.py --dataset CiteSeer --seeds 3
 """
 import time
 
@@ -41,8 +41,7 @@ SUFFIXES = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 
 
 def default_data_dir():
-    local = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "planetoid"
-    return local if local.is_dir() else Path("/work/shared/datasets/planetoid")
+    return Path(__file__).resolve().parents[2] / "shared" / "datasets" / "planetoid"  # ../shared beside the repo
 
 
 def load_dataset(name, data_dir):

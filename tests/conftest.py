@@ -95,7 +95,6 @@ def planetoid_dir() -> Path:
     """The raw Planetoid files (``ind.<name>.*``) kept next to the repository; skip when absent."""
     candidates = [
         Path(__file__).resolve().parents[2] / "shared" / "datasets" / "planetoid",
-        Path("/work/shared/datasets/planetoid"),
     ]
     for path in candidates:
         if (path / "ind.cora.graph").is_file():
