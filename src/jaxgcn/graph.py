@@ -15,7 +15,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from jaxgcn.validate import check_graph_size
+
 NORMS = ("sym", "row", "none")
+F32_MAX = float(np.finfo(np.float32).max)
 DUPLICATE_RULES = ("max", "sum")
 
 
@@ -96,7 +99,18 @@ def _check_weights(weights: Any, n_edges: int, source: str) -> np.ndarray:
         pos = int(bad[0])
         raise ValueError(f"{source}: edge weight {float(w[pos])!r} at position {pos} is not a finite "
                          "non-negative number; fix or drop that edge")
+    _check_float32(w, source)
     return w
+
+
+def _check_float32(w: np.ndarray, source: str, what: str = "edge weight") -> None:
+    """Weights are float32 on the device: a finite float64 above its range would become inf (and
+    training would then "diverge", blaming the learning rate)."""
+    big = np.flatnonzero(w > F32_MAX)
+    if big.size:
+        pos = int(big[0])
+        raise ValueError(f"{source}: {what} {float(w[pos])!r} at position {pos} overflows float32 (largest "
+                         f"{F32_MAX:.3g}); rescale the weights")
 
 
 def _coalesce(rows: np.ndarray, cols: np.ndarray, w: np.ndarray | None, n: int, rule: str):
@@ -168,7 +182,10 @@ def from_edges(
         raise ValueError(f"{source}: {src.size} senders but {dst.size} receivers; "
                          "each edge needs one of each")
     if n_nodes is None:
+        # node ids index arrays of n = max id + 1 entries: refuse an id that asks for absurd memory
+        # (a stray 10**13) before allocating, naming the id
         n_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
+        check_graph_size(n_nodes, 0, source, what=f"node id {n_nodes - 1:,} (arrays over ids 0..{n_nodes - 1:,})")
     if n_nodes <= 0:
         raise ValueError(f"{source}: the graph has no nodes; pass n_nodes or at least one edge")
     if n_nodes >= 2**31 or 2 * src.size >= 2**31:
@@ -179,6 +196,8 @@ def from_edges(
     w = None if weights is None else _check_weights(weights, src.size, source)
 
     rows, cols, vals = _coalesce(dst, src, w, n_nodes, duplicates)
+    if duplicates == "sum" and w is not None:
+        _check_float32(vals, source, "summed weight of repeated edges")
     report = {"input_edges": int(src.size), "duplicates_merged": int(src.size - rows.size)}
     loop = rows == cols
     diag = np.zeros(n_nodes, dtype=np.float64)

@@ -20,6 +20,7 @@ from jax.experimental import sparse as jsparse
 from jaxgcn.csr import CSR, csr_from_scipy, csr_matmul
 from jaxgcn.graph import Graph
 from jaxgcn.propagate import propagate
+from jaxgcn.validate import check_sparse
 
 Params = dict[str, Any]
 Features = jax.Array | jsparse.BCOO | CSR
@@ -38,10 +39,11 @@ def sparse_features(matrix: Any, dtype: Any = jnp.float32, *, layout: str = "bco
     >>> sparse_features(sp.eye(3, format="csr")).nse, sparse_features(sp.eye(3), layout="csr").shape
     (3, (3, 3))
     """
+    if layout not in ("bcoo", "csr"):
+        raise ValueError(f"layout={layout!r} must be 'bcoo' or 'csr'")
+    check_sparse(matrix, "sparse_features")  # the gather and the kernel trust every index
     if layout == "csr":
         return jax.device_put(csr_from_scipy(matrix, np.dtype(dtype)))
-    if layout != "bcoo":
-        raise ValueError(f"layout={layout!r} must be 'bcoo' or 'csr'")
     csr = sp.csr_matrix(matrix)
     csr.sum_duplicates()
     csr.sort_indices()

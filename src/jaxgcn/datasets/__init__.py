@@ -27,6 +27,7 @@ from jaxgcn.layers import sparse_features
 from jaxgcn.memory import GiB, available_bytes
 from jaxgcn.propagate import choose_backend
 from jaxgcn.train import TrainData
+from jaxgcn.validate import INT32_MAX, check_allocation, check_graph_size, check_sparse
 
 FEATURE_NORMS = ("row", "standardize", "none")
 
@@ -118,26 +119,59 @@ class Prepared(NamedTuple):
     info: dict[str, Any]
 
 
-def _check_features_labels(raw: RawGraph, n_nodes: int) -> None:
-    values = raw.features.data if sp.issparse(raw.features) else np.asarray(raw.features)
+def _check_features_labels(raw: RawGraph) -> int:
+    """Validate the features and labels of a RawGraph (whoever built it) before any SciPy routine,
+    XLA gather or kernel reads them; returns the node count."""
+    x = raw.features
+    if sp.issparse(x):
+        check_sparse(x, f"{raw.name}: features")
+        values = x.data
+    else:
+        x = np.asarray(x)
+        if x.ndim != 2 or x.dtype.kind not in "biuf":
+            raise ValueError(f"{raw.name}: features of shape {x.shape} and dtype {x.dtype}; expected a 2-D array of "
+                             "real numbers [nodes, features]")
+        values = x
+    n_nodes, n_features = x.shape
+    if n_nodes == 0 or n_features == 0:
+        raise ValueError(f"{raw.name}: features of shape {x.shape} have no {'rows' if n_nodes == 0 else 'columns'}; "
+                         "give one row per node and at least one feature column")
+    check_graph_size(n_nodes, n_features, raw.name)
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{raw.name}: features contain NaN or inf; clean or impute them first")
-    if raw.labels.shape != (n_nodes,):
-        raise ValueError(f"{raw.name}: labels have shape {raw.labels.shape}, expected ({n_nodes},)")
+    labels = np.asarray(raw.labels)
+    if labels.shape != (n_nodes,):
+        raise ValueError(f"{raw.name}: labels have shape {labels.shape}, expected ({n_nodes},)")
+    if labels.size and labels.dtype.kind not in "iu":
+        raise ValueError(f"{raw.name}: labels of dtype {labels.dtype}; expected integer class ids (-1 = unlabelled)")
+    if labels.size and (labels.min() < -1 or labels.max() > INT32_MAX - 1):
+        bad = int(labels[(labels < -1) | (labels > INT32_MAX - 1)][0])
+        raise ValueError(f"{raw.name}: label {bad} is not a class id (0, 1, ...) or -1 (unlabelled)")
+    n_classes = int(labels.max()) + 1 if labels.size else 0
+    # a class id k means k + 1 output columns: [nodes, classes] logits, probabilities and gradients
+    check_allocation(16 * n_nodes * n_classes, raw.name, f"{n_classes:,} classes (the largest label + 1)",
+                     "class ids must count from 0 (map the labels to 0..k-1)")
+    return n_nodes
 
 
 def _masks(raw: RawGraph, n_nodes: int) -> list[jax.Array]:
     masks = []
     for split in ("train", "val", "test"):
-        idx = np.asarray(raw.splits.get(split, []), dtype=np.int64)
+        idx = np.asarray(raw.splits.get(split, []))
+        if idx.size and idx.dtype.kind not in "iu":
+            raise ValueError(f"{raw.name}: the {split} split holds {idx.dtype} values; it must hold integer node ids")
+        idx = idx.astype(np.int64)
         if idx.size == 0:
             raise ValueError(f"{raw.name}: the {split} split is empty; give it at least one node")
         bad = idx[(idx < 0) | (idx >= n_nodes)]
         if bad.size:
             raise ValueError(f"{raw.name}: {split} split holds node id {int(bad[0])} outside [0, {n_nodes}); "
                              "split ids must be node ids of the graph")
-        if np.any(raw.labels[idx] < 0):
-            raise ValueError(f"{raw.name}: the {split} split contains unlabelled nodes; drop them from it")
+        unlabelled = idx[raw.labels[idx] < 0]
+        if unlabelled.size:
+            node = raw.node_ids[unlabelled[0]] if raw.node_ids is not None else unlabelled[0]
+            raise ValueError(f"{raw.name}: the {split} split contains unlabelled nodes ({unlabelled.size}, e.g. node "
+                             f"{str(node)!r}); give them labels or drop them from the split")
         mask = np.zeros(n_nodes, np.float32)
         mask[idx] = 1.0
         masks.append(mask)
@@ -170,10 +204,13 @@ def prepare(
     >>> p.info["n_nodes"], p.info["undirected_edges"], p.n_classes, p.backend
     (2708, 5278, 7, 'csr')
     """
-    n_nodes = raw.features.shape[0]
+    n_nodes = _check_features_labels(raw)
     graph, report = from_edges(raw.senders, raw.receivers, raw.weights, n_nodes=n_nodes,
                                symmetrize=symmetrize, add_self_loops=add_self_loops, source=raw.name)
-    _check_features_labels(raw, n_nodes)
+    if graph.n_edges == 0:
+        raise ValueError(f"{raw.name}: no edges between two different nodes ({report['input_edges']} input edge(s), "
+                         f"{report['self_loops_found']} of them self-loops); a GCN propagates over edges: give at "
+                         "least one edge u-v with u != v")
     order = None
     if reorder != "none":
         graph, order = reorder_graph(graph, reorder, symmetric=symmetrize)
@@ -238,7 +275,8 @@ def with_random_splits(prepared: Prepared, labels: np.ndarray, n_splits: int, *,
     n = labels.shape[0]
     stacks: dict[str, list[np.ndarray]] = {"train": [], "val": [], "test": []}
     for k in range(n_splits):
-        split = planetoid_split(labels, per_class=per_class, n_val=n_val, n_test=n_test, seed=seed + k)
+        split = planetoid_split(labels, per_class=per_class, n_val=n_val, n_test=n_test, seed=seed + k,
+                                class_names=prepared.info.get("class_names"))
         for name, idx in split.items():
             mask = np.zeros(n, np.float32)
             mask[idx] = 1.0

@@ -1,7 +1,7 @@
 """Your own graph from generic files: an edge list, node features and node labels.
 
-- edges: CSV with a header naming ``src`` and ``dst`` (and optionally ``weight``), or a header-less
-  whitespace-separated edge list (``src dst [weight]`` per line);
+- edges: CSV with a header naming ``src`` and ``dst`` (and optionally ``weight``), or a
+  whitespace-separated edge list (``src dst [weight]`` per line, optionally under a ``src dst`` header);
 - features (optional): dense CSV (``node,f0,f1,...``), sparse triplets CSV (``node,feature,value``),
   ``.npy`` (row i = node i) or a SciPy ``.npz`` matrix; absent -> one-hot node identity features;
 - labels: CSV ``node,label``; labels may be integers or names (names are kept as class names, in
@@ -10,13 +10,15 @@
 Node ids may be integers or strings; they are compared as text after trimming spaces, so the same
 id names the same node in all three files. With a features file, every node of the graph must have
 features: an edge or label naming a node absent from it is an error (nodes are never created
-silently). Files are parsed with NumPy's C reader (``np.loadtxt``), not row by row in Python.
+silently). Files are parsed with NumPy's C reader (``np.loadtxt``), not row by row in Python, after
+:mod:`jaxgcn.datasets.readers` has checked the bytes: UTF-8 text (a byte-order mark, Windows line
+ends, blank lines and double quotes around cells are accepted), cells short enough to parse, and
+every error reported with the file's line number.
 """
 
 from __future__ import annotations
 
 import re
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,47 +26,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
+from jaxgcn.datasets.readers import Table, is_number, read_npy, read_sparse_npz, read_table
+from jaxgcn.validate import check_graph_size
+
+F32_MAX = float(np.finfo(np.float32).max)
 
 
-def _lines_hint(err: Exception) -> str:
-    # loadtxt counts rows from 0 (after skipped ones) and columns from 1
-    return re.sub(r"\.$", "", str(err))
-
-
-def _read(path: Path, what: str) -> tuple[list[str] | None, np.ndarray, str | None]:
-    """``(header, [rows, cols] str array, delimiter)`` of a text table; the header is the first
-    line when it is not all numbers."""
-    if not path.is_file():
-        raise ValueError(f"{what} file {path}: not found")
-    with open(path, encoding="utf-8") as f:
-        first = f.readline()
-    if not first.strip():
-        raise ValueError(f"{what} file {path}: empty (no rows)")
-    delim = "," if "," in first else None
-    cells = [c.strip() for c in (first.split(",") if delim else first.split())]
-    header = cells if any(not _is_number(c) for c in cells) and delim else None
-    try:
-        with warnings.catch_warnings():  # "input contained no data": reported below, as an error
-            warnings.simplefilter("ignore", UserWarning)
-            table = np.loadtxt(path, dtype=str, delimiter=delim, skiprows=1 if header else 0, ndmin=2,
-                               comments=None, encoding="utf-8")
-    except ValueError as err:
-        raise ValueError(f"{what} file {path}: {_lines_hint(err)}; every row needs the same number of "
-                         "columns") from None
-    if table.size == 0:
-        raise ValueError(f"{what} file {path}: no data rows below the header")
-    return header, np.char.strip(table), delim
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _numbers(values: np.ndarray, path: Path, what: str, first_line: int, column: int = 0) -> np.ndarray:
+def _numbers(values: np.ndarray, table: Table, column: int = 0) -> np.ndarray:
     """Parse a str column/block to float64; name the line and column of the first bad cell."""
     try:
         return values.astype(np.float64)
@@ -72,156 +40,193 @@ def _numbers(values: np.ndarray, path: Path, what: str, first_line: int, column:
         flat = values.reshape(values.shape[0], -1)
         for i, row in enumerate(flat):
             for j, cell in enumerate(row):
-                if not _is_number(cell):
-                    raise ValueError(f"{what} file {path}: line {first_line + i}, column {column + j + 1}: "
+                if not is_number(cell):
+                    raise ValueError(f"{table.name}: line {table.line(i)}, column {column + j + 1}: "
                                      f"{str(cell)!r} is not a number") from None
         raise
 
 
-def _columns(header: list[str] | None, path: Path, what: str, required: tuple[str, ...],
-             optional: tuple[str, ...] = ()) -> dict[str, int]:
-    if header is None:
-        raise ValueError(f"{what} file {path}: no header line; the first line must name the columns "
+def _columns(table: Table, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, int]:
+    if table.header is None:
+        raise ValueError(f"{table.name}: no header line; the first line must name the columns "
                          f"{','.join(required)}")
-    index = {name.lower(): i for i, name in enumerate(header)}
+    index = {name.lower(): i for i, name in enumerate(table.header)}
     missing = [c for c in required if c not in index]
     if missing:
-        raise ValueError(f"{what} file {path}: header {','.join(header)} lacks column(s) {', '.join(missing)}; "
+        raise ValueError(f"{table.name}: header {','.join(table.header)} lacks column(s) {', '.join(missing)}; "
                          f"expected {','.join(required + optional)}")
     return {c: index[c] for c in required + optional if c in index}
 
 
-def _no_duplicates(ids: np.ndarray, path: Path, what: str, first_line: int) -> None:
+def _no_duplicates(ids: np.ndarray, table: Table) -> None:
     uniq, first, counts = np.unique(ids, return_index=True, return_counts=True)
     if np.any(counts > 1):
         k = int(np.argmax(counts > 1))
         second = np.flatnonzero(ids == uniq[k])[1]
-        raise ValueError(f"{what} file {path}: node {str(uniq[k])!r} appears twice (lines {first_line + first[k]} and "
-                         f"{first_line + second}); give each node one row")
+        raise ValueError(f"{table.name}: node {str(uniq[k])!r} appears twice (lines {table.line(int(first[k]))} and "
+                         f"{table.line(int(second))}); give each node one row")
 
 
 def read_edges(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
     """``(src ids, dst ids, weights or None, line number of the first row)`` from an edge file."""
-    path = Path(path)
-    header, table, delim = _read(path, "edges")
-    line0 = 2 if header else 1
-    if header is not None:
-        cols = _columns(header, path, "edges", ("src", "dst"), ("weight",))
-        src, dst = table[:, cols["src"]], table[:, cols["dst"]]
-        w = table[:, cols["weight"]] if "weight" in cols else None
+    src, dst, weights, table = _read_edges(path)
+    return src, dst, weights, table.line(0)
+
+
+def _read_edges(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, Table]:
+    table = read_table(Path(path), "edges")
+    cells = table.cells
+    if table.header is not None:
+        cols = _columns(table, ("src", "dst"), ("weight",))
+        src, dst = cells[:, cols["src"]], cells[:, cols["dst"]]
+        w = cells[:, cols["weight"]] if "weight" in cols else None
         w_col = cols.get("weight", 0)
     else:
-        if table.shape[1] not in (2, 3):
-            raise ValueError(f"edges file {path}: {table.shape[1]} columns; a header-less edge list has "
+        if cells.shape[1] not in (2, 3):
+            raise ValueError(f"{table.name}: {cells.shape[1]} columns; a header-less edge list has "
                              "'src dst' or 'src dst weight' per line (or give a CSV header src,dst[,weight])")
-        src, dst = table[:, 0], table[:, 1]
-        w = table[:, 2] if table.shape[1] == 3 else None
+        src, dst = cells[:, 0], cells[:, 1]
+        w = cells[:, 2] if cells.shape[1] == 3 else None
         w_col = 2
     weights = None
     if w is not None:
-        weights = _numbers(w, path, "edges", line0, w_col)
-        bad = np.flatnonzero(~np.isfinite(weights) | (weights < 0))
+        weights = _numbers(w, table, w_col)
+        bad = np.flatnonzero(~np.isfinite(weights) | (weights < 0) | (weights > F32_MAX))
         if bad.size:
-            raise ValueError(f"edges file {path}: line {line0 + bad[0]}: weight {w[bad[0]]} must be finite and >= 0")
-    return src, dst, weights, line0
+            k = int(bad[0])
+            why = "overflows float32 (largest 3.4e38); rescale the weights" if np.isfinite(weights[k]) and \
+                weights[k] > 0 else "must be finite and >= 0"
+            raise ValueError(f"{table.name}: line {table.line(k)}: weight {w[k]} {why}")
+    return src, dst, weights, table
 
 
 def read_features(path: str | Path) -> tuple[np.ndarray | None, Any]:
     """``(node ids or None, [n, F] features)``: ids are None for .npy/.npz (row i = node i)."""
     path = Path(path)
     if path.suffix == ".npy":
-        if not path.is_file():
-            raise ValueError(f"features file {path}: not found")
-        try:
-            x = np.load(path, allow_pickle=False)
-        except ValueError as err:
-            raise ValueError(f"features file {path}: not a NumPy array file ({err})") from None
-        if x.ndim != 2:
-            raise ValueError(f"features file {path}: shape {x.shape}; expected [nodes, features]")
-        return None, _finite(x.astype(np.float32), path)
+        return None, _dense_array(read_npy(path, "features"), path)
     if path.suffix == ".npz":
-        if not path.is_file():
-            raise ValueError(f"features file {path}: not found")
-        try:
-            x = sp.load_npz(path).tocsr().astype(np.float32)
-        except (ValueError, OSError) as err:
-            raise ValueError(f"features file {path}: not a SciPy sparse .npz ({err})") from None
+        x = read_sparse_npz(path, "features")
+        _not_empty(x.shape, path)
+        x = sp.csr_matrix((_in_float32(x.data, path), x.indices, x.indptr), shape=x.shape)
         _finite(x.data, path)
         return None, x
-    header, table, _ = _read(path, "features")
-    if header is None:
-        raise ValueError(f"features file {path}: no header; use node,f0,f1,... (dense) or "
+    table = read_table(path, "features")
+    if table.header is None:
+        raise ValueError(f"{table.name}: no header; use node,f0,f1,... (dense) or "
                          "node,feature,value (sparse triplets)")
-    names = [h.lower() for h in header]
+    names = [h.lower() for h in table.header]
     if names[:1] != ["node"]:
-        raise ValueError(f"features file {path}: the first column is {str(header[0])!r}; it must be 'node' "
+        raise ValueError(f"{table.name}: the first column is {str(table.header[0])!r}; it must be 'node' "
                          "(node,f0,f1,... or node,feature,value)")
     if names == ["node", "feature", "value"]:
-        return _triplets(path, table)
-    ids = table[:, 0]
-    _no_duplicates(ids, path, "features", 2)
-    x = _numbers(table[:, 1:], path, "features", 2, 1).astype(np.float32)
-    return ids, _finite(x, path, 2)
+        return _triplets(table)
+    if len(names) < 2:
+        raise ValueError(f"{table.name}: only a node column; give at least one feature column (node,f0,...) "
+                         "or leave out --features for one-hot node ids")
+    ids = table.cells[:, 0]
+    _no_duplicates(ids, table)
+    x = _numbers(table.cells[:, 1:], table, 1)
+    return ids, _finite(_in_float32(x, path, table), path, table)
 
 
-def _triplets(path: Path, table: np.ndarray) -> tuple[np.ndarray, sp.csr_matrix]:
-    ids, rows = np.unique(table[:, 0], return_inverse=True)
+def _not_empty(shape: tuple[int, ...], path: Path) -> None:
+    if shape[0] == 0 or shape[1] == 0:
+        raise ValueError(f"features file {path}: shape {tuple(shape)} has no {'rows' if shape[0] == 0 else 'columns'}; "
+                         "give one row per node and at least one feature column")
+
+
+def _dense_array(x: np.ndarray, path: Path) -> np.ndarray:
+    """A .npy features array: 2-D, numeric, non-empty, finite float32."""
+    if x.ndim != 2:
+        raise ValueError(f"features file {path}: shape {x.shape}; expected [nodes, features]")
+    if x.dtype.kind not in "biuf":
+        raise ValueError(f"features file {path}: dtype {x.dtype}; features must be numbers")
+    _not_empty(x.shape, path)
+    return _finite(_in_float32(x, path), path)
+
+
+def _in_float32(x: np.ndarray, path: Path, table: Table | None = None, column: int = 2) -> np.ndarray:
+    """float32, refusing finite values that overflow it (they would become inf); ``table``: a CSV's
+    values, ``column`` the file column of ``x``'s first."""
+    if x.dtype.kind == "f" and x.dtype.itemsize > 4:
+        big = np.argwhere(np.isfinite(x) & (np.abs(x) > F32_MAX))
+        if big.size:
+            at = tuple(int(i) for i in big[0])
+            raise ValueError(f"features file {path}: value {float(x[at]):g} at {_where(at, table, column)} overflows "
+                             "float32 (largest 3.4e38); rescale the features")
+    return x.astype(np.float32)
+
+
+def _where(at: tuple[int, ...], table: Table | None, column: int = 2) -> str:
+    """A bad value's place: the CSV line and column, or the array's row and column."""
+    if table is not None:
+        return f"line {table.line(at[0])}" + (f", column {at[1] + column}" if len(at) == 2 else f", column {column}")
+    return f"row {at[0]}, column {at[1]}" if len(at) == 2 else f"stored value {at[0]}"
+
+
+def _triplets(table: Table) -> tuple[np.ndarray, sp.csr_matrix]:
+    cells = table.cells
+    ids, rows = np.unique(cells[:, 0], return_inverse=True)
     # Reorder to first appearance so the node order follows the file.
-    first = np.full(ids.size, table.shape[0])
-    np.minimum.at(first, rows, np.arange(table.shape[0]))
+    first = np.full(ids.size, cells.shape[0])
+    np.minimum.at(first, rows, np.arange(cells.shape[0]))
     order = np.argsort(first, kind="stable")
     new_row = np.empty(ids.size, np.int64)
     new_row[order] = np.arange(ids.size)
-    values = _numbers(table[:, 2], path, "features", 2, 2)
-    feat = _numbers(table[:, 1], path, "features", 2, 1)
-    if np.any(feat < 0) or np.any(feat != np.round(feat)):
-        i = int(np.flatnonzero((feat < 0) | (feat != np.round(feat)))[0])
-        raise ValueError(f"features file {path}: line {i + 2}, column 2: feature index {str(table[i, 1])!r} must be an "
-                         "integer >= 0")
-    key = new_row[rows] * (int(feat.max()) + 1) + feat.astype(np.int64)
+    values = _numbers(cells[:, 2], table, 2)
+    feat = _numbers(cells[:, 1], table, 1)
+    bad = np.flatnonzero((feat < 0) | (feat != np.round(feat)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{table.name}: line {table.line(i)}, column 2: feature index {str(cells[i, 1])!r} must be "
+                         "an integer >= 0")
+    k = int(np.argmax(feat))
+    check_graph_size(ids.size, int(feat[k]) + 1, table.name,
+                     what=f"feature index {cells[k, 1]} on line {table.line(k)} (a column per index up to it)")
+    key = new_row[rows] * (int(feat[k]) + 1) + feat.astype(np.int64)
     uniq, first_pos, counts = np.unique(key, return_index=True, return_counts=True)
     if np.any(counts > 1):
         k = int(first_pos[np.argmax(counts > 1)])
-        raise ValueError(f"features file {path}: node {str(table[k, 0])!r} feature {table[k, 1]} appears twice; "
+        raise ValueError(f"{table.name}: node {str(cells[k, 0])!r} feature {cells[k, 1]} appears twice; "
                          "give each (node, feature) pair one row")
-    x = sp.csr_matrix((values.astype(np.float32), (new_row[rows], feat.astype(np.int64))),
-                      shape=(ids.size, int(feat.max()) + 1))
-    _finite(x.data, path)
+    x = sp.csr_matrix((_in_float32(values, table.path, table, 3), (new_row[rows], feat.astype(np.int64))),
+                      shape=(ids.size, int(feat[k]) + 1))
+    _finite(x.data, table.path)
     return ids[order], x
 
 
-def _finite(x: np.ndarray, path: Path, line0: int | None = None) -> np.ndarray:
+def _finite(x: np.ndarray, path: Path, table: Table | None = None) -> np.ndarray:
     """Refuse NaN/inf features, naming where: the CSV line and column, the array row and column,
     or the stored value of a sparse matrix."""
     bad = np.argwhere(~np.isfinite(x))
     if bad.size:
-        if x.ndim == 2 and line0 is not None:
-            where = f"line {int(bad[0][0]) + line0}, column {int(bad[0][1]) + 2}"
-        elif x.ndim == 2:
-            where = f"row {int(bad[0][0])}, column {int(bad[0][1])}"
-        else:
-            where = f"stored value {int(bad[0][0])}"
+        where = _where(tuple(int(i) for i in bad[0]), table if x.ndim == 2 else None)
         raise ValueError(f"features file {path}: NaN or inf at {where}; impute or drop those values first")
     return x
 
 
 def read_labels(path: str | Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """``(node ids, class ids, class names)``; names sorted (numerically when all are integers)."""
-    path = Path(path)
-    header, table, _ = _read(path, "labels")
-    cols = _columns(header, path, "labels", ("node", "label"))
-    ids, labels = table[:, cols["node"]], table[:, cols["label"]]
-    _no_duplicates(ids, path, "labels", 2)
+    return _read_labels(path)[:3]
+
+
+def _read_labels(path: str | Path) -> tuple[np.ndarray, np.ndarray, list[str], Table]:
+    table = read_table(Path(path), "labels")
+    cols = _columns(table, ("node", "label"))
+    ids, labels = table.cells[:, cols["node"]], table.cells[:, cols["label"]]
+    _no_duplicates(ids, table)
     empty = np.flatnonzero(labels == "")
     if empty.size:
-        raise ValueError(f"labels file {path}: line {empty[0] + 2} has an empty label; leave unlabelled nodes out")
+        raise ValueError(f"{table.name}: line {table.line(int(empty[0]))} has an empty label; leave unlabelled "
+                         "nodes out")
     names, classes = np.unique(labels, return_inverse=True)  # sorted as text
     if all(_is_int(n) for n in names):  # integer labels: class k is label k's rank by value
-        order = np.argsort(names.astype(np.int64), kind="stable")
+        order = np.array(sorted(range(names.size), key=lambda i: int(names[i])), np.int64)
         rank = np.empty_like(order)
         rank[order] = np.arange(order.size)
         names, classes = names[order], rank[classes]
-    return ids, classes.astype(np.int32), [str(n) for n in names]
+    return ids, classes.astype(np.int32), [str(n) for n in names], table
 
 
 def _is_int(text: str) -> bool:
@@ -232,9 +237,10 @@ def load_files(edges: str | Path, features: str | Path | None = None, labels: st
                *, name: str | None = None) -> RawGraph:
     """Read a graph from generic files into a :class:`RawGraph` (no split yet: ``splits`` is empty;
     draw one with :func:`~jaxgcn.datasets.splits.planetoid_split` or read a split file)."""
-    src, dst, weights, edge_line0 = read_edges(edges)
+    src, dst, weights, edge_table = _read_edges(edges)
+    label_table = None
     if labels is not None:
-        label_ids, classes, class_names = read_labels(labels)
+        label_ids, classes, class_names, label_table = _read_labels(labels)
     else:  # prediction on an unlabelled graph
         label_ids, classes, class_names = np.zeros(0, str), np.zeros(0, np.int32), None
     if features is not None:
@@ -244,24 +250,27 @@ def load_files(edges: str | Path, features: str | Path | None = None, labels: st
         order = np.argsort(node_ids, kind="stable")
         sorted_ids = node_ids[order]
 
-        def index(ids: np.ndarray, what: str, path: Any, line0: int = 2) -> np.ndarray:
+        def index(ids: np.ndarray, table: Table) -> np.ndarray:
             pos = np.clip(np.searchsorted(sorted_ids, ids), 0, n - 1)
             missing = np.flatnonzero(sorted_ids[pos] != ids)
             if missing.size:
-                raise ValueError(f"{what} file {path}: node {str(ids[missing[0]])!r} (line {missing[0] + line0}) has no row in "
+                k = int(missing[0])
+                raise ValueError(f"{table.name}: node {str(ids[k])!r} (line {table.line(k)}) has no row in "
                                  f"the features file {features}; add its features or drop it (nodes are not created "
                                  "implicitly)")
             return order[pos]
     else:
         node_ids = np.unique(np.concatenate([src, dst, label_ids]))
         n = node_ids.size
+        check_graph_size(n, n, f"edges file {edges}", what=f"one-hot features for {n:,} nodes")
         x = sp.identity(n, dtype=np.float32, format="csr")
 
-        def index(ids: np.ndarray, what: str, path: Any, line0: int = 2) -> np.ndarray:
+        def index(ids: np.ndarray, table: Table) -> np.ndarray:
             return np.searchsorted(node_ids, ids)
 
-    s, d = index(src, "edges", edges, edge_line0), index(dst, "edges", edges, edge_line0)
+    s, d = index(src, edge_table), index(dst, edge_table)
     lab = np.full(n, -1, np.int32)
-    lab[index(label_ids, "labels", labels)] = classes
+    if label_table is not None:
+        lab[index(label_ids, label_table)] = classes
     return RawGraph(name or Path(edges).stem, s.astype(np.int64), d.astype(np.int64), x, lab, {}, weights,
                     class_names, node_ids)

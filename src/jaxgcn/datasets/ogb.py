@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
+from jaxgcn.datasets.readers import read_npy, read_npz, read_sparse_npz
 from jaxgcn.datasets.splits import planetoid_split
 
 OGB_SPLIT_FILES = {"train": "train.csv.gz", "val": "valid.csv.gz", "test": "test.csv.gz"}
@@ -23,12 +25,16 @@ OGB_SPLIT_FILES = {"train": "train.csv.gz", "val": "valid.csv.gz", "test": "test
 
 def _read_csv_gz(path: Path, dtype: Any, columns: int | None = None) -> np.ndarray:
     """A header-less gzip CSV of numbers, as OGB ships them, into a 2-D array."""
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory; give the file itself")
     if not path.is_file():
         raise ValueError(f"{path}: file not found")
     try:
-        with gzip.open(path, "rt") as f:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
             arr = np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
-    except (ValueError, OSError, EOFError) as err:
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: does not decompress to UTF-8 text; OGB files are gzip-compressed CSV") from None
+    except (ValueError, OSError, EOFError, zlib.error) as err:
         # loadtxt counts rows from 0 and columns from 1: say "line" and count from 1 like editors do
         msg = re.sub(r"at row (\d+), column (\d+)\.?", lambda m: f"at line {int(m.group(1)) + 1}, column {m.group(2)}",
                      str(err)).rstrip(".")
@@ -85,20 +91,14 @@ def load_ogb(root: str | Path, *, split: str | None = None) -> RawGraph:
     else:
         features = sp.identity(n_nodes, dtype=np.float32, format="csr")
     labelled = np.isfinite(labels_f)
-    if np.any(labels_f[labelled] < 0) or np.any(labels_f[labelled] != np.round(labels_f[labelled])):
-        row = int(np.flatnonzero(labelled & ((labels_f < 0) | (labels_f != np.round(labels_f))))[0])
+    bad = labelled & ((labels_f < 0) | (labels_f != np.round(labels_f)) | (labels_f >= 2**31 - 1))
+    if np.any(bad):
+        row = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{raw / 'node-label.csv.gz'}: line {row + 1} holds {labels_f[row]}, not a class id >= 0")
     labels = np.where(labelled, labels_f, -1).astype(np.int32)
     folder = _pick_split(root, split)
     splits = {k: _read_csv_gz(folder / f, np.int64).ravel() for k, f in OGB_SPLIT_FILES.items()}
     return RawGraph(f"ogb:{root.name}", edges[:, 0], edges[:, 1], features, labels, splits)
-
-
-def _load_npy(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as err:
-        raise ValueError(f"{path}: cannot read it as a NumPy .npy file ({err})") from None
 
 
 def load_arrays(root: str | Path, *, seed: int = 0) -> RawGraph:
@@ -110,33 +110,36 @@ def load_arrays(root: str | Path, *, seed: int = 0) -> RawGraph:
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"npz:{root}: not a directory; pass the folder that holds adjacency.npz, features and labels.npy")
-    try:
-        adj = sp.load_npz(root / "adjacency.npz").tocoo()
-    except (ValueError, OSError) as err:
-        raise ValueError(f"{root / 'adjacency.npz'}: cannot read a SciPy sparse matrix ({err}); "
-                         "write it with scipy.sparse.save_npz") from None
-    if adj.shape[0] != adj.shape[1]:
-        raise ValueError(f"{root / 'adjacency.npz'}: shape {adj.shape} is not square")
+    adj = read_sparse_npz(root / "adjacency.npz", "adjacency", square=True).tocoo()
     if (root / "features.npy").is_file():
-        features = _load_npy(root / "features.npy")
+        features = read_npy(root / "features.npy", "features")
+        if features.ndim != 2 or features.dtype.kind not in "biuf":
+            raise ValueError(f"{root / 'features.npy'}: shape {features.shape} dtype {features.dtype}; expected "
+                             "[nodes, features] numbers")
     elif (root / "features.npz").is_file():
-        features = sp.load_npz(root / "features.npz").tocsr()
+        features = read_sparse_npz(root / "features.npz", "features")
     else:
         raise ValueError(f"{root}: no features.npy or features.npz")
-    labels = _load_npy(root / "labels.npy")
+    labels = read_npy(root / "labels.npy", "labels")
     n = adj.shape[0]
     if features.shape[0] != n or labels.shape != (n,):
         raise ValueError(f"{root}: adjacency has {n} nodes but features have {features.shape[0]} rows and labels "
                          f"shape {labels.shape}; all three must describe the same nodes")
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"{root / 'labels.npy'}: dtype {labels.dtype}; labels must be integers (-1 = unlabelled)")
+    if labels.size and (labels.min() < -1 or labels.max() >= 2**31 - 1):
+        bad = int(labels[(labels < -1) | (labels >= 2**31 - 1)][0])
+        raise ValueError(f"{root / 'labels.npy'}: label {bad} is not a class id (0, 1, ...) or -1 (unlabelled)")
     labels = labels.astype(np.int32)
     if (root / "splits.npz").is_file():
-        with np.load(root / "splits.npz", allow_pickle=False) as z:
-            missing = [k for k in ("train", "val", "test") if k not in z.files]
-            if missing:
-                raise ValueError(f"{root / 'splits.npz'}: missing arrays {missing}; it needs train, val and test")
-            splits = {k: np.asarray(z[k], np.int64) for k in ("train", "val", "test")}
+        z = read_npz(root / "splits.npz", "splits")
+        missing = [k for k in ("train", "val", "test") if k not in z]
+        if missing:
+            raise ValueError(f"{root / 'splits.npz'}: missing arrays {missing}; it needs train, val and test")
+        wrong = [k for k in ("train", "val", "test") if z[k].ndim != 1 or (z[k].size and z[k].dtype.kind not in "iu")]
+        if wrong:
+            raise ValueError(f"{root / 'splits.npz'}: {', '.join(wrong)} must be 1-D arrays of integer node ids")
+        splits = {k: np.asarray(z[k], np.int64) for k in ("train", "val", "test")}
     else:
         splits = planetoid_split(labels, seed=seed)
     weights = adj.data if not np.all(adj.data == 1) else None

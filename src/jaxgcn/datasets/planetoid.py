@@ -11,7 +11,9 @@ The bundled ``data/<name>.npz`` files were produced once from the raw files by
 from __future__ import annotations
 
 import io
+import math
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
+from jaxgcn.datasets.readers import read_bytes, read_text
+from jaxgcn.validate import check_compressed, check_graph_size, check_shape
 
 _RAW_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 
@@ -30,12 +34,15 @@ class _CSRState:
         self.state = state
 
     def to_csr(self, source: str) -> sp.csr_matrix:
+        """The matrix, its pointers, indices and shape validated before SciPy reads them."""
         st = self.state
-        try:
-            shape = tuple(int(v) for v in st.get("_shape", st.get("shape")))
-            data, indices, indptr = (np.asarray(st[k]) for k in ("data", "indices", "indptr"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{source}: pickled sparse matrix lacks data/indices/indptr/shape") from exc
+        if not isinstance(st, dict) or not all(k in st for k in ("data", "indices", "indptr")) or \
+                ("_shape" not in st and "shape" not in st):
+            raise ValueError(f"{source}: pickled sparse matrix lacks data/indices/indptr/shape")
+        data, indices, indptr = (np.asarray(st[k]) for k in ("data", "indices", "indptr"))
+        shape = check_shape(st.get("_shape", st.get("shape")), source)
+        check_graph_size(shape[0], shape[1], source, what=f"shape {shape[0]:,} x {shape[1]:,}")
+        check_compressed(indptr, indices, data, shape, source)
         return sp.csr_matrix((data, indices, indptr), shape=shape)
 
 
@@ -46,21 +53,62 @@ class _DefaultDict(dict):
         super().__init__()
 
 
+class _Array(np.ndarray):
+    """The ndarray a pickle rebuilds, its state checked before NumPy allocates it: numbers only and
+    exactly as many bytes as the file holds (a pickle cannot ask for a 10**13-element array)."""
+
+    def __setstate__(self, state: Any) -> None:
+        if not isinstance(state, tuple) or len(state) not in (4, 5):
+            raise pickle.UnpicklingError("malformed ndarray state")
+        shape, dtype, _, raw = state[-4:]
+        _check_array(shape, dtype, len(raw) if isinstance(raw, bytes | str) else -1)
+        super().__setstate__(state)
+
+
+def _check_array(shape: Any, dtype: Any, n_bytes: int) -> None:
+    """Refuse a pickled array that is not plain numbers or whose size is not ``n_bytes``."""
+    if not isinstance(dtype, np.dtype) or dtype.hasobject or dtype.kind not in "biuf":
+        raise pickle.UnpicklingError(f"array dtype {dtype!r} is not a plain numeric type")
+    dims = shape if isinstance(shape, tuple) else (shape,)
+    if not all(isinstance(d, int) and d >= 0 for d in dims):
+        raise pickle.UnpicklingError(f"array shape {shape!r} is not a tuple of integers >= 0")
+    need = math.prod(dims) * dtype.itemsize
+    if need != n_bytes:
+        raise pickle.UnpicklingError(f"an array of shape {shape} ({need:,} bytes of {dtype}) from {max(n_bytes, 0):,} "
+                                     "bytes of data")
+
+
 def _reconstruct(cls: Any, shape: Any, dtype: Any) -> np.ndarray:
+    """``numpy.core.multiarray._reconstruct``: an empty array that ``__setstate__`` then fills
+    (Planetoid's pickles pass shape (0,)); allocates nothing for a crafted shape."""
     if cls is not np.ndarray:
         raise pickle.UnpicklingError("only numpy.ndarray may be reconstructed")
-    return np.ndarray.__new__(np.ndarray, shape, dtype)
+    dtype = np.dtype(dtype) if isinstance(dtype, str | bytes) else dtype
+    _check_array(shape, dtype, 0)
+    return np.ndarray.__new__(_Array, shape, dtype)
+
+
+def _dtype(*args: Any) -> np.dtype:
+    """``numpy.dtype`` for plain numeric types only (no objects, no record or huge void types)."""
+    try:
+        dtype = np.dtype(*args)
+    except (TypeError, ValueError) as exc:
+        raise pickle.UnpicklingError(f"bad dtype {args!r}: {exc}") from None
+    if dtype.hasobject or dtype.kind not in "biuf":
+        raise pickle.UnpicklingError(f"dtype {dtype} is not a plain numeric type")
+    return dtype
 
 
 class RestrictedUnpickler(pickle.Unpickler):
     """Unpickler that allows only the globals the Planetoid files need.
 
-    Anything else (``os.system``, ``builtins.eval``, ...) raises ``pickle.UnpicklingError``.
+    Anything else (``os.system``, ``builtins.eval``, ...) raises ``pickle.UnpicklingError``; arrays
+    are checked (numeric dtype, shape matching the stored bytes) before they are allocated.
     """
 
     _ALLOWED: dict[tuple[str, str], Any] = {
         ("numpy", "ndarray"): np.ndarray,
-        ("numpy", "dtype"): np.dtype,
+        ("numpy", "dtype"): _dtype,
         ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
         ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
         ("scipy.sparse.csr", "csr_matrix"): _CSRState,
@@ -80,13 +128,19 @@ class RestrictedUnpickler(pickle.Unpickler):
             ) from None
 
 
+def _plain(obj: Any) -> Any:
+    """Checked arrays back to plain ndarrays."""
+    return obj.view(np.ndarray) if isinstance(obj, np.ndarray) else obj
+
+
 def safe_load_pickle(path: Path) -> Any:
     """Load one raw Planetoid pickle with :class:`RestrictedUnpickler` (latin1 for Python-2 bytes)."""
+    data = read_bytes(path, "Planetoid")
     try:
-        obj = RestrictedUnpickler(io.BytesIO(path.read_bytes()), encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path}: not a readable Planetoid pickle ({exc})") from exc
-    return obj.to_csr(str(path)) if isinstance(obj, _CSRState) else obj
+        obj = RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
+    except Exception as exc:  # noqa: BLE001 - untrusted bytes: any failure means "not a readable pickle"
+        raise ValueError(f"{path}: not a readable Planetoid pickle ({str(exc) or type(exc).__name__})") from None
+    return obj.to_csr(str(path)) if isinstance(obj, _CSRState) else _plain(obj)
 
 
 def _as_csr(obj: Any, path: Path) -> sp.csr_matrix:
@@ -95,6 +149,14 @@ def _as_csr(obj: Any, path: Path) -> sp.csr_matrix:
     if isinstance(obj, np.ndarray) and obj.ndim == 2:
         return sp.csr_matrix(obj)
     raise ValueError(f"{path}: expected a 2-D matrix, found {type(obj).__name__}")
+
+
+def _labels_array(obj: Any, path: Path, rows: int) -> np.ndarray:
+    """A one-hot label matrix [rows, classes]."""
+    if not isinstance(obj, np.ndarray) or obj.ndim != 2 or obj.shape[0] != rows or obj.shape[1] == 0:
+        shape = getattr(obj, "shape", type(obj).__name__)
+        raise ValueError(f"{path}: expected one-hot labels of shape [{rows}, classes], found {shape}")
+    return obj
 
 
 def _find_prefix(data_dir: Path, name: str | None) -> tuple[Path, str]:
@@ -132,41 +194,77 @@ def load_raw(data_dir: str | Path, name: str | None = None) -> RawGraph:
     """
     folder, name = _find_prefix(Path(data_dir), name)
     part = {p: safe_load_pickle(folder / f"ind.{name}.{p}") for p in _RAW_PARTS}
-    index_file = folder / f"ind.{name}.test.index"
-    try:
-        test_idx = np.loadtxt(index_file, dtype=np.int64, ndmin=1)
-    except ValueError as exc:
-        raise ValueError(f"{index_file}: expected one integer node id per line ({exc})") from exc
-    allx, tx = _as_csr(part["allx"], folder), _as_csr(part["tx"], folder)
-    ally, ty = np.asarray(part["ally"]), np.asarray(part["ty"])
-    n_train = int(np.asarray(part["y"]).shape[0])
-
-    test_sorted = np.sort(test_idx)
-    lo, hi = int(test_sorted[0]), int(test_sorted[-1])
-    tx_full = sp.lil_matrix((hi - lo + 1, tx.shape[1]), dtype=np.float32)
-    tx_full[test_sorted - lo] = tx
-    ty_full = np.zeros((hi - lo + 1, ty.shape[1]), dtype=ty.dtype)
-    ty_full[test_sorted - lo] = ty
-    features = sp.vstack([allx, sp.csr_matrix(tx_full)]).tolil()
-    onehot = np.vstack([ally, ty_full])
-    features[test_idx] = features[test_sorted]
-    onehot[test_idx] = onehot[test_sorted]
-    labels = np.where(onehot.sum(1) > 0, onehot.argmax(1), -1).astype(np.int32)
+    file = {p: folder / f"ind.{name}.{p}" for p in (*_RAW_PARTS, "test.index")}
+    test_idx = _read_test_index(file["test.index"])
+    allx, tx = _as_csr(part["allx"], file["allx"]), _as_csr(part["tx"], file["tx"])
+    ally = _labels_array(part["ally"], file["ally"], allx.shape[0])
+    ty = _labels_array(part["ty"], file["ty"], tx.shape[0])
+    if tx.shape[1] != allx.shape[1] or ty.shape[1] != ally.shape[1]:
+        raise ValueError(f"{folder}: tx/ty have {tx.shape[1]} features / {ty.shape[1]} classes but allx/ally have "
+                         f"{allx.shape[1]} / {ally.shape[1]}; the files are not one dataset")
+    if test_idx.size != tx.shape[0]:
+        raise ValueError(f"{file['test.index']}: {test_idx.size} test ids for the {tx.shape[0]} rows of "
+                         f"{file['tx'].name}; give one id per test row")
+    n_train = int(np.asarray(part["y"]).shape[0]) if isinstance(part["y"], np.ndarray) else -1
+    if not 0 <= n_train <= allx.shape[0]:
+        raise ValueError(f"{file['y']}: expected a label matrix with at most {allx.shape[0]} rows (the train nodes)")
+    features, labels = _place_test_rows(allx, tx, ally, ty, test_idx, file["test.index"])
 
     graph = part["graph"]
     if not isinstance(graph, dict):
-        raise ValueError(f"{folder / f'ind.{name}.graph'}: expected a dict of adjacency lists")
-    src = np.fromiter((int(u) for u, vs in graph.items() for _ in vs), dtype=np.int64)
-    dst = np.fromiter((int(v) for vs in graph.values() for v in vs), dtype=np.int64)
+        raise ValueError(f"{file['graph']}: expected a dict of adjacency lists")
+    try:
+        src = np.fromiter((int(u) for u, vs in graph.items() for _ in vs), dtype=np.int64)
+        dst = np.fromiter((int(v) for vs in graph.values() for v in vs), dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{file['graph']}: node ids must be integers in adjacency lists ({exc})") from None
     return RawGraph(
         name=name,
         senders=src,
         receivers=dst,
-        features=sp.csr_matrix(features, dtype=np.float32),
+        features=features,
         labels=labels,
         splits={
             "train": np.arange(n_train),
             "val": np.arange(n_train, n_train + 500),
-            "test": test_sorted,
+            "test": np.sort(test_idx),
         },
     )
+
+
+def _read_test_index(path: Path) -> np.ndarray:
+    """The test node ids, one non-negative integer per line."""
+    lines = read_text(path, "test index").split("\n")
+    ids = [line.strip() for line in lines if line.strip()]
+    if not ids:
+        raise ValueError(f"{path}: empty; it must list the test node ids, one integer per line")
+    bad = next((i for i, line in enumerate(lines) if line.strip() and not re.fullmatch(r"\+?\d{1,18}", line.strip())),
+               None)
+    if bad is not None:
+        raise ValueError(f"{path}: line {bad + 1}: {lines[bad].strip()[:40]!r} is not a node id (an integer >= 0 "
+                         "below 10**18); the file lists one test node id per line")
+    return np.array(ids, dtype=np.int64)
+
+
+def _place_test_rows(allx: sp.csr_matrix, tx: sp.csr_matrix, ally: np.ndarray, ty: np.ndarray, test_idx: np.ndarray,
+                     index_file: Path) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Kipf's ``load_data`` assembly, vectorized: tx's rows fill the range [min, max] of the test
+    ids (gaps: CiteSeer's isolated test nodes, zero rows, label -1), after allx's rows; then the
+    rows at the sorted ids move to the ids in file order (``features[test_idx] = features[sorted]``)."""
+    test_sorted = np.sort(test_idx)
+    lo, hi = int(test_sorted[0]), int(test_sorted[-1])
+    n = allx.shape[0] + hi - lo + 1
+    # the ids decide the node count: refuse one that asks for absurd memory before allocating
+    check_graph_size(n, allx.shape[1], str(index_file), what=f"test id {hi:,} ({n:,} nodes)")
+    if lo < 0 or hi >= n:
+        raise ValueError(f"{index_file}: test ids span [{lo}, {hi}] but there are {n} nodes; test ids follow "
+                         f"allx's {allx.shape[0]} rows")
+    tx_coo = tx.tocoo()
+    placed = sp.csr_matrix((tx_coo.data, (test_sorted[tx_coo.row] - lo, tx_coo.col)), shape=(hi - lo + 1, tx.shape[1]))
+    source = np.arange(n)
+    source[test_idx] = test_sorted
+    features = sp.vstack([allx, placed], format="csr")[source]
+    labels = np.full(n, -1, np.int32)
+    labels[:allx.shape[0]] = np.where(ally.sum(1) > 0, ally.argmax(1), -1)
+    labels[allx.shape[0] + test_sorted - lo] = np.where(ty.sum(1) > 0, ty.argmax(1), -1)
+    return sp.csr_matrix(features, dtype=np.float32), labels[source]

@@ -6,12 +6,12 @@ import numpy as np
 
 
 def planetoid_split(labels: np.ndarray, per_class: int = 20, n_val: int = 500, n_test: int = 1000,
-                    seed: int = 0) -> dict[str, np.ndarray]:
+                    seed: int = 0, *, class_names: list[str] | None = None) -> dict[str, np.ndarray]:
     """Planetoid-style random split: ``per_class`` train nodes per class, then val and test.
 
     Val and test are drawn from the remaining labelled nodes (fewer when the graph is small: val
     gets at most a third of them and test the rest, up to ``n_test``). Unlabelled nodes (-1) are
-    never used.
+    never used. ``class_names`` (index = class id) name the classes in error messages.
 
     >>> s = planetoid_split(np.array([0, 1] * 50), per_class=5, n_val=20, n_test=30)
     >>> [len(s[k]) for k in ("train", "val", "test")]
@@ -24,7 +24,8 @@ def planetoid_split(labels: np.ndarray, per_class: int = 20, n_val: int = 500, n
     for c in classes:
         members = np.flatnonzero(labels == c)
         if members.size < per_class:
-            raise ValueError(f"class {c} has {members.size} labelled nodes, fewer than the "
+            name = repr(str(class_names[c])) if class_names is not None and c < len(class_names) else str(c)
+            raise ValueError(f"class {name} has {members.size} labelled nodes, fewer than the "
                              f"{per_class} train nodes per class asked for; lower --train-per-class")
         train.append(rng.choice(members, per_class, replace=False))
     train_idx = np.sort(np.concatenate(train)) if train else np.zeros(0, np.int64)
@@ -69,25 +70,26 @@ def read_split_file(path: str, node_ids: np.ndarray) -> dict[str, np.ndarray]:
     """A CSV ``node,split`` (split: train, val or test) into node-index arrays; node ids as text."""
     from pathlib import Path
 
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"split file {p}: not found")
-    table = np.loadtxt(p, dtype=str, delimiter=",", ndmin=2, comments=None, encoding="utf-8")
-    if table.shape[0] == 0 or [c.strip().lower() for c in table[0]] != ["node", "split"]:
-        raise ValueError(f"split file {p}: the first line must be the header node,split")
-    ids, kinds = np.char.strip(table[1:, 0]), np.char.strip(table[1:, 1])
+    from jaxgcn.datasets.readers import read_table
+
+    table = read_table(Path(path), "split")
+    if table.header is None or [c.lower() for c in table.header] != ["node", "split"]:
+        raise ValueError(f"{table.name}: the first line must be the header node,split")
+    ids, kinds = table.cells[:, 0], table.cells[:, 1]
     bad = np.flatnonzero(~np.isin(kinds, SPLIT_NAMES))
     if bad.size:
-        raise ValueError(f"split file {p}: line {bad[0] + 2}: split {str(kinds[bad[0]])!r} is not one of train, val, test")
+        raise ValueError(f"{table.name}: line {table.line(int(bad[0]))}: split {str(kinds[bad[0]])!r} is not one of "
+                         "train, val, test")
     order = np.argsort(node_ids, kind="stable")
     pos = np.clip(np.searchsorted(node_ids[order], ids), 0, max(node_ids.size - 1, 0))
     missing = np.flatnonzero(node_ids[order][pos] != ids)
     if missing.size:
-        raise ValueError(f"split file {p}: line {missing[0] + 2}: node {str(ids[missing[0]])!r} is not a node of the graph")
+        raise ValueError(f"{table.name}: line {table.line(int(missing[0]))}: node {str(ids[missing[0]])!r} is not a "
+                         "node of the graph")
     index = order[pos]
     uniq, counts = np.unique(index, return_counts=True)
     if np.any(counts > 1):
-        raise ValueError(f"split file {p}: node {str(node_ids[uniq[np.argmax(counts > 1)]])!r} is listed twice")
+        raise ValueError(f"{table.name}: node {str(node_ids[uniq[np.argmax(counts > 1)]])!r} is listed twice")
     return {k: np.sort(index[kinds == k]) for k in SPLIT_NAMES}
 
 

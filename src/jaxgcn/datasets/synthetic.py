@@ -6,6 +6,7 @@ import numpy as np
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.splits import planetoid_split
+from jaxgcn.validate import check_allocation
 
 
 def synthetic(
@@ -36,15 +37,20 @@ def synthetic(
             raise ValueError(f"synthetic: {name}={value} must be >= 1")
     if n_nodes < 2 * n_classes:
         raise ValueError(f"synthetic: n_nodes={n_nodes} is too small for {n_classes} classes")
-    if not 0.0 <= homophily <= 1.0 or avg_degree < 0:
-        raise ValueError(f"synthetic: homophily={homophily} must be in [0, 1] and avg_degree >= 0")
+    if not 0.0 <= homophily <= 1.0 or not 0 <= avg_degree < np.inf:
+        raise ValueError(f"synthetic: homophily={homophily} must be in [0, 1] and avg_degree >= 0 (finite), "
+                         f"got {avg_degree}")
+    n_edges = int(round(n_nodes * avg_degree / 2))
+    # dense float32 features (drawn, scaled, summed), 6 int64/float64 arrays per edge, per-node arrays
+    check_allocation(12 * n_nodes * n_features + 48 * n_edges + 64 * n_nodes, "synthetic",
+                     f"{n_nodes:,} nodes x {n_features:,} features with {n_edges:,} edges",
+                     "lower --nodes, --features or --avg-degree")
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, n_classes, n_nodes).astype(np.int32)
     order = np.argsort(labels, kind="stable")
     starts = np.searchsorted(labels[order], np.arange(n_classes))
     sizes = np.bincount(labels, minlength=n_classes)
 
-    n_edges = int(round(n_nodes * avg_degree / 2))
     src = rng.integers(0, n_nodes, n_edges)
     cls = labels[src]
     same = order[starts[cls] + (rng.random(n_edges) * sizes[cls]).astype(np.int64)]
