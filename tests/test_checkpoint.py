@@ -19,7 +19,7 @@ INFO = {"n_features": 3, "n_classes": 2, "class_names": ["a", "b"], "feature_nor
 
 
 def save(directory, params=PARAMS, **kwargs):
-    return checkpoint.save(directory, params, model_config=GCNConfig(), train_config=TrainConfig(), info=INFO,
+    return checkpoint.save(directory, params, model_config=GCNConfig(hidden=2), train_config=TrainConfig(), info=INFO,
                            epoch=kwargs.get("epoch", 7), metrics={"test_acc": 0.5}, node_ids=kwargs.get("node_ids"))
 
 
@@ -28,7 +28,7 @@ def test_round_trip_and_old_params_removed(tmp_path):
     save(tmp_path / "ck", {"layer_0": {"w": PARAMS["layer_0"]["w"] * 2}, "layer_1": PARAMS["layer_1"]}, epoch=9)
     ck = checkpoint.load(tmp_path / "ck")
     np.testing.assert_array_equal(ck.params["layer_0"]["w"], PARAMS["layer_0"]["w"] * 2)
-    assert ck.meta["epoch"] == 9 and ck.meta["class_names"] == ["a", "b"] and ck.meta["model"]["hidden"] == 16
+    assert ck.meta["epoch"] == 9 and ck.meta["class_names"] == ["a", "b"] and ck.meta["model"]["hidden"] == 2
     assert ck.meta["version"] and ck.meta["train"]["lr"] == 0.01
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["checkpoint.json", "params-2.npz"]
     assert ck.node_ids is None
@@ -88,7 +88,7 @@ def write_graph(tmp_path, n_extra=0):
     return d
 
 
-def test_train_save_evaluate_predict_on_own_files(tmp_path, capsys, standard_dtype_promotion):
+def test_train_save_evaluate_predict_on_own_files(tmp_path, capsys):
     g = write_graph(tmp_path)
     data = ["--edges", str(g / "e.csv"), "--features", str(g / "f.csv"), "--labels", str(g / "l.csv"),
             "--train-per-class", "10", "--val", "50", "--test", "100"]
@@ -116,7 +116,7 @@ def test_train_save_evaluate_predict_on_own_files(tmp_path, capsys, standard_dty
         assert row[1] in ("red", "green", "blue") and abs(sum(map(float, row[2:])) - 1.0) < 1e-4
 
 
-def test_predict_refuses_a_different_feature_space_and_writes_nothing(tmp_path, capsys, standard_dtype_promotion):
+def test_predict_refuses_a_different_feature_space_and_writes_nothing(tmp_path, capsys):
     assert main(["train", "--dataset", "synthetic", "--nodes", "200", "--features", "8", "--epochs", "3",
                  "--save", str(tmp_path / "m"), "--quiet", "--no-compile-cache"]) == 0
     capsys.readouterr()
@@ -131,7 +131,7 @@ def test_predict_refuses_a_different_feature_space_and_writes_nothing(tmp_path, 
     assert "--save/--resume keep one model" in capsys.readouterr().err
 
 
-def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, standard_dtype_promotion):
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
     import signal
     import subprocess
     import sys
@@ -170,7 +170,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, standard_dty
     assert checkpoint.load(ck).meta["state_file"] is None  # the finished run's checkpoint holds no state
 
 
-def test_resume_refuses_other_settings_and_non_checkpoints(tmp_path, capsys, standard_dtype_promotion):
+def test_resume_refuses_other_settings_and_non_checkpoints(tmp_path, capsys):
     base = ["train", "--dataset", "synthetic", "--nodes", "200", "--epochs", "30", "--no-compile-cache", "--quiet"]
     assert main([*base, "--save", str(tmp_path / "ck"), "--checkpoint-every", "10", "--early-stopping", "none"]) == 0
     capsys.readouterr()
@@ -182,7 +182,7 @@ def test_resume_refuses_other_settings_and_non_checkpoints(tmp_path, capsys, sta
     assert "--checkpoint-every K needs --save DIR" in capsys.readouterr().err
 
 
-def test_standardize_statistics_travel_with_the_checkpoint(tmp_path, capsys, standard_dtype_promotion):
+def test_standardize_statistics_travel_with_the_checkpoint(tmp_path, capsys):
     from jaxgcn import datasets
 
     raw = datasets.synthetic(200, n_classes=2, n_features=4, seed=3)

@@ -1,12 +1,23 @@
-"""Self-describing, atomic checkpoints: params as npz (``allow_pickle=False``) plus JSON metadata.
+"""Self-describing, atomic, verified checkpoints: params as npz (``allow_pickle=False``) plus JSON.
 
 A checkpoint directory holds ``params-<n>.npz`` and ``checkpoint.json``. The JSON names the
 params file, its SHA-256 and size, the model and training configs, class names, feature
-preprocessing, epoch, best metric and package version; node ids (when the graph came from files
-naming its nodes) are in ``node_ids.npy``. Each file is written to a temporary name, flushed with
-fsync and renamed into place, and ``checkpoint.json`` is written last: a process killed at any
-moment leaves either the previous checkpoint or the new one, never a mix. Older params files are
-removed only after the new JSON is in place.
+preprocessing, epoch, best metric and package version, and a SHA-256 fingerprint of the prepared
+data the model was trained on (features, labels, graph, split: :func:`data_fingerprint`); node ids
+(when the graph came from files naming its nodes) are in ``node_ids-<n>.npy`` and the training
+split (per input node: 0 none, 1 train, 2 val, 3 test) in ``split-<n>.npy``.
+
+Writes: each file goes to a temporary name, is fsynced and renamed into place
+(:mod:`jaxgcn.outputs`), and ``checkpoint.json`` is written last: a process killed at any moment
+leaves either the previous checkpoint or the new one, never a mix, and the next save removes the
+temporary files a killed save left. Older files are removed only after the new JSON is in place.
+
+Reads (:func:`load`) trust nothing: the JSON is checked against a schema (every key's type, the
+model config valid, class names and feature statistics consistent with the counts, file names
+plain names inside the directory), the params file against its recorded size and SHA-256, every
+param's name, shape and dtype against what the config builds, and every value for NaN/inf. Object
+arrays are refused (they would need unpickling). Every problem is one ValueError that names the file
+and the fix.
 """
 
 from __future__ import annotations
@@ -14,41 +25,39 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
+import re
+import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxgcn.outputs import remove_stale_temps, write_atomic
+
 FORMAT = "jaxgcn-checkpoint-1"
 META = "checkpoint.json"
+SPLIT_CODES = {"train": 1, "val": 2, "test": 3}  # split-<n>.npy: 0 = in no split
+FINGERPRINT_PARTS = ("features", "labels", "graph", "split")
 
 
 class Checkpoint(NamedTuple):
-    """A loaded checkpoint: ``params`` (nested dict of NumPy arrays) and its metadata."""
+    """A loaded checkpoint: ``params`` (nested dict of NumPy arrays), its metadata, the node ids
+    ([n] str, files that name nodes) and the training split ([n] int8 codes, :data:`SPLIT_CODES`)."""
 
     params: dict[str, Any]
     meta: dict[str, Any]
     node_ids: np.ndarray | None
+    split: np.ndarray | None = None
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat = {}
     for key, value in params.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             flat.update(_flatten(value, name + "/"))
         else:
-            flat[name] = np.asarray(value)
+            flat[name] = value if hasattr(value, "shape") else np.asarray(value)
     return flat
 
 
@@ -61,6 +70,37 @@ def _unflatten(flat: dict[str, np.ndarray]) -> dict[str, Any]:
             node = node.setdefault(p, {})
         node[leaf] = value
     return out
+
+
+def _sha256(arrays: list[Any]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(np.asarray(a))
+        h.update(f"{a.dtype.str}{a.shape};".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def data_fingerprint(data: Any) -> dict[str, str]:
+    """SHA-256 of each part of a prepared :class:`~jaxgcn.train.TrainData` (features, labels,
+    graph, split masks), as stored in a checkpoint and compared on ``--resume``.
+
+    >>> from jaxgcn.datasets import prepare, synthetic
+    >>> a = data_fingerprint(prepare(synthetic(60, n_classes=2, n_features=4, seed=0)).data)
+    >>> b = data_fingerprint(prepare(synthetic(60, n_classes=2, n_features=4, seed=1)).data)
+    >>> sorted(a), a["features"] == b["features"], len(a["graph"])
+    (['features', 'graph', 'labels', 'split'], False, 64)
+    """
+    import jax
+
+    return {"features": _sha256(jax.tree.leaves(data.x)), "labels": _sha256([data.labels]),
+            "graph": _sha256(jax.tree.leaves(data.graph)),
+            "split": _sha256([data.train_mask, data.val_mask, data.test_mask])}
+
+
+def fingerprint_changes(saved: dict[str, str] | None, now: dict[str, str]) -> list[str]:
+    """The parts (features, labels, graph, split) whose fingerprint differs; all when none was saved."""
+    return [k for k in FINGERPRINT_PARTS if not saved or saved.get(k) != now.get(k)]
 
 
 def state_arrays(state: Any) -> dict[str, np.ndarray]:
@@ -78,7 +118,7 @@ def restore_state(template: Any, arrays: dict[str, np.ndarray], source: str) -> 
     import jax.numpy as jnp
 
     leaves, treedef = jax.tree.flatten(template)
-    if len(arrays) != len(leaves):
+    if sorted(arrays) != sorted(f"leaf_{i}" for i in range(len(leaves))):
         raise ValueError(f"{source}: the saved run state has {len(arrays)} arrays, this run {len(leaves)}; resume "
                          "with the settings the run was started with")
     out = []
@@ -94,51 +134,232 @@ def restore_state(template: Any, arrays: dict[str, np.ndarray], source: str) -> 
     return jax.tree.unflatten(treedef, out)
 
 
-def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, train_config: Any,
-         info: dict[str, Any], epoch: int, metrics: dict[str, float], node_ids: np.ndarray | None = None,
-         state: Any = None, extra: dict[str, Any] | None = None) -> Path:
-    """Write a checkpoint into ``directory`` (created if needed), atomically; returns the JSON path.
-    ``state`` (a run state, for ``--resume``) and ``extra`` (JSON-able settings) are stored too."""
+def _npz_bytes(arrays: dict[str, Any]) -> bytes:
     from io import BytesIO
 
+    buf = BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    from io import BytesIO
+
+    buf = BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, train_config: Any,
+         info: dict[str, Any], epoch: int, metrics: dict[str, float], node_ids: np.ndarray | None = None,
+         state: Any = None, extra: dict[str, Any] | None = None, split: np.ndarray | None = None,
+         fingerprint: dict[str, str] | None = None, identity_features: bool = False) -> Path:
+    """Write a checkpoint into ``directory`` (created if needed), atomically; returns the JSON path.
+
+    ``state`` (a run state, for ``--resume``) and ``extra`` (JSON-able settings) are stored too;
+    ``split`` ([n_nodes] codes of :data:`SPLIT_CODES`, input node order), ``fingerprint``
+    (:func:`data_fingerprint`) and ``identity_features`` (the features were one-hot node ids, so
+    column ``j`` belongs to ``node_ids[j]``) describe the training data.
+    """
     import jaxgcn
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    buf = BytesIO()
-    np.savez(buf, **_flatten(params))
-    blob = buf.getvalue()
+    remove_stale_temps(directory)  # names change between saves: clear a killed save's temporaries
+    flat = {k: np.asarray(v) for k, v in _flatten(params).items()}
+    blob = _npz_bytes(flat)
     previous = sorted(directory.glob("params-*.npz"))
-    number = 1 + max((int(p.stem.split("-")[1]) for p in previous), default=0)
+    number = 1 + max((int(m[1]) for p in previous if (m := re.fullmatch(r"params-(\d+)\.npz", p.name))), default=0)
     params_path = directory / f"params-{number}.npz"
-    _write_atomic(params_path, blob)
-    state_name = None
+    write_atomic(params_path, blob)
+    names: dict[str, str | None] = {"state_file": None, "node_ids_file": None, "split_file": None}
     if state is not None:
-        sbuf = BytesIO()
-        np.savez(sbuf, **state_arrays(state))
-        state_name = f"state-{number}.npz"
-        _write_atomic(directory / state_name, sbuf.getvalue())
+        names["state_file"] = f"state-{number}.npz"
+        write_atomic(directory / names["state_file"], _npz_bytes(state_arrays(state)))
     if node_ids is not None:
-        ids = BytesIO()
-        np.save(ids, np.asarray(node_ids).astype(str), allow_pickle=False)
-        _write_atomic(directory / f"node_ids-{number}.npy", ids.getvalue())
+        names["node_ids_file"] = f"node_ids-{number}.npy"
+        write_atomic(directory / names["node_ids_file"], _npy_bytes(np.asarray(node_ids).astype(str)))
+    if split is not None:
+        names["split_file"] = f"split-{number}.npy"
+        write_atomic(directory / names["split_file"], _npy_bytes(np.asarray(split, np.int8)))
     meta = {
         "format": FORMAT, "version": jaxgcn.__version__,
         "params_file": params_path.name, "params_sha256": hashlib.sha256(blob).hexdigest(),
-        "params_bytes": len(blob), "node_ids_file": f"node_ids-{number}.npy" if node_ids is not None else None,
+        "params_bytes": len(blob), "node_ids_file": names["node_ids_file"],
         "model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
         "n_features": int(info["n_features"]), "n_classes": int(info["n_classes"]),
         "class_names": info.get("class_names"), "feature_norm": info.get("feature_norm"),
         "feature_stats": info.get("feature_stats"),
         "norm": info.get("norm"), "dataset": info.get("dataset"), "epoch": int(epoch),
         "metrics": {k: float(v) for k, v in metrics.items()},
-        "state_file": state_name, "extra": extra or {},
+        "state_file": names["state_file"], "extra": extra or {},
+        "split_file": names["split_file"], "split": info.get("split"),
+        "data_sha256": fingerprint, "identity_features": bool(identity_features),
     }
-    _write_atomic(directory / META, (json.dumps(meta, indent=2) + "\n").encode())
-    for old in previous + sorted(directory.glob("node_ids-*.npy")) + sorted(directory.glob("state-*.npz")):
-        if old.name not in (params_path.name, meta["node_ids_file"], state_name):
-            old.unlink(missing_ok=True)
+    write_atomic(directory / META, json.dumps(meta, indent=2) + "\n")
+    keep = {params_path.name, *filter(None, names.values())}
+    for pattern in ("params-*.npz", "node_ids-*.npy", "state-*.npz", "split-*.npy"):
+        for old in directory.glob(pattern):
+            if old.name not in keep:
+                old.unlink(missing_ok=True)
     return directory / META
+
+
+# --- reading and verifying -------------------------------------------------------------------------
+
+_FILE_PATTERNS = {"params_file": r"params-\d+\.npz", "node_ids_file": r"node_ids-\d+\.npy",
+                  "state_file": r"state-\d+\.npz", "split_file": r"split-\d+\.npy"}
+# key -> (allowed JSON types, required); int excludes bool (JSON true is not a count)
+_SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
+    "format": ((str,), True), "version": ((str,), True), "params_file": ((str,), True),
+    "params_sha256": ((str,), True), "params_bytes": ((int,), True), "model": ((dict,), True),
+    "train": ((dict,), True), "n_features": ((int,), True), "n_classes": ((int,), True),
+    "epoch": ((int,), True), "metrics": ((dict,), True),
+    "node_ids_file": ((str, type(None)), False), "state_file": ((str, type(None)), False),
+    "split_file": ((str, type(None)), False), "class_names": ((list, type(None)), False),
+    "feature_norm": ((str, type(None)), False), "feature_stats": ((dict, type(None)), False),
+    "norm": ((str, type(None)), False), "dataset": ((str, type(None)), False),
+    "extra": ((dict,), False), "split": ((str, type(None)), False),
+    "data_sha256": ((dict, type(None)), False), "identity_features": ((bool,), False),
+}
+# the model fields that decide the params' names and shapes must be recorded; the rest default
+_MODEL_REQUIRED = ("hidden", "layers", "bias", "residual", "layer_norm")
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "an object",
+               list: "a list", type(None): "null"}
+
+
+def _is(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types) or (float in types and isinstance(value, int))
+
+
+def _expected(types: tuple[type, ...]) -> str:
+    return " or ".join(_TYPE_WORDS.get(t, t.__name__) for t in types)
+
+
+def _bad(path: Path, what: str) -> ValueError:
+    return ValueError(f"checkpoint {path}: {what}; the file was edited or corrupted: save the model again "
+                      "(jaxgcn train --save)")
+
+
+def _check_schema(meta: dict[str, Any], path: Path) -> None:
+    for key, (types, required) in _SCHEMA.items():
+        if key not in meta:
+            if required:
+                raise _bad(path, f"key {key!r} is missing")
+            continue
+        if not _is(meta[key], types):
+            raise _bad(path, f"{key} is {meta[key]!r}, expected {_expected(types)}")
+    for key, pattern in _FILE_PATTERNS.items():
+        name = meta.get(key)
+        if name is not None and not re.fullmatch(pattern, name):
+            raise _bad(path, f"{key} {name!r} is not a file name jaxgcn writes ({pattern})")
+    if re.fullmatch(r"[0-9a-f]{64}", meta["params_sha256"]) is None:
+        raise _bad(path, f"params_sha256 {meta['params_sha256']!r} is not a SHA-256")
+    for key, low in (("n_features", 1), ("n_classes", 1), ("epoch", 0), ("params_bytes", 1)):
+        if meta[key] < low:
+            raise _bad(path, f"{key} is {meta[key]}, expected an integer >= {low}")
+    _check_classes(meta, path)
+    _check_feature_stats(meta, path)
+    for key, choices in (("norm", ("sym", "row", "none")), ("feature_norm", ("row", "standardize", "none"))):
+        if meta.get(key) is not None and meta[key] not in choices:
+            raise _bad(path, f"{key} is {meta[key]!r}, expected one of {', '.join(choices)}")
+    fp = meta.get("data_sha256")
+    if fp is not None and any(not isinstance(fp.get(k), str) for k in FINGERPRINT_PARTS):
+        raise _bad(path, f"data_sha256 must name {', '.join(FINGERPRINT_PARTS)}")
+    model_config(meta, path)
+
+
+def _check_classes(meta: dict[str, Any], path: Path) -> None:
+    names = meta.get("class_names")
+    if names is None:
+        return
+    if len(names) != meta["n_classes"]:
+        raise _bad(path, f"class_names lists {len(names)} classes but n_classes is {meta['n_classes']}")
+    if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise _bad(path, "class_names must be distinct strings")
+
+
+def _check_feature_stats(meta: dict[str, Any], path: Path) -> None:
+    stats = meta.get("feature_stats")
+    if meta.get("feature_norm") != "standardize":
+        return
+    if stats is None or any(not isinstance(stats.get(k), list) or len(stats[k]) != meta["n_features"]
+                            or not all(_is(v, (float,)) and np.isfinite(v) for v in stats[k]) for k in ("mean", "std")):
+        raise _bad(path, f"feature_norm 'standardize' needs feature_stats mean and std: {meta['n_features']} finite "
+                         "numbers each")
+
+
+def model_config(meta: dict[str, Any], path: str | Path = META) -> Any:
+    """The :class:`~jaxgcn.models.GCNConfig` a checkpoint's metadata records, checked field by field."""
+    import typing
+
+    from jaxgcn.models import GCNConfig
+
+    path = Path(path)
+    saved = meta["model"]
+    hints = typing.get_type_hints(GCNConfig)
+    for key in _MODEL_REQUIRED:
+        if key not in saved:
+            raise _bad(path, f"model.{key} is missing")
+    for key, value in saved.items():
+        if key not in hints:
+            raise _bad(path, f"model.{key} is not a setting of this jaxgcn's model (written by jaxgcn "
+                             f"{meta.get('version')}?)")
+        types = typing.get_args(hints[key]) or (hints[key],)
+        if not _is(value, types):
+            raise _bad(path, f"model.{key} is {value!r}, expected {_expected(types)}")
+    try:
+        return GCNConfig(**saved)
+    except ValueError as err:
+        raise _bad(path, f"model config invalid: {err}") from None
+
+
+def _read_arrays(path: Path, what: str) -> dict[str, np.ndarray]:
+    """Every array of an npz (or the one of an npy, as ``{"": a}``), never unpickling."""
+    try:
+        if path.suffix == ".npy":
+            return {"": np.load(path, allow_pickle=False)}
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except ValueError as err:
+        if "allow_pickle" in str(err) or "Object arrays" in str(err):
+            raise ValueError(f"checkpoint {path}: the {what} file holds object arrays (pickled Python objects), "
+                             "which jaxgcn never writes and never loads (loading them could run code); the file "
+                             "was not written by jaxgcn: save the model again") from None
+        raise ValueError(f"checkpoint {path}: the {what} file is unreadable ({err}); save the model again") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
+        raise ValueError(f"checkpoint {path}: the {what} file is unreadable ({err}); save the model again") from None
+
+
+def check_params(params: dict[str, Any], meta: dict[str, Any], path: str | Path) -> None:
+    """Every param's name, shape and dtype is what the recorded config builds for ``n_features``
+    inputs and ``n_classes`` outputs, and every value is finite."""
+    import jax
+
+    from jaxgcn.models import gcn
+
+    path = Path(path)
+    config = model_config(meta, path)
+    shapes = jax.eval_shape(lambda: gcn(config).init(jax.random.key(0), meta["n_features"], meta["n_classes"]))
+    want = _flatten(shapes)
+    have = _flatten(params)
+    where = (f"model layers={config.layers}, hidden={config.hidden}, {meta['n_features']} features, "
+             f"{meta['n_classes']} classes")
+    for name in sorted(set(want) ^ set(have)):  # names first: a layer count shows as a missing layer
+        if name not in have:
+            raise _bad(path, f"param {name} is missing ({where} needs it)")
+        raise _bad(path, f"param {name} is not part of the model ({where})")
+    for name in sorted(want):
+        a, w = have[name], want[name]
+        if a.shape != w.shape or a.dtype != w.dtype:
+            raise _bad(path, f"param {name} is {a.dtype}{list(a.shape)}, {where} needs {w.dtype}{list(w.shape)}")
+    for name, a in have.items():
+        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+        if bad:
+            raise ValueError(f"checkpoint {path}: param {name} holds {bad} NaN or infinite values; predictions "
+                             "from it would be meaningless (the run diverged, or the file was edited): train again")
 
 
 def load(directory: str | Path) -> Checkpoint:
@@ -149,28 +370,63 @@ def load(directory: str | Path) -> Checkpoint:
         raise ValueError(f"checkpoint {directory}: not a checkpoint directory (no {META}); pass the folder "
                          "that --save wrote")
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"checkpoint {meta_path}: unreadable JSON ({err}); the file is corrupted") from None
+    except OSError as err:
+        raise ValueError(f"checkpoint {meta_path}: cannot be read ({err.strerror}); check its permissions") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"checkpoint {meta_path}: format {meta.get('format') if isinstance(meta, dict) else None!r}, "
                          f"expected {FORMAT!r}; it was not written by this jaxgcn")
-    params_path = directory / str(meta.get("params_file"))
+    _check_schema(meta, meta_path)
+    params_path = directory / meta["params_file"]
     if not params_path.is_file():
         raise ValueError(f"checkpoint {directory}: params file {params_path.name} is missing")
-    blob = params_path.read_bytes()
-    if len(blob) != meta.get("params_bytes") or hashlib.sha256(blob).hexdigest() != meta.get("params_sha256"):
+    try:
+        blob = params_path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"checkpoint {params_path}: cannot be read ({err.strerror}); check its permissions") from None
+    if len(blob) != meta["params_bytes"] or hashlib.sha256(blob).hexdigest() != meta["params_sha256"]:
         raise ValueError(f"checkpoint {params_path}: {len(blob)} bytes that do not match the recorded size/SHA-256; "
                          "the file is truncated or corrupted, save the model again")
-    with np.load(params_path, allow_pickle=False) as z:
-        params = _unflatten({k: z[k] for k in z.files})
-    node_ids = None
-    if meta.get("node_ids_file"):
-        ids_path = directory / meta["node_ids_file"]
-        if not ids_path.is_file():
-            raise ValueError(f"checkpoint {directory}: node id file {ids_path.name} is missing")
-        node_ids = np.load(ids_path, allow_pickle=False)
-    return Checkpoint(params, meta, node_ids)
+    params = _unflatten(_read_arrays(params_path, "params"))
+    check_params(params, meta, params_path)
+    node_ids = _read_node_ids(directory, meta)
+    split = _read_split(directory, meta, node_ids)
+    return Checkpoint(params, meta, node_ids, split)
+
+
+def _side_file(directory: Path, meta: dict[str, Any], key: str, what: str) -> np.ndarray | None:
+    if not meta.get(key):
+        return None
+    path = directory / meta[key]
+    if not path.is_file():
+        raise ValueError(f"checkpoint {directory}: {what} file {path.name} is missing")
+    return _read_arrays(path, what)[""]
+
+
+def _read_node_ids(directory: Path, meta: dict[str, Any]) -> np.ndarray | None:
+    ids = _side_file(directory, meta, "node_ids_file", "node id")
+    if ids is None:
+        return None
+    path = directory / meta["node_ids_file"]
+    if ids.ndim != 1 or ids.dtype.kind != "U" or np.unique(ids).size != ids.size:
+        raise _bad(path, f"node ids must be distinct strings in one column, found {ids.dtype}{list(ids.shape)}")
+    if meta.get("identity_features") and ids.size != meta["n_features"]:
+        raise _bad(path, f"{ids.size} node ids for a model whose {meta['n_features']} features are one-hot node ids")
+    return ids
+
+
+def _read_split(directory: Path, meta: dict[str, Any], node_ids: np.ndarray | None) -> np.ndarray | None:
+    split = _side_file(directory, meta, "split_file", "split")
+    if split is None:
+        return None
+    path = directory / meta["split_file"]
+    if split.ndim != 1 or split.dtype != np.int8 or np.any((split < 0) | (split > 3)):
+        raise _bad(path, f"the split must be int8 codes 0..3 in one column, found {split.dtype}{list(split.shape)}")
+    if node_ids is not None and split.size != node_ids.size:
+        raise _bad(path, f"the split has {split.size} entries for {node_ids.size} node ids")
+    return split
 
 
 def load_state(directory: str | Path, meta: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -182,8 +438,4 @@ def load_state(directory: str | Path, meta: dict[str, Any]) -> dict[str, np.ndar
     path = directory / meta["state_file"]
     if not path.is_file():
         raise ValueError(f"checkpoint {directory}: run state file {path.name} is missing")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (ValueError, OSError, EOFError) as err:
-        raise ValueError(f"checkpoint {path}: unreadable ({err}); the file is corrupted") from None
+    return _read_arrays(path, "run state")

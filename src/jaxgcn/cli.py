@@ -19,17 +19,39 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"jaxgcn: error: {message} (see '{self.prog} --help')\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
+INT32_MAX = 2**31 - 1  # counts, ids and training seeds reach the device as int32
+MAX_EPOCHS = 1_000_000  # --epochs/--window/--patience: per-epoch history and the window are held in memory
+MAX_LAYERS = 1_000  # every layer is unrolled into the one compiled program
+MAX_RUNS = 10_000  # --seeds/--splits: every run's spec and split masks are built up front
 
 
-def _list_of(kind: Any, what: str) -> Any:
+def _int_in(lo: int, hi: int, why: str = "") -> Any:
+    """An argparse type: an integer in [lo, hi]; anything else is refused on one line."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a positive integer' if lo == 1 else 'an integer'}") \
+                from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{text} is not a positive integer" if lo == 1 else
+                                             f"{text} is below {lo}; give an integer from {lo} to {hi:,}{why}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"{text} is too large; give an integer from {lo} to {hi:,}{why}")
+        return value
+    return parse
+
+
+_positive_int = _int_in(1, INT32_MAX)
+_epochs = _int_in(1, MAX_EPOCHS, " (every epoch's metrics are kept)")
+_layers = _int_in(1, MAX_LAYERS)
+_runs = _int_in(1, MAX_RUNS)
+_seed = _int_in(0, INT32_MAX, " (seeds are int32 on the device; --seed + --seeds - 1 must fit too)")
+_data_seed = _int_in(0, 2**63 - 1)
+
+
+def _list_of(kind: Any, what: str, each: Any = None) -> Any:
+    """A comma-separated list of ``kind``; ``each`` (an argparse type) then checks every value's range."""
     def parse(text: str) -> tuple:
         try:
             values = tuple(kind(v) for v in text.split(",") if v.strip())
@@ -37,7 +59,7 @@ def _list_of(kind: Any, what: str) -> Any:
             raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}") from None
         if not values:
             raise argparse.ArgumentTypeError(f"{text!r}: give at least one value")
-        return values
+        return tuple(each(str(v)) for v in values) if each is not None else values
     return parse
 
 
@@ -69,8 +91,8 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     d.add_argument("--split-file", type=Path, help="CSV node,split (train/val/test) naming the split")
     d.add_argument("--train-frac", type=float, default=None,
                    help="stratified random split by fractions (with --val-frac, --test-frac)")
-    d.add_argument("--val-frac", type=float, default=0.1)
-    d.add_argument("--test-frac", type=float, default=0.2)
+    d.add_argument("--val-frac", type=float, default=None, help="with --train-frac (default 0.1)")
+    d.add_argument("--test-frac", type=float, default=None, help="with --train-frac (default 0.2)")
     d.add_argument("--save-split", type=Path, help="write the split used as CSV node,split (for --split-file)")
     d.add_argument("--ogb-split", default=None, help="with --dataset ogb:DIR, the split/<name> to use "
                    "(default: the only one)")
@@ -88,14 +110,14 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
                         "(node,f0,f1,... or node,feature,value CSV, .npy or .npz; absent: one-hot ids)")
     s.add_argument("--avg-degree", type=float, default=8.0)
     s.add_argument("--homophily", type=float, default=0.8)
-    d.add_argument("--data-seed", type=int, default=0,
+    d.add_argument("--data-seed", type=_data_seed, default=0,
                    help="seed of the synthetic graph and of random split k (data seed + k); --seed "
                         "only seeds training, so --seeds N equals N runs of --seed s")
     s.add_argument("--train-per-class", type=_positive_int, default=20,
                    help="train nodes per class of a random split (default 20)")
     d.add_argument("--split", choices=("public", "random"), default="public",
                    help="public (the dataset's own split) or random Planetoid-style splits")
-    d.add_argument("--splits", type=_positive_int, default=1, help="number of random splits (--split random)")
+    d.add_argument("--splits", type=_runs, default=1, help="number of random splits (--split random)")
     d.add_argument("--val", type=_positive_int, default=500, help="validation nodes of a random split")
     d.add_argument("--test", type=_positive_int, default=1000, help="test nodes of a random split")
     d.add_argument("--norm", choices=("sym", "row", "none"), default="sym",
@@ -104,12 +126,12 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
 
 def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     """Arguments shared by ``train`` and ``sweep``; with ``grid`` the swept ones take lists."""
-    ints = _list_of(int, "integers") if grid else _positive_int
+    ints = _list_of(int, "integers", _positive_int) if grid else _positive_int
     floats = _list_of(float, "numbers") if grid else float
     _add_data_args(p)
     m = p.add_argument_group("model (defaults: the paper's)")
     m.add_argument("--hidden", type=ints, default=(16,) if grid else 16)
-    m.add_argument("--layers", type=ints, default=(2,) if grid else 2)
+    m.add_argument("--layers", type=_list_of(int, "integers", _layers) if grid else _layers, default=(2,) if grid else 2)
     m.add_argument("--dropout", type=floats, default=(0.5,) if grid else 0.5,
                    help="probability to DROP (default 0.5)")
     m.add_argument("--bias", action="store_true", help="add a bias per layer (the reference has none)")
@@ -124,16 +146,16 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     m.add_argument("--dropout-rng", choices=("hash", "jax"), default="hash",
                    help="dropout masks from a fast counter hash (default) or jax.random.bernoulli")
     t = p.add_argument_group("training (defaults: the paper's)")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--seeds", type=_positive_int, default=1, help="number of seeds: seed, seed+1, ...")
-    t.add_argument("--epochs", type=_positive_int, default=200)
+    t.add_argument("--seed", type=_seed, default=0)
+    t.add_argument("--seeds", type=_runs, default=1, help="number of seeds: seed, seed+1, ...")
+    t.add_argument("--epochs", type=_epochs, default=200)
     t.add_argument("--lr", type=floats, default=(0.01,) if grid else 0.01)
     t.add_argument("--weight-decay", type=floats, default=(5e-4,) if grid else 5e-4, help="L2 added to the loss")
     t.add_argument("--l2", choices=("first", "all"), default="first", help="layers the L2 covers")
     t.add_argument("--clip-norm", type=float, default=None, help="global-norm gradient clipping")
     t.add_argument("--early-stopping", choices=("kipf", "patience", "none"), default="kipf")
-    t.add_argument("--window", type=_positive_int, default=10, help="Kipf's early-stopping window")
-    t.add_argument("--patience", type=_positive_int, default=50)
+    t.add_argument("--window", type=_epochs, default=10, help="Kipf's early-stopping window")
+    t.add_argument("--patience", type=_epochs, default=50)
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, help="write the results to this JSON file")
     if not grid:
@@ -160,7 +182,7 @@ def _add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
     g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                    help="with --distributed: process 0's address (default: detected, e.g. from SLURM)")
     g.add_argument("--num-processes", type=_positive_int, default=None)
-    g.add_argument("--process-id", type=int, default=None)
+    g.add_argument("--process-id", type=_int_in(0, INT32_MAX), default=None)
     o.add_argument("--quiet", action="store_true", help="only the final summary (no bar, no progress lines)")
     o.add_argument("--log-every", type=_positive_int, default=20,
                    help="progress and --log period in epochs (default 20)")
@@ -265,11 +287,8 @@ def _use_cpu_cores(args: argparse.Namespace) -> None:
         pass
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    """Write atomically: a crash never leaves a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, path)
+def _json_text(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, indent=2) + "\n"
 
 
 def _configs(args: argparse.Namespace, backend: str, **grid: Any):
@@ -286,17 +305,148 @@ def _configs(args: argparse.Namespace, backend: str, **grid: Any):
     return model, train
 
 
-def _check_output(flag: str, path: Path | None) -> None:
-    if path is not None and not path.parent.is_dir():
-        raise ValueError(f"{flag} {path}: folder {path.parent} does not exist; create it first")
+# Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
+# checkpoint/partitions: a directory jaxgcn owns (replaced only when it holds that kind of output); dir: any.
+OUTPUTS = {
+    "train": (("--json", "json", "file"), ("--save-split", "save_split", "file"), ("--log", "log", "append"),
+              ("--save", "save", "checkpoint"), ("--tensorboard", "tensorboard", "dir")),
+    "sweep": (("--json", "json", "file"), ("--csv", "csv", "file"), ("--save-split", "save_split", "file")),
+    "evaluate": (("--json", "json", "file"),),
+    "predict": (("--out", "out", "file"),),
+    "plot": (("--out", "out", "file"),),
+    "info": (("--json", "json", "file"), ("--save-split", "save_split", "file")),
+    "partition": (("--out", "out", "partitions"), ("--save-split", "save_split", "file")),
+}
+INPUTS = (("--edges", "edges"), ("--features", "features"), ("--labels", "labels"), ("--split-file", "split_file"),
+          ("--checkpoint", "checkpoint"), ("--sweep-json", "sweep_json"))
+F32_MAX = 3.4028234663852886e38
 
 
-def _load(args: argparse.Namespace, say: Any, on_device: bool = True):
-    """Load, clean and prepare the dataset the arguments name (random splits stacked when asked)."""
-    from jaxgcn.datasets import load_dataset, prepare, with_random_splits
+def _inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """The input files the arguments name (plot's --log is an input; --features is a count without --edges)."""
+    found = [(flag, Path(getattr(args, attr))) for flag, attr in INPUTS if getattr(args, attr, None) is not None
+             and (attr != "features" or args.edges is not None)]
+    if args.command == "plot" and args.log is not None:
+        found.append(("--log", args.log))
+    return found
 
+
+def _check_inputs(args: argparse.Namespace) -> None:
+    """An existing input file that cannot be read (permissions, an I/O error) is named before any work;
+    missing files and wrong formats are for the readers to report."""
+    for flag, path in _inputs(args):
+        if not path.is_file():
+            continue
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError as err:
+            raise ValueError(f"{flag} {path}: cannot be read ({err.strerror}); check that the file is readable "
+                             "(its permissions, the disk)") from None
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output path of the command, checked before any work (data loading, training), so a run
+    never fails at its end for a path that was wrong from the start. Two outputs naming one file, or an
+    output naming an input, are refused too."""
+    from jaxgcn import outputs
+
+    if getattr(args, "save_split", None) is not None and args.command in ("evaluate", "predict", "plot"):
+        raise ValueError(f"--save-split {args.save_split}: `jaxgcn {args.command}` draws no split to save; "
+                         "write it with `jaxgcn train --save-split FILE`")
+    seen: dict[str, str] = {}
+    for flag, attr, kind in OUTPUTS.get(args.command, ()):
+        path = getattr(args, attr, None)
+        if path is None:
+            continue
+        if kind in ("file", "append"):
+            example = {"--json": "results.json", "--csv": "sweep.csv", "--save-split": "split.csv",
+                       "--log": "train.jsonl", "--out": "plot.png" if args.command == "plot" else "predictions.csv"}
+            target = outputs.check_file(flag, path, append=kind == "append", example=example[flag])
+        elif kind == "checkpoint":
+            target = outputs.check_dir(flag, path, marker="checkpoint.json", what="a checkpoint to replace")
+        elif kind == "partitions":
+            target = outputs.check_dir(flag, path, marker="partitions.json", what="partitions to replace")
+        else:
+            target = outputs.check_dir(flag, path)
+        key = os.path.realpath(target)
+        if key in seen:
+            raise ValueError(f"{flag} {path} and {seen[key]} name the same path; give each output its own")
+        seen[key] = f"{flag} {path}"
+    for flag, path in _inputs(args):
+        if os.path.realpath(path) in seen:
+            raise ValueError(f"{seen[os.path.realpath(path)]} would overwrite the {flag} input; give the output "
+                             "another path")
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Float flags that training computes with in float32 must be finite and fit in it."""
+    import math
+
+    for flag, attr, example in (("--lr", "lr", "0.01"), ("--weight-decay", "weight_decay", "5e-4"),
+                                ("--clip-norm", "clip_norm", "1.0"), ("--dropout", "dropout", "0.5")):
+        values = getattr(args, attr, None)
+        for value in values if isinstance(values, tuple) else (values,):
+            if value is None:
+                continue
+            if not math.isfinite(value):
+                raise ValueError(f"{flag} {value}: not a finite number; give a value such as {example}")
+            if abs(value) > F32_MAX:
+                raise ValueError(f"{flag} {value:g}: larger than float32 holds (max 3.4e+38), training would compute "
+                                 f"with inf; give a value such as {example}")
+    seed, seeds = getattr(args, "seed", None), getattr(args, "seeds", None)
+    if seed is not None and seeds is not None and seed + seeds - 1 > INT32_MAX:
+        raise ValueError(f"--seed {seed} --seeds {seeds}: the last seed, {seed + seeds - 1}, does not fit in int32 "
+                         f"(seeds are int32 on the device); use --seed {INT32_MAX - seeds + 1} or lower")
+
+
+def _check_split_flags(args: argparse.Namespace) -> None:
+    """Split flags that contradict each other or would be silently ignored are refused."""
+    given = "--split-file" if args.split_file is not None else "--train-frac" if args.train_frac is not None else None
+    if args.split_file is not None and args.train_frac is not None:
+        raise ValueError(f"--split-file {args.split_file} and --train-frac {args.train_frac} both choose the split; "
+                         "give one of them")
+    if args.split_file is not None and args.split == "random":
+        raise ValueError(f"--split-file {args.split_file} gives the split and --split random would draw another; "
+                         "drop one of them")
+    if args.train_frac is None and (args.val_frac is not None or args.test_frac is not None):
+        raise ValueError("--val-frac/--test-frac shape a fraction split and need --train-frac; without it they "
+                         "would be ignored")
+    if args.splits > 1 and given:
+        raise ValueError(f"--splits {args.splits} draws {args.splits} Planetoid-style random splits (seeds "
+                         f"--data-seed + k); {given} gives one split, so every run would get the same one: drop "
+                         f"--splits, or {given} (to use several fraction splits, run once per --data-seed)")
     if args.splits > 1 and args.split != "random":
         raise ValueError(f"--splits {args.splits} needs --split random (the public split is one split)")
+
+
+def _warn_tensorboard(args: argparse.Namespace) -> None:
+    """--tensorboard without tensorboardX: say so even with --quiet (the user asked for files that will
+    not appear), on stderr, once, before the run; the run goes on without event files."""
+    import importlib.util
+
+    if getattr(args, "tensorboard", None) is not None and importlib.util.find_spec("tensorboardX") is None:
+        print(f"jaxgcn: warning: --tensorboard {args.tensorboard}: tensorboardX is not installed (pip install "
+              "tensorboardX); no event files are written (--log FILE keeps the same metrics as JSON lines)",
+              file=sys.stderr, flush=True)
+        args.tensorboard = None
+
+
+def _prelude(args: argparse.Namespace) -> None:
+    """The checks every data command runs before any work: flags, inputs, outputs."""
+    if hasattr(args, "split_file"):
+        _check_split_flags(args)
+    _check_numbers(args)
+    _check_inputs(args)
+    if not getattr(args, "distributed", False) or _is_writer():  # only process 0 of a job writes
+        _check_outputs(args)
+
+
+def _load(args: argparse.Namespace, say: Any, on_device: bool = True, two_classes: bool = True):
+    """Load, clean and prepare the dataset the arguments name (random splits stacked when asked).
+    ``two_classes``: refuse data whose labelled nodes are all in one class (training needs two)."""
+    from jaxgcn.datasets import prepare, with_random_splits
+
     if args.save_split is not None and args.splits > 1:
         raise ValueError(f"--save-split writes one split; --splits {args.splits} draws several")
     import time
@@ -317,13 +467,17 @@ def _load(args: argparse.Namespace, say: Any, on_device: bool = True):
     node_ids = raw.node_ids if raw.node_ids is not None else None
     args._node_ids = node_ids
     del raw  # the host copy of a large graph is not needed past this point
-    if args.split == "random" and not _split_given(args):
+    if two_classes:
+        _require_two_classes(args, prepared)
+    if _random_splits(args):
         import numpy as np
 
         prepared = with_random_splits(prepared, np.asarray(prepared.data.labels), args.splits, per_class=args.train_per_class,
                                       n_val=args.val, n_test=args.test, seed=args.data_seed)
-    if args.save_split is not None and _is_writer():
-        _save_split(args.save_split, prepared, node_ids)
+        if args.splits == 1:
+            prepared = prepared._replace(info={**prepared.info, "split": _split_name(args)})
+    elif _split_given(args):
+        prepared = prepared._replace(info={**prepared.info, "split": _split_name(args)})
     info = prepared.info
     say(f"{info['dataset']}: {info['n_nodes']} nodes, {info['n_edges']} edges, {info['n_features']} "
         f"features, {info['n_classes']} classes | backend {prepared.backend}"
@@ -333,13 +487,53 @@ def _load(args: argparse.Namespace, say: Any, on_device: bool = True):
     return prepared
 
 
+def _require_two_classes(args: argparse.Namespace, prepared: Any) -> None:
+    """One class makes every prediction right by construction (accuracy 1.0): refuse it."""
+    import numpy as np
+
+    labels = np.asarray(prepared.data.labels)
+    present = np.unique(labels[labels >= 0])
+    if present.size >= 2:
+        return
+    where = f"--labels {args.labels}" if args.edges is not None else f"--dataset {args.dataset}"
+    names = prepared.info.get("class_names")
+    if present.size == 0:
+        raise ValueError(f"{where}: no node has a label; training needs labelled nodes of at least 2 classes")
+    name = names[present[0]] if names else str(present[0])
+    raise ValueError(f"{where}: all {int(np.sum(labels >= 0))} labelled nodes are in one class ({name}); a classifier "
+                     "needs at least 2 classes (with one, accuracy is 1.0 by construction): check the labels")
+
+
 def _split_given(args: argparse.Namespace) -> bool:
     """Whether the split is decided before preparation: own files, a split file or fractions."""
     return args.edges is not None or args.split_file is not None or args.train_frac is not None
 
 
-def _raw(args: argparse.Namespace, require_labels: bool = True) -> Any:
-    """The RawGraph the arguments name, with the split they ask for when it is decided up front."""
+def _random_splits(args: argparse.Namespace) -> bool:
+    """Whether Planetoid-style random splits are drawn after preparation (split k with seed data seed + k):
+    --split random on a dataset, or --splits N on own files (whose one split _raw draws up front)."""
+    if args.split_file is not None or args.train_frac is not None:
+        return False
+    return args.split == "random" if args.edges is None else args.splits > 1
+
+
+def _split_name(args: argparse.Namespace) -> str:
+    """What the reports say about a split decided up front (a dataset's own split is "public")."""
+    if args.split_file is not None:
+        return f"file {args.split_file}"
+    if args.train_frac is not None:
+        return (f"fractions {args.train_frac:g}/{_frac(args.val_frac, 0.1):g}/{_frac(args.test_frac, 0.2):g} "
+                f"(seed {args.data_seed})")
+    return f"random (seed {args.data_seed})"
+
+
+def _frac(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def _raw(args: argparse.Namespace, require_labels: bool = True, split: bool = True) -> Any:
+    """The RawGraph the arguments name, with the split they ask for when it is decided up front
+    (``split=False``: as read, for a split taken from elsewhere)."""
     import numpy as np
 
     from jaxgcn.datasets import load_dataset
@@ -360,33 +554,49 @@ def _raw(args: argparse.Namespace, require_labels: bool = True) -> Any:
                            n_classes=args.classes, n_features=int(args.features or 64),
                            avg_degree=args.avg_degree, homophily=args.homophily,
                            train_per_class=args.train_per_class, seed=args.data_seed)
-    if not _split_given(args):
+    if not split or not _split_given(args):
         return raw
     ids = raw.node_ids if raw.node_ids is not None else np.arange(raw.labels.size).astype(str)
     if args.split_file is not None:
         splits = read_split_file(args.split_file, ids)
     elif args.train_frac is not None:
-        splits = fraction_split(raw.labels, args.train_frac, args.val_frac, args.test_frac, seed=args.data_seed)
+        splits = fraction_split(raw.labels, args.train_frac, _frac(args.val_frac, 0.1), _frac(args.test_frac, 0.2),
+                                seed=args.data_seed)
     else:
         splits = planetoid_split(raw.labels, per_class=args.train_per_class, n_val=args.val, n_test=args.test,
-                                 seed=args.data_seed)
+                                 seed=args.data_seed, class_names=raw.class_names)
     return raw._replace(splits=splits)
 
 
-def _save_split(path: Path, prepared: Any, node_ids: Any) -> None:
-    """Write the split of the prepared data as node,split with the input's node ids."""
+def _split_codes(prepared: Any) -> Any:
+    """The (first) split of the prepared data per INPUT node: [n] int8, 0 none, 1 train, 2 val, 3 test."""
     import numpy as np
 
-    from jaxgcn.datasets.splits import write_split_file
+    from jaxgcn.checkpoint import SPLIT_CODES
 
-    order = prepared.info.get("node_order")
-    splits = {}
-    for name, mask in (("train", prepared.data.train_mask), ("val", prepared.data.val_mask),
-                       ("test", prepared.data.test_mask)):
-        idx = np.flatnonzero(np.asarray(mask).reshape(-1, prepared.info["n_nodes"])[0])
-        splits[name] = order[idx] if order is not None else idx
     n = prepared.info["n_nodes"]
-    write_split_file(str(path), splits, node_ids if node_ids is not None else np.arange(n).astype(str))
+    codes = np.zeros(n, np.int8)
+    for name in ("train", "val", "test"):
+        mask = np.asarray(getattr(prepared.data, f"{name}_mask")).reshape(-1, n)[0]
+        codes[mask > 0] = SPLIT_CODES[name]
+    order = prepared.info.get("node_order")
+    if order is None:
+        return codes
+    out = np.zeros(n, np.int8)
+    out[np.asarray(order)] = codes  # node i of the prepared graph is input node order[i]
+    return out
+
+
+def _split_csv(prepared: Any, node_ids: Any) -> str:
+    """The split as ``node,split`` CSV text with the input's node ids (what --split-file reads)."""
+    import numpy as np
+
+    from jaxgcn.checkpoint import SPLIT_CODES
+
+    codes = _split_codes(prepared)
+    ids = node_ids if node_ids is not None else np.arange(codes.size).astype(str)
+    rows = [f"{ids[i]},{name}" for name, code in SPLIT_CODES.items() for i in np.flatnonzero(codes == code)]
+    return "node,split\n" + "".join(row + "\n" for row in rows)
 
 
 def _plan(args: argparse.Namespace, prepared: Any, model_config: Any, runs: int, say: Any) -> Any:
@@ -435,8 +645,8 @@ def _checkpointing(args: argparse.Namespace, prepared: Any, model_config: Any, t
     if args.checkpoint_every is not None:
         def save_state(state: Any) -> None:
             checkpoint.save(args.save, state.params, model_config=model_config, train_config=train_config,
-                            info=prepared.info, epoch=int(state.epoch), metrics={}, node_ids=args._node_ids,
-                            state=state, extra=settings)
+                            info=prepared.info, epoch=int(state.epoch), metrics={}, state=state, extra=settings,
+                            **_checkpoint_facts(args, prepared))
 
         out.update(checkpoint_every=args.checkpoint_every, on_checkpoint=save_state)
     if args.resume is not None:
@@ -447,9 +657,32 @@ def _checkpointing(args: argparse.Namespace, prepared: Any, model_config: Any, t
         if changed:
             raise ValueError(f"--resume {args.resume}: the run was started with different {', '.join(changed)}; "
                              "resume with the same data, seed and settings")
+        if ck.meta.get("data_sha256") is None:
+            raise ValueError(f"--resume {args.resume}: the checkpoint records no fingerprint of its data (written "
+                             "by an older jaxgcn), so resuming cannot be checked; train again")
+        differ = checkpoint.fingerprint_changes(ck.meta["data_sha256"], _fingerprint(args, prepared))
+        if differ:
+            raise ValueError(f"--resume {args.resume}: the prepared {', '.join(differ)} differ from the data the run "
+                             "was started on (SHA-256 recorded in the checkpoint); resume with the same files, split "
+                             "and preprocessing flags")
         say(f"resuming from epoch {ck.meta['epoch']} of {args.resume}")
         out["resume"] = lambda template: checkpoint.restore_state(template, arrays, str(args.resume))
     return out
+
+
+def _fingerprint(args: argparse.Namespace, prepared: Any) -> dict[str, str]:
+    """The SHA-256 fingerprint of the prepared data (computed once per run)."""
+    if getattr(args, "_fingerprint", None) is None:
+        from jaxgcn.checkpoint import data_fingerprint
+
+        args._fingerprint = data_fingerprint(prepared.data)
+    return args._fingerprint
+
+
+def _checkpoint_facts(args: argparse.Namespace, prepared: Any) -> dict[str, Any]:
+    """What a checkpoint records about its training data besides the params."""
+    return {"node_ids": args._node_ids, "split": _split_codes(prepared), "fingerprint": _fingerprint(args, prepared),
+            "identity_features": args.edges is not None and args.features is None}
 
 
 def _train_runs(args: argparse.Namespace, prepared: Any, model_config: Any, train_config: Any, say: Any):
@@ -475,7 +708,7 @@ def _run_all(args: argparse.Namespace, prepared: Any, model_config: Any, train_c
     from jaxgcn.train import fit
 
     if len(seeds) == 1 and args.splits == 1:
-        res = fit(prepared.data, prepared.n_classes, model_config=model_config, config=train_config,
+        res = fit(_one_split(prepared.data), prepared.n_classes, model_config=model_config, config=train_config,
                   key=jax.random.key(seeds[0]), log_every=args.log_every, log=None, progress=progress,
                   **_checkpointing(args, prepared, model_config, train_config, say))
         m = res.metrics
@@ -606,7 +839,7 @@ def _load_partitioned(args: argparse.Namespace, mesh: Any, say: Any) -> Any:
 def cmd_plot(args: argparse.Namespace) -> int:
     from jaxgcn import plots
 
-    _check_output("--out", args.out)
+    _prelude(args)
     need = {"curves": ("--log", args.log), "embeddings": ("--checkpoint", args.checkpoint),
             "sweep": ("--sweep-json", args.sweep_json)}[args.kind]
     if need[1] is None:
@@ -650,14 +883,15 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     from jaxgcn.memory import estimate
 
-    _check_output("--json", args.json)
+    from jaxgcn import outputs
+
+    _prelude(args)
     args.backend = "auto"
     raw = _raw(args)
     feats = raw.features
     n, n_features = feats.shape
     nnz = int(feats.nnz) if sp.issparse(feats) else int(np.count_nonzero(feats))
-    args.save_split = None
-    prepared = _load(args, lambda msg: None, on_device=False)
+    prepared = _load(args, lambda msg: None, on_device=False, two_classes=False)
     info, graph = prepared.info, prepared.data.graph
     degree = np.diff(np.asarray(graph.csr.indptr)) if graph.csr is not None else \
         np.bincount(np.asarray(graph.receivers), minlength=n)
@@ -693,24 +927,29 @@ def cmd_info(args: argparse.Namespace) -> int:
           + (f"; {stats['unlabelled_nodes']:,} unlabelled" if stats["unlabelled_nodes"] else ""))
     print("  split: " + ", ".join(f"{k} {v:,}" for k, v in info["split_sizes"].items()))
     print(f"  training memory estimate (backend {prepared.backend}, hidden {args.hidden}): {est.describe()}")
-    if args.json is not None:
-        _write_json(args.json, stats)
+    with outputs.Staged() as out:
+        if args.json is not None:
+            out.add(args.json, _json_text(stats), label=f"--json {args.json}")
+        if args.save_split is not None:
+            out.add(args.save_split, _split_csv(prepared, args._node_ids), label=f"--save-split {args.save_split}")
     return 0
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
-    from jaxgcn import distributed
+    from jaxgcn import distributed, outputs
 
-    if args.out.exists() and any(args.out.iterdir()):
-        if not (args.out / distributed.PARTITION_META).is_file():
-            raise ValueError(f"--out {args.out}: exists and is not a partition directory; give a new folder")
+    _prelude(args)
     say = print
     args.backend = "auto"  # the blocks are CSR whatever the single-device backend would be
     prepared = _load(args, say, on_device=False)
     data = _one_split(prepared.data)
     stats = distributed.partition_stats(data.graph, args.parts)
     exchange = _exchange(args.exchange, stats)
-    meta = distributed.save_partitions(args.out, data, args.parts, exchange=exchange, info=prepared.info)
+    with outputs.Staged() as out, outputs.locked_dir("--out", args.out):  # a failure removes a folder it made
+        outputs.remove_stale_temps(args.out)
+        meta = distributed.save_partitions(args.out, data, args.parts, exchange=exchange, info=prepared.info)
+        if args.save_split is not None:
+            out.add(args.save_split, _split_csv(prepared, args._node_ids), label=f"--save-split {args.save_split}")
     total = sum(f["bytes"] for f in meta["files"])
     print(f"wrote {args.parts} parts ({exchange}; {100 * stats['cut_fraction']:.1f}% of edges cross a border) to "
           f"{args.out}: {total / 2**20:.1f} MiB, {total / args.parts / 2**20:.1f} MiB per part")
@@ -781,64 +1020,81 @@ def _train_sharded(args: argparse.Namespace, say: Any) -> int:
     finally:
         progress.done()
     m = res.metrics
-    if writer and args.save is not None:
-        from jaxgcn import checkpoint
-
-        checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
-                        info=prepared.info, epoch=res.epochs_run, metrics=m, node_ids=args._node_ids)
-        say(f"saved the model to {args.save}")
     if writer:
         print(f"test accuracy {m['test_acc']:.4f} | val {m['val_acc']:.4f} | epochs {res.epochs_run} | "
               f"{n_parts} devices, {exchange} | compile {res.compile_seconds:.2f}s | train "
               f"{res.train_seconds:.2f}s ({1e3 * res.train_seconds / res.epochs_run:.2f} ms/epoch)")
-    if writer and args.json is not None:
-        _write_json(args.json, {
-            **_base_report(args, prepared),
-            "config": {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
-                       "norm": args.norm, "feature_norm": args.feature_norm},
-            "seeds": [args.seed], "splits": 1,
-            "runs": [{"seed": args.seed, "split": 0, "test_acc": m["test_acc"], "val_acc": m["val_acc"],
-                      "epochs_run": res.epochs_run, "stopped_early": res.stopped_early}],
-            "test_acc": [m["test_acc"]], "test_acc_mean": m["test_acc"], "test_acc_std": 0.0,
-            "val_acc": [m["val_acc"]], "val_acc_mean": m["val_acc"], "epochs_run": [res.epochs_run],
-            "stopped_early": [res.stopped_early], "metrics": m, "history": {k: v.tolist() for k, v in res.history.items()},
-            "compile_seconds": res.compile_seconds, "train_seconds": res.train_seconds,
-            "distributed": {"processes": jax.process_count(), "devices": n_parts, "exchange": exchange,
-                            "partition": stats, "memory_estimate_per_device": est.parts},
-        })
+    if not writer:
+        return 0
+    from jaxgcn import checkpoint, outputs
+
+    with outputs.Staged() as out:  # everything appears, or (on an error) nothing
+        if args.json is not None:
+            out.add(args.json, _json_text({
+                **_base_report(args, prepared),
+                "config": {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
+                           "norm": args.norm, "feature_norm": args.feature_norm},
+                "seeds": [args.seed], "splits": 1,
+                "runs": [{"seed": args.seed, "split": 0, "test_acc": m["test_acc"], "val_acc": m["val_acc"],
+                          "epochs_run": res.epochs_run, "stopped_early": res.stopped_early}],
+                "test_acc": [m["test_acc"]], "test_acc_mean": m["test_acc"], "test_acc_std": 0.0,
+                "val_acc": [m["val_acc"]], "val_acc_mean": m["val_acc"], "epochs_run": [res.epochs_run],
+                "stopped_early": [res.stopped_early], "metrics": m,
+                "history": {k: v.tolist() for k, v in res.history.items()},
+                "compile_seconds": res.compile_seconds, "train_seconds": res.train_seconds,
+                "distributed": {"processes": jax.process_count(), "devices": n_parts, "exchange": exchange,
+                                "partition": stats, "memory_estimate_per_device": est.parts},
+            }), label=f"--json {args.json}")
+        own = not args.dataset.startswith(PARTITIONED)  # partitions hold no host copy of the whole data
+        if args.save_split is not None and own:
+            out.add(args.save_split, _split_csv(prepared, args._node_ids), label=f"--save-split {args.save_split}")
+        if args.save is not None:
+            facts = {"node_ids": args._node_ids, "split": _split_codes(prepared) if own else None,
+                     "identity_features": args.edges is not None and args.features is None}
+            checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
+                            info=prepared.info, epoch=res.epochs_run, metrics=m, **facts)
+            say(f"saved the model to {args.save}")
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import dataclasses
+    import contextlib
 
-    import numpy as np
+    from jaxgcn import outputs
 
-    _check_output("--json", args.json)
-    _check_output("--save-split", args.save_split)
     if (args.save is not None or args.resume is not None) and (args.seeds > 1 or args.splits > 1):
         raise ValueError(f"--save/--resume keep one model; they need one run, not --seeds {args.seeds} / "
                          f"--splits {args.splits}")
     if args.checkpoint_every is not None and args.save is None:
         raise ValueError("--checkpoint-every K needs --save DIR (where the checkpoints go)")
+    _prelude(args)
+    _warn_tensorboard(args)
     say = (lambda msg: None) if args.quiet else print
-    if args.shard_graph or args.distributed:
-        return _train_sharded(args, say)
+    lock = contextlib.nullcontext()
+    if args.save is not None and (not args.distributed or _is_writer()):
+        # a failed run removes the folder it created, unless --checkpoint-every put resumable state in it
+        lock = outputs.locked_dir("--save", args.save, remove_on_error=args.checkpoint_every is None)
+    with lock:
+        if args.shard_graph or args.distributed:
+            return _train_sharded(args, say)
+        return _train_single(args, say)
+
+
+def _train_single(args: argparse.Namespace, say: Any) -> int:
+    """``train`` on one device: one run, or several seeds/splits as one batched program."""
+    import dataclasses
+
+    import numpy as np
+
+    from jaxgcn import checkpoint, outputs
+    from jaxgcn.train import divergence_hint
+
     model_config, train_config = _configs(args, "segment" if args.chunk_edges else "csr")  # validates early
     prepared = _load(args, say)
     model_config = _plan(args, prepared, model_config, min(args.seeds * args.splits, 8), say)
     if args.debug:
         _debug_checks(prepared, model_config, train_config, say)
     runs, compile_s, train_s = _train_runs(args, prepared, model_config, train_config, say)
-    if args.save is not None:
-        from jaxgcn import checkpoint
-
-        res = args._fit_result
-        checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
-                        info=prepared.info, epoch=res.epochs_run, metrics=res.metrics, node_ids=args._node_ids)
-        say(f"saved the model to {args.save}")
-    from jaxgcn.train import divergence_hint
-
     test = np.array([r[2] for r in runs])
     val = np.array([r[3] for r in runs])
     epochs = [r[4] for r in runs]
@@ -851,29 +1107,39 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"train {train_s:.2f}s ({1e3 * train_s / max(epochs):.2f} ms/epoch)")
     if hint:
         print(hint)
-    if args.json is not None:
-        _write_json(args.json, {
-            **_base_report(args, prepared),
-            "config": {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
-                       "norm": args.norm, "feature_norm": args.feature_norm},
-            "seeds": sorted({r[0] for r in runs}), "splits": args.splits,
-            "runs": [{"seed": r[0], "split": r[1], "test_acc": r[2], "val_acc": r[3], "epochs_run": r[4],
-                      "stopped_early": r[5]} for r in runs],
-            "test_acc": test.tolist(), "test_acc_mean": float(test.mean()),
-            "test_acc_std": float(test.std()), "val_acc": val.tolist(), "val_acc_mean": float(val.mean()),
-            "epochs_run": epochs, "stopped_early": [r[5] for r in runs],
-            "compile_seconds": compile_s, "train_seconds": train_s,
-        })
+    # The outputs appear together at the end, the split file last; a failure leaves none of them.
+    with outputs.Staged() as out:
+        if args.json is not None:
+            out.add(args.json, _json_text({
+                **_base_report(args, prepared),
+                "config": {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
+                           "norm": args.norm, "feature_norm": args.feature_norm},
+                "seeds": sorted({r[0] for r in runs}), "splits": args.splits,
+                "runs": [{"seed": r[0], "split": r[1], "test_acc": r[2], "val_acc": r[3], "epochs_run": r[4],
+                          "stopped_early": r[5]} for r in runs],
+                "test_acc": test.tolist(), "test_acc_mean": float(test.mean()),
+                "test_acc_std": float(test.std()), "val_acc": val.tolist(), "val_acc_mean": float(val.mean()),
+                "epochs_run": epochs, "stopped_early": [r[5] for r in runs],
+                "compile_seconds": compile_s, "train_seconds": train_s,
+            }), label=f"--json {args.json}")
+        if args.save_split is not None:
+            out.add(args.save_split, _split_csv(prepared, args._node_ids), label=f"--save-split {args.save_split}")
+        if args.save is not None:
+            res = args._fit_result
+            checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
+                            info=prepared.info, epoch=res.epochs_run, metrics=res.metrics,
+                            **_checkpoint_facts(args, prepared))
+            say(f"saved the model to {args.save}")
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from jaxgcn.sweep import Grid, format_table, rows_to_json, run_grid, write_csv, write_json
+    from jaxgcn import outputs
+    from jaxgcn.sweep import Grid, csv_text, format_table, rows_to_json, run_grid
 
-    _check_output("--json", args.json)
-    _check_output("--csv", args.csv)
+    _prelude(args)
     say = (lambda msg: None) if args.quiet or not _is_writer() else print
     grid = Grid(lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout, hidden=args.hidden,
                 layers=args.layers)
@@ -912,13 +1178,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not _is_writer():
         return 0
     print(format_table(rows))
-    if args.csv is not None:
-        write_csv(rows, args.csv)
-    if args.json is not None:
-        fixed = {k: v for k, v in dataclasses.asdict(train_config).items() if k not in ("lr", "weight_decay")}
-        write_json({**_base_report(args, prepared), "seeds": seeds, "splits": args.splits,
-                    "grid": dataclasses.asdict(grid), "fixed": fixed, "best": rows_to_json(rows[:1])[0],
-                    "configurations": rows_to_json(rows)}, args.json)
+    with outputs.Staged() as out:  # together at the end, the split file last; nothing on an error
+        if args.csv is not None:
+            out.add(args.csv, csv_text(rows), label=f"--csv {args.csv}")
+        if args.json is not None:
+            fixed = {k: v for k, v in dataclasses.asdict(train_config).items() if k not in ("lr", "weight_decay")}
+            out.add(args.json, _json_text({
+                **_base_report(args, prepared), "seeds": seeds, "splits": args.splits,
+                "grid": dataclasses.asdict(grid), "fixed": fixed, "best": rows_to_json(rows[:1])[0],
+                "configurations": rows_to_json(rows)}), label=f"--json {args.json}")
+        if args.save_split is not None:
+            out.add(args.save_split, _split_csv(prepared, args._node_ids), label=f"--save-split {args.save_split}")
     return 0
 
 
@@ -931,19 +1201,32 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def _load_for_checkpoint(args: argparse.Namespace, need_split: bool):
-    """The checkpoint, and the data prepared the way it was trained (normalizations from the checkpoint)."""
+    """The checkpoint, and the data prepared the way it was trained (normalizations from the checkpoint).
+
+    With ``need_split`` (evaluate) and no split flags, the split is the one the model was trained on
+    (saved in the checkpoint); a split given by flags must not evaluate the model's training nodes."""
     from jaxgcn import checkpoint
     from jaxgcn.datasets import prepare
 
     ck = checkpoint.load(args.checkpoint)
     meta = ck.meta
-    raw = _raw(args, require_labels=need_split)
+    flags_split = args.split_file is not None or args.train_frac is not None or args.split == "random"
+    raw = _raw(args, require_labels=need_split, split=need_split and (flags_split or ck.split is None))
     if not need_split:
         raw = raw._replace(splits={} if args.edges is not None else raw.splits)
+    raw = _identity_features(args, ck, raw)
     n_features = int(raw.features.shape[1])
     if n_features != meta["n_features"]:
         raise ValueError(f"checkpoint {args.checkpoint} was trained on {meta['n_features']} features; this data has "
                          f"{n_features}; give features in the same feature space")
+    if need_split and flags_split and not _split_given(args):  # --split random: drawn as train draws it
+        from jaxgcn.datasets.splits import planetoid_split
+
+        raw = raw._replace(splits=planetoid_split(raw.labels, per_class=args.train_per_class, n_val=args.val,
+                                                  n_test=args.test, seed=args.data_seed,
+                                                  class_names=raw.class_names))
+    if need_split:
+        raw = _evaluation_split(args, ck, raw, flags_split)
     prepared = prepare(raw, norm=meta["norm"] or "sym", feature_norm=meta["feature_norm"] or "row",
                        require_split=need_split, feature_statistics=meta.get("feature_stats"))
     if need_split and raw.class_names and meta["class_names"] and raw.class_names != meta["class_names"]:
@@ -951,17 +1234,100 @@ def _load_for_checkpoint(args: argparse.Namespace, need_split: bool):
     return ck, prepared, raw.node_ids
 
 
+def _positions(saved_ids: Any, ids: Any) -> Any:
+    """For each of ``ids``, its index in ``saved_ids`` (-1 where absent)."""
+    import numpy as np
+
+    ids = np.asarray(ids)
+    if saved_ids.size == 0:
+        return np.full(ids.size, -1, np.int64)
+    order = np.argsort(saved_ids, kind="stable")
+    pos = np.clip(np.searchsorted(saved_ids[order], ids), 0, saved_ids.size - 1)
+    return np.where(saved_ids[order][pos] == ids, order[pos], -1)
+
+
+def _identity_features(args: argparse.Namespace, ck: Any, raw: Any) -> Any:
+    """A model trained on one-hot node ids (files without --features) reads column j as node
+    ``node_ids[j]`` of its training graph: rebuild the one-hot features on those columns, by id, so
+    renamed, added or removed nodes do not shift every other node's column. A node the model never saw
+    gets an all-zero row (its prediction comes from its neighbours alone)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    one_hot_now = args.edges is not None and args.features is None
+    trained = ck.meta.get("identity_features") or (
+        ck.node_ids is not None and one_hot_now and ck.node_ids.size == ck.meta["n_features"])
+    if trained and not one_hot_now:
+        raise ValueError(f"checkpoint {args.checkpoint}: the model was trained on one-hot node ids (files without "
+                         "--features); give your graph with --edges and without --features")
+    if not (trained and one_hot_now):
+        return raw
+    if ck.node_ids is None:
+        raise ValueError(f"checkpoint {args.checkpoint}: the model was trained on one-hot node ids but the node id "
+                         "file is missing; save the model again")
+    pos = _positions(ck.node_ids, raw.node_ids)
+    rows = np.flatnonzero(pos >= 0)
+    x = sp.csr_matrix((np.ones(rows.size, np.float32), (rows, pos[rows])), shape=(pos.size, ck.node_ids.size))
+    unseen = pos.size - rows.size
+    if unseen:
+        print(f"{unseen} node(s) of {args.edges} were not in the training graph: without identity features their "
+              "predictions come from their neighbours alone")
+    return raw._replace(features=x)
+
+
+def _saved_codes(ck: Any, raw: Any) -> Any:
+    """The checkpoint's training split on this data's nodes ([n] codes), or None when the nodes cannot be
+    matched (other node ids, another dataset)."""
+    import numpy as np
+
+    if ck.split is None:
+        return None
+    if ck.node_ids is not None and raw.node_ids is not None:
+        pos = _positions(ck.node_ids, raw.node_ids)
+    elif ck.node_ids is None and raw.node_ids is None and raw.name == ck.meta.get("dataset") \
+            and raw.labels.size == ck.split.size:
+        pos = np.arange(raw.labels.size)
+    else:
+        return None
+    return np.where(pos >= 0, ck.split[np.maximum(pos, 0)], 0).astype(np.int8)
+
+
+def _evaluation_split(args: argparse.Namespace, ck: Any, raw: Any, flags_split: bool) -> Any:
+    """The split evaluate scores: the training split saved in the checkpoint unless flags give one; a
+    split from flags (or the data's own) whose scored nodes include training nodes is refused."""
+    import numpy as np
+
+    from jaxgcn.checkpoint import SPLIT_CODES
+
+    codes = _saved_codes(ck, raw)
+    where = f"its split: {ck.meta.get('split') or 'public'}"
+    if not flags_split and codes is not None:
+        print(f"split: the model's training split, saved in {args.checkpoint} ({ck.meta.get('split') or 'public'})")
+        return raw._replace(splits={k: np.flatnonzero(codes == c) for k, c in SPLIT_CODES.items()})
+    if not flags_split and args.edges is not None:  # own files have no split of their own
+        raise ValueError(f"--checkpoint {args.checkpoint}: holds no training split for these nodes; pass the split "
+                         "it was trained on with --split-file FILE (`jaxgcn train --save-split FILE` writes it)")
+    if codes is None or args.on in ("train", "labelled"):
+        return raw
+    scored = np.asarray(raw.splits.get(args.on, []), np.int64)
+    seen = int(np.sum(codes[scored] == SPLIT_CODES["train"]))
+    if seen:
+        raise ValueError(f"--on {args.on}: {seen} of the {scored.size} {args.on} nodes of this split trained the model "
+                         f"({where}), so its score would be inflated; drop the split flags to evaluate on the "
+                         "model's own split, or pass the file `jaxgcn train --save-split` wrote")
+    return raw
+
+
 def _checkpoint_model(ck: Any) -> tuple[Any, Any]:
-    """The saved model's config and params (device arrays)."""
+    """The saved model's config (checked when the checkpoint was loaded) and params (device arrays)."""
     import dataclasses
 
     import jax
 
-    from jaxgcn.models import GCNConfig
+    from jaxgcn.checkpoint import model_config
 
-    fields = {f.name for f in dataclasses.fields(GCNConfig)}
     # the backend follows the graph as prepared here; chunking is a memory knob, not the model
-    config = GCNConfig(**{k: v for k, v in ck.meta["model"].items() if k in fields and k not in ("backend", "chunk_edges")})
+    config = dataclasses.replace(model_config(ck.meta), backend="auto", chunk_edges=None)
     return config, jax.tree.map(jax.numpy.asarray, ck.params)
 
 
@@ -980,19 +1346,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
     import jax
     import numpy as np
 
-    _check_output("--out", args.out)
+    from jaxgcn import outputs
+
+    _prelude(args)
     ck, prepared, node_ids = _load_for_checkpoint(args, need_split=False)
     probs = np.asarray(jax.nn.softmax(_logits(ck, prepared), axis=-1))
     names = ck.meta["class_names"] or [str(k) for k in range(ck.meta["n_classes"])]
     ids = node_ids if node_ids is not None else np.arange(probs.shape[0]).astype(str)
     pred = np.asarray(names, dtype=object)[probs.argmax(axis=1)]
-    tmp = args.out.with_name(f".{args.out.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("node,label," + ",".join(f"prob_{n}" for n in names) + "\n")
-        body = np.column_stack([ids.astype(str), pred.astype(str),
-                                np.char.mod("%.6f", probs).astype(str)])
-        f.write("\n".join(",".join(row) for row in body) + "\n")
-    os.replace(tmp, args.out)
+    body = np.column_stack([ids.astype(str), pred.astype(str), np.char.mod("%.6f", probs).astype(str)])
+    outputs.write_atomic(args.out, "node,label," + ",".join(f"prob_{n}" for n in names) + "\n"
+                         + "\n".join(",".join(row) for row in body) + "\n", label=f"--out {args.out}")
     print(f"wrote {probs.shape[0]} predictions to {args.out}")
     return 0
 
@@ -1000,7 +1364,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
-    _check_output("--json", args.json)
+    from jaxgcn import outputs
+
+    _prelude(args)
     ck, prepared, _ = _load_for_checkpoint(args, need_split=True)
     pred = np.asarray(_logits(ck, prepared)).argmax(axis=1)
     labels = np.asarray(prepared.data.labels)
@@ -1024,9 +1390,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for c in range(k):
         print(f"{names[c]:>12} " + " ".join(f"{v:5d}" for v in conf[c]))
     if args.json is not None:
-        _write_json(args.json, {"on": args.on, "nodes": int(conf.sum()), "accuracy": acc, "macro_f1": float(f1.mean()),
-                                "classes": names, "precision": precision.tolist(), "recall": recall.tolist(),
-                                "f1": f1.tolist(), "confusion": conf.tolist()})
+        report = {"on": args.on, "nodes": int(conf.sum()), "accuracy": acc, "macro_f1": float(f1.mean()),
+                  "classes": names, "precision": precision.tolist(), "recall": recall.tolist(),
+                  "f1": f1.tolist(), "confusion": conf.tolist()}
+        outputs.write_atomic(args.json, _json_text(report), label=f"--json {args.json}")
     return 0
 
 
@@ -1065,6 +1432,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = EXIT_DIVERGED if isinstance(exc, TrainingDiverged) else EXIT_USAGE
         print(f"jaxgcn: error: {exc}", file=sys.stderr)
         return code
+    except BrokenPipeError:  # stdout closed early (`jaxgcn ... | head`): stop quietly, as other tools do
+        if from_console:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 1
+    except OSError as exc:  # a file that failed between the checks and its use (disk full, I/O error, a race)
+        print(f"jaxgcn: error: {_os_error(args, exc)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _os_error(args: argparse.Namespace, exc: OSError) -> str:
+    """One line for an OSError: the flag whose path failed (when known), the path, the reason, the fix."""
+    reason = exc.strerror or type(exc).__name__
+    name = exc.filename
+    if name is None:
+        return f"{reason} while reading or writing a file; check the paths given, their permissions and free space"
+    flag = next((f"{flag} " for flag, attr in (*INPUTS, *((f, a) for rows in OUTPUTS.values() for f, a, _ in rows))
+                 if getattr(args, attr, None) is not None and os.path.realpath(str(getattr(args, attr))) in
+                 (os.path.realpath(str(name)), os.path.dirname(os.path.realpath(str(name))))), "")
+    return f"{flag}{name}: {reason}; check the path, its permissions and the free space of its disk"
 
 
 if __name__ == "__main__":

@@ -34,11 +34,13 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, out: str | os.PathLike) -> Path:
-    out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=DPI, format="png")
-    os.replace(tmp, out)
-    return out
+    from io import BytesIO
+
+    from jaxgcn.outputs import write_atomic
+
+    buf = BytesIO()
+    fig.savefig(buf, dpi=DPI, format="png")
+    return write_atomic(out, buf.getvalue())
 
 
 def read_log(path: str | os.PathLike) -> dict[int, dict[str, np.ndarray]]:

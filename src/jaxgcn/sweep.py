@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import itertools
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -21,6 +21,7 @@ import numpy as np
 from jaxgcn.batched import RunSpec, fit_runs
 from jaxgcn.memory import available_bytes
 from jaxgcn.models import GCNConfig
+from jaxgcn.outputs import write_atomic
 from jaxgcn.train import TrainConfig, TrainData
 
 GRID_KEYS = ("lr", "weight_decay", "dropout", "hidden", "layers")
@@ -182,24 +183,21 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", newline="") as f:
-        write(f)
-    os.replace(tmp, path)
+def csv_text(rows: list[Row]) -> str:
+    """One CSV row per configuration."""
+    fields = [*GRID_KEYS, "n_runs", "val_acc_mean", "val_acc_std", "test_acc_mean", "test_acc_std", "epochs_mean"]
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(fields)
+    for r in rows:
+        w.writerow([*(r.config[k] for k in GRID_KEYS), r.n_runs, r.val_mean, r.val_std, r.test_mean,
+                    r.test_std, r.epochs_mean])
+    return f.getvalue()
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
-    """One row per configuration (atomic write)."""
-    fields = [*GRID_KEYS, "n_runs", "val_acc_mean", "val_acc_std", "test_acc_mean", "test_acc_std", "epochs_mean"]
-
-    def write(f: Any) -> None:
-        w = csv.writer(f)
-        w.writerow(fields)
-        for r in rows:
-            w.writerow([*(r.config[k] for k in GRID_KEYS), r.n_runs, r.val_mean, r.val_std, r.test_mean,
-                        r.test_std, r.epochs_mean])
-    _atomic_write(path, write)
+    """One row per configuration (atomic write, :mod:`jaxgcn.outputs`)."""
+    write_atomic(path, csv_text(rows))
 
 
 def rows_to_json(rows: list[Row]) -> list[dict[str, Any]]:
@@ -209,4 +207,4 @@ def rows_to_json(rows: list[Row]) -> list[dict[str, Any]]:
 
 
 def write_json(payload: dict[str, Any], path: Path) -> None:
-    _atomic_write(path, lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
+    write_atomic(path, json.dumps(payload, indent=2) + "\n")
