@@ -7,7 +7,7 @@ implicit broadcast an error (CONVENTIONS.md, item 15); pyproject.toml turns warn
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -75,19 +75,6 @@ def graph(raw_edges: EdgeList):
 def node_features() -> np.ndarray:
     """[6, 3] float32 features with distinct, non-zero entries."""
     return (np.arange(18, dtype=np.float32).reshape(6, 3) - 7.5) / 4.0
-
-
-@pytest.fixture
-def standard_dtype_promotion() -> Iterator[None]:
-    """Standard dtype promotion for the duration of a test that trains.
-
-    optax 0.2.8's Adam computes ``1 - decay**count`` (Python float ** int32) in its bias
-    correction, which strict promotion rejects, so anything that runs the optimizer (``fit``, the
-    CLI) is traced under standard promotion; everything else stays strict.
-    ``test_train.py::test_fit_runs_under_strict_dtype_promotion`` (xfail) records the limitation.
-    """
-    with jax.numpy_dtype_promotion("standard"):
-        yield
 
 
 @pytest.fixture(scope="session")

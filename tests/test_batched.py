@@ -50,10 +50,6 @@ HISTORY = ("loss", "train_acc", "val_loss", "val_acc")
 PARAM_TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-def standard():
-    """optax's Adam needs standard dtype promotion (see conftest.standard_dtype_promotion)."""
-    return jax.numpy_dtype_promotion("standard")
-
 
 @pytest.fixture(scope="module")
 def raw_hard():
@@ -93,17 +89,15 @@ def single():
     def run(prepared, model_config, config, seed, data=None, tag=""):
         key = (id(prepared), model_config, config, seed, tag)
         if key not in cache:
-            with standard():
-                cache[key] = fit(prepared.data if data is None else data, prepared.n_classes,
-                                 model_config=model_config, config=config, key=jax.random.key(seed), log=None)
+            cache[key] = fit(prepared.data if data is None else data, prepared.n_classes,
+                             model_config=model_config, config=config, key=jax.random.key(seed), log=None)
         return cache[key]
     return run
 
 
 def batch(prepared, spec, model_config=MODEL, config=KIPF, data=None, **kwargs):
-    with standard():
-        return fit_runs(prepared.data if data is None else data, prepared.n_classes, spec,
-                        model_config=model_config, config=config, **kwargs)
+    return fit_runs(prepared.data if data is None else data, prepared.n_classes, spec,
+                    model_config=model_config, config=config, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -370,10 +364,9 @@ from jaxgcn.train import TrainConfig
 assert len(jax.devices()) == 4, jax.devices()
 prepared = datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1),
                             backend="segment")  # csr batches stay on one device: the kernel uses every core
-with jax.numpy_dtype_promotion("standard"):
-    res = fit_runs(prepared.data, prepared.n_classes, make_specs([0, 1, 2], lr={lr}),
-                   model_config=GCNConfig(backend="segment"),
-                   config=TrainConfig(epochs={epochs}, lr={lr}, window={window}), n_devices=4)
+res = fit_runs(prepared.data, prepared.n_classes, make_specs([0, 1, 2], lr={lr}),
+               model_config=GCNConfig(backend="segment"),
+               config=TrainConfig(epochs={epochs}, lr={lr}, window={window}), n_devices=4)
 meshes = [key[-1] for key in batched._COMPILED]
 print(json.dumps({{
     "mesh_sizes": [None if m is None else int(m.size) for m in meshes],
@@ -443,7 +436,7 @@ def test_a_diverging_run_is_named_like_the_single_run_reports_it(hard):
 
     # the first Adam step puts weights near 1e20, whose squares overflow float32 in the L2 term
     config = TrainConfig(epochs=10, lr=1e20, early_stopping="none")
-    with standard(), pytest.raises(TrainingDiverged) as single_err:
+    with pytest.raises(TrainingDiverged) as single_err:
         fit(hard.data, hard.n_classes, model_config=MODEL, config=config, key=jax.random.key(1), log=None)
     spec = concat_specs([make_specs([0], lr=0.01), make_specs([1], lr=1e20)])
     with pytest.raises(TrainingDiverged, match=r"run\(s\) \[1\] \(seed 1, lr 1e\+20\)") as batch_err:

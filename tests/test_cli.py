@@ -38,7 +38,7 @@ def run_main(argv):
         return exc.code
 
 
-def test_train_writes_consistent_json(tmp_path, capsys, standard_dtype_promotion):
+def test_train_writes_consistent_json(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert run_main([*SYNTH, "--seeds", "2", "--json", str(out), "--quiet"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temp file left behind
@@ -70,7 +70,7 @@ def test_train_writes_consistent_json(tmp_path, capsys, standard_dtype_promotion
     assert len(stdout) == 1 and SUMMARY.match(stdout[0]), stdout  # --quiet: the summary only
 
 
-def test_train_progress_lines(capsys, standard_dtype_promotion):
+def test_train_progress_lines(capsys):
     assert run_main([*SYNTH, "--log-every", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert re.match(r"^synthetic: 400 nodes, \d+ edges, 16 features, 3 classes \| backend csr", lines[0])
@@ -119,7 +119,7 @@ def test_json_into_missing_folder_exits_2_and_writes_nothing(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_diverging_run_exits_1(capsys, standard_dtype_promotion):
+def test_diverging_run_exits_1(capsys):
     args = [*SYNTH, "--lr", "1e20", "--norm", "none", "--feature-norm", "none", "--quiet"]
     assert run_main(args) == 1
     err = capsys.readouterr().err.splitlines()

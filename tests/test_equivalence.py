@@ -78,10 +78,9 @@ def _prepared(cache, raw, backend):
 
 
 def _singles(p, model_config, seeds, lrs=None):
-    with jax.numpy_dtype_promotion("standard"):
-        return [fit(p.data, p.n_classes, model_config=model_config, log=None, key=jax.random.key(s),
-                    config=CONFIG if lrs is None else TrainConfig(**{**CONFIG.__dict__, "lr": lr}))
-                for s, lr in zip(seeds, lrs or [None] * len(seeds))]
+    return [fit(p.data, p.n_classes, model_config=model_config, log=None, key=jax.random.key(s),
+                config=CONFIG if lrs is None else TrainConfig(**{**CONFIG.__dict__, "lr": lr}))
+            for s, lr in zip(seeds, lrs or [None] * len(seeds))]
 
 
 def assert_equal_runs(epochs, stopped, metrics, history, params, one, r):
@@ -100,9 +99,8 @@ def assert_equal_runs(epochs, stopped, metrics, history, params, one, r):
 def test_seeds_in_one_program_equal_single_runs_that_stop_at_different_epochs(raw, prepared, backend):
     p = _prepared(prepared, raw, backend)
     model_config = GCNConfig(backend=backend)
-    with jax.numpy_dtype_promotion("standard"):
-        res = fit_runs(p.data, p.n_classes, make_specs(SEEDS, weight_decay=CONFIG.weight_decay),
-                       model_config=model_config, config=CONFIG)
+    res = fit_runs(p.data, p.n_classes, make_specs(SEEDS, weight_decay=CONFIG.weight_decay),
+                   model_config=model_config, config=CONFIG)
     singles = _singles(p, model_config, SEEDS)
     assert len({one.epochs_run for one in singles}) == 3, "the seeds must stop at different epochs"
     assert any(one.stopped_early for one in singles) and not all(one.stopped_early for one in singles)
@@ -115,9 +113,8 @@ def test_sweep_rows_equal_single_runs(raw, prepared):
     """Two learning rates x two seeds: four runs of one program, each equal to its single run."""
     p = _prepared(prepared, raw, "csr")
     model_config = GCNConfig(backend="csr")
-    with jax.numpy_dtype_promotion("standard"):
-        rows = run_grid(p.data, p.n_classes, Grid(lr=(0.01, 0.02), weight_decay=(CONFIG.weight_decay,)), [0, 1],
-                        model_config=model_config, config=CONFIG, log=None)
+    rows = run_grid(p.data, p.n_classes, Grid(lr=(0.01, 0.02), weight_decay=(CONFIG.weight_decay,)), [0, 1],
+                    model_config=model_config, config=CONFIG, log=None)
     assert len(rows) == 2
     epochs_seen = set()
     for row in rows:
@@ -146,18 +143,17 @@ host, dev = datasets.prepare(raw, on_device=False), datasets.prepare(raw)
 # Without dropout a run is deterministic (the sharded run draws its dropout per device).
 model_config = GCNConfig(dropout=0.0)
 out = {}
-with jax.numpy_dtype_promotion("standard"):
-    for wd in (5e-5, 2e-4):
-        config = TrainConfig(epochs=100, weight_decay=wd)
-        one = fit(dev.data, dev.n_classes, model_config=model_config, config=config, key=jax.random.key(0), log=None)
-        res = fit_sharded(shard_data(host.data, node_mesh(4), exchange="halo"), host.n_classes,
-                          model_config=model_config, config=config, key=jax.random.key(0), log=None)
-        e = one.epochs_run
-        out[str(wd)] = {"single": [e, one.stopped_early, one.metrics["test_acc"]],
-                        "sharded": [res.epochs_run, res.stopped_early, res.metrics["test_acc"]],
-                        "val_loss": float(np.abs(res.history["val_loss"][:e] - one.history["val_loss"][:e]).max()),
-                        "params": max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
-                                      for a, b in zip(jax.tree.leaves(res.params), jax.tree.leaves(one.params)))}
+for wd in (5e-5, 2e-4):
+    config = TrainConfig(epochs=100, weight_decay=wd)
+    one = fit(dev.data, dev.n_classes, model_config=model_config, config=config, key=jax.random.key(0), log=None)
+    res = fit_sharded(shard_data(host.data, node_mesh(4), exchange="halo"), host.n_classes,
+                      model_config=model_config, config=config, key=jax.random.key(0), log=None)
+    e = one.epochs_run
+    out[str(wd)] = {"single": [e, one.stopped_early, one.metrics["test_acc"]],
+                    "sharded": [res.epochs_run, res.stopped_early, res.metrics["test_acc"]],
+                    "val_loss": float(np.abs(res.history["val_loss"][:e] - one.history["val_loss"][:e]).max()),
+                    "params": max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+                                  for a, b in zip(jax.tree.leaves(res.params), jax.tree.leaves(one.params)))}
 print(json.dumps(out))
 """
 

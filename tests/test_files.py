@@ -136,7 +136,7 @@ def own_graph(tmp_path, n=300, n_classes=3, seed=0):
     return tmp_path / "edges.csv", tmp_path / "feats.csv", tmp_path / "labels.csv"
 
 
-def test_cli_trains_own_files_and_the_saved_split_reproduces_the_run(tmp_path, capsys, standard_dtype_promotion):
+def test_cli_trains_own_files_and_the_saved_split_reproduces_the_run(tmp_path, capsys):
     from jaxgcn.cli import main
 
     edges, feats, labels = own_graph(tmp_path)
@@ -154,7 +154,7 @@ def test_cli_trains_own_files_and_the_saved_split_reproduces_the_run(tmp_path, c
     assert acc > 0.6  # 3 classes: chance is 1/3
 
 
-def test_cli_fraction_split_and_errors(tmp_path, capsys, standard_dtype_promotion):
+def test_cli_fraction_split_and_errors(tmp_path, capsys):
     from jaxgcn.cli import main
 
     edges, feats, labels = own_graph(tmp_path)

@@ -28,9 +28,8 @@ def run(prepared, resume=None):
     def keep(state):
         states[int(state.epoch)] = checkpoint.state_arrays(state)
 
-    with jax.numpy_dtype_promotion("standard"):
-        res = fit(prepared.data, prepared.n_classes, model_config=GCNConfig(), config=CONFIG,
-                  key=jax.random.key(3), log=None, checkpoint_every=EVERY, on_checkpoint=keep, resume=resume)
+    res = fit(prepared.data, prepared.n_classes, model_config=GCNConfig(), config=CONFIG,
+              key=jax.random.key(3), log=None, checkpoint_every=EVERY, on_checkpoint=keep, resume=resume)
     return res, states
 
 

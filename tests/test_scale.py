@@ -80,7 +80,7 @@ def test_ogb_errors_name_the_file_and_line(tmp_path):
     assert load_ogb(root, split="time").splits["val"].size == 10
 
 
-def test_cli_trains_an_ogb_directory(tmp_path, capsys, standard_dtype_promotion):
+def test_cli_trains_an_ogb_directory(tmp_path, capsys):
     root = ogb_fixture(tmp_path / "ogbn_tiny")
     assert main(["train", "--dataset", f"ogb:{root}", "--epochs", "5", "--no-compile-cache"]) == 0
     out = capsys.readouterr().out
@@ -181,7 +181,7 @@ def test_chunk_edges_needs_the_segment_backend():
     assert GCNConfig(backend="segment", chunk_edges=10).chunk_edges == 10
 
 
-def test_cli_chunked_segment_run_equals_unchunked(capsys, standard_dtype_promotion):
+def test_cli_chunked_segment_run_equals_unchunked(capsys):
     base = ["train", "--dataset", "synthetic", "--nodes", "300", "--epochs", "10", "--backend", "segment",
             "--early-stopping", "none", "--no-compile-cache", "--quiet"]
     assert main(base) == 0

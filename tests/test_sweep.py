@@ -33,10 +33,6 @@ GROUP = re.compile(r"^group (\d+)/(\d+) \(layers (\d+), padded hidden (\d+)\): (
                    r"compile \d+\.\ds \| train \d+\.\ds \| val mean (\d\.\d{4})$")
 
 
-def standard():
-    """optax's Adam needs standard dtype promotion (see conftest.standard_dtype_promotion)."""
-    return jax.numpy_dtype_promotion("standard")
-
 
 def run_main(argv):
     """``main``'s exit code, whether it returns it or argparse raises SystemExit."""
@@ -61,9 +57,8 @@ def single(prepared):
     def run(model_config, config, seed):
         key = (model_config, config, seed)
         if key not in cache:
-            with standard():
-                cache[key] = fit(prepared.data, prepared.n_classes, model_config=model_config, config=config,
-                                 key=jax.random.key(seed), log=None)
+            cache[key] = fit(prepared.data, prepared.n_classes, model_config=model_config, config=config,
+                             key=jax.random.key(seed), log=None)
         return cache[key]
     return run
 
@@ -71,9 +66,8 @@ def single(prepared):
 @pytest.fixture(scope="module")
 def swept(prepared):
     lines = []
-    with standard():
-        rows = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE,
-                        log=lines.append)
+    rows = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE,
+                    log=lines.append)
     return rows, lines
 
 
@@ -134,9 +128,8 @@ def test_memory_budget_splits_a_group_into_chunks_with_the_same_results(prepared
     grid = Grid(lr=(0.01, 0.05), hidden=(8, 16))  # the layers-2 half of GRID: 8 runs
     per_run = estimate_bytes(prepared.data, dataclasses.replace(MODEL, hidden=16), 1, prepared.n_classes)
     lines = []
-    with standard():
-        chunked = run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, config=BASE,
-                           memory_budget=4 * per_run, log=lines.append)
+    chunked = run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, config=BASE,
+                       memory_budget=4 * per_run, log=lines.append)
     assert lines[0].startswith("group 1: 8 runs need ~") and lines[0].endswith("running 2 chunks of <= 4 runs")
     assert [m.group(5) for m in map(GROUP.match, lines[1:])] == ["4", "4"]
     assert len(chunked) == 4
@@ -161,14 +154,13 @@ def test_processes_each_run_a_share_and_combine_to_the_whole_table(prepared, swe
         done[:, 3] = 1.0  # let this half return; its rows are checked through process 0 below
         return done
 
-    with standard():
+    run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE, log=None,
+             process_index=1, process_count=2, combine=first)
+    shared = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE,
+                      log=None, process_index=0, process_count=2, combine=lambda local: local + captured[1])
+    with pytest.raises(RuntimeError, match=r"runs have no result \(process 0 of 2"):
         run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE, log=None,
-                 process_index=1, process_count=2, combine=first)
-        shared = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE,
-                          log=None, process_index=0, process_count=2, combine=lambda local: local + captured[1])
-        with pytest.raises(RuntimeError, match=r"runs have no result \(process 0 of 2"):
-            run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE, log=None,
-                     process_index=0, process_count=2, combine=lambda local: local)
+                 process_index=0, process_count=2, combine=lambda local: local)
     n_runs = len(GRID.configs()) * len(SEEDS)
     assert captured[1][:, 3].sum() == n_runs // 2  # process 1 ran half of the runs
     assert len(shared) == len(rows)
@@ -246,7 +238,7 @@ def test_rows_to_json_keeps_every_run(swept):
 # --- the CLI ------------------------------------------------------------------------------------------
 
 
-def test_cli_sweep_writes_csv_and_json_equal_to_run_grid(tmp_path, capsys, swept, standard_dtype_promotion):
+def test_cli_sweep_writes_csv_and_json_equal_to_run_grid(tmp_path, capsys, swept):
     rows, _ = swept
     csv_path, json_path = tmp_path / "s.csv", tmp_path / "s.json"
     argv = ["sweep", *CLI, "--lr", "0.01,0.05", "--hidden", "8,16", "--seeds", "2",
@@ -278,8 +270,7 @@ def test_cli_sweep_writes_csv_and_json_equal_to_run_grid(tmp_path, capsys, swept
 @pytest.fixture(scope="module")
 def seeds3(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "seeds3.json"
-    with standard():
-        assert run_main(["train", *CLI, "--seeds", "3", "--json", str(path)]) == 0
+    assert run_main(["train", *CLI, "--seeds", "3", "--json", str(path)]) == 0
     return json.loads(path.read_text())
 
 
@@ -289,7 +280,7 @@ def single_cli(tmp_path, seed):
     return json.loads(path.read_text())
 
 
-def test_cli_train_seeds_runs_equal_single_runs(seeds3, single, tmp_path, standard_dtype_promotion):
+def test_cli_train_seeds_runs_equal_single_runs(seeds3, single, tmp_path):
     assert seeds3["seeds"] == [0, 1, 2] and [r["seed"] for r in seeds3["runs"]] == [0, 1, 2]
     assert seeds3["test_acc"] == [r["test_acc"] for r in seeds3["runs"]]
     assert seeds3["test_acc_mean"] == pytest.approx(np.mean(seeds3["test_acc"]), abs=1e-12)
@@ -304,13 +295,13 @@ def test_cli_train_seeds_runs_equal_single_runs(seeds3, single, tmp_path, standa
     assert alone["seeds"] == [0] and alone["test_acc"][0] == pytest.approx(seeds3["test_acc"][0], abs=1e-6)
 
 
-def test_cli_seeds_run_is_reproduced_by_its_own_seed(seeds3, tmp_path, standard_dtype_promotion):
+def test_cli_seeds_run_is_reproduced_by_its_own_seed(seeds3, tmp_path):
     alone = single_cli(tmp_path, 1)
     assert alone["n_edges"] == seeds3["n_edges"]
     assert alone["test_acc"][0] == pytest.approx(seeds3["runs"][1]["test_acc"], abs=1e-6)
 
 
-def test_cli_sweep_dropout_list_starting_at_zero(tmp_path, single, standard_dtype_promotion):
+def test_cli_sweep_dropout_list_starting_at_zero(tmp_path, single):
     path = tmp_path / "d.json"
     assert run_main(["sweep", *CLI, "--dropout", "0,0.5", "--seeds", "1", "--json", str(path)]) == 0
     rows = {item["dropout"]: item["runs"][0] for item in json.loads(path.read_text())["configurations"]}

@@ -31,10 +31,6 @@ from jaxgcn.train import (
 GRAD_TOL = dict(atol=1e-2, rtol=1e-2, eps=1e-2)  # float32 finite differences
 
 
-def standard():
-    return jax.numpy_dtype_promotion("standard")
-
-
 def np_log_softmax(z):
     z = z - z.max(axis=1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
@@ -161,8 +157,7 @@ def test_make_optimizer_first_adam_step_is_lr_times_sign(clip_norm):
     # without (scale-invariant) global-norm clipping in front.
     grads = {"w": jnp.asarray([[3.0, -0.5], [0.02, -40.0]], jnp.float32)}
     opt = make_optimizer(TrainConfig(lr=0.05, clip_norm=clip_norm))
-    with standard():
-        updates, _ = opt.update(grads, opt.init(grads), grads)
+    updates, _ = opt.update(grads, opt.init(grads), grads)
     np.testing.assert_allclose(np.asarray(updates["w"]), -0.05 * np.sign(np.asarray(grads["w"])), rtol=1e-3)
 
 
@@ -186,8 +181,7 @@ FULL_RUN = TrainConfig(epochs=100, early_stopping="none")
 
 @pytest.fixture(scope="module")
 def full_run(easy):
-    with standard():
-        return fit(easy.data, easy.n_classes, config=FULL_RUN, key=jax.random.key(0), log=None)
+    return fit(easy.data, easy.n_classes, config=FULL_RUN, key=jax.random.key(0), log=None)
 
 
 def test_fit_learns_the_synthetic_graph(easy, full_run):
@@ -220,9 +214,8 @@ def test_fit_metrics_equal_the_returned_params_evaluated_by_hand(easy, full_run)
 
 
 def test_same_key_gives_identical_run_and_other_key_differs(easy, full_run):
-    with standard():
-        again = fit(easy.data, easy.n_classes, config=FULL_RUN, key=jax.random.key(0), log=None)
-        other = fit(easy.data, easy.n_classes, config=FULL_RUN, key=jax.random.key(1), log=None)
+    again = fit(easy.data, easy.n_classes, config=FULL_RUN, key=jax.random.key(0), log=None)
+    other = fit(easy.data, easy.n_classes, config=FULL_RUN, key=jax.random.key(1), log=None)
     assert again.compile_seconds == 0.0  # the compiled program was reused
     for name, values in full_run.history.items():
         np.testing.assert_array_equal(again.history[name], values)
@@ -232,8 +225,7 @@ def test_same_key_gives_identical_run_and_other_key_differs(easy, full_run):
 
 def test_progress_log_lines(easy, full_run):
     lines = []
-    with standard():
-        res = fit(easy.data, easy.n_classes, config=FULL_RUN, key=jax.random.key(0), log=lines.append, log_every=40)
+    res = fit(easy.data, easy.n_classes, config=FULL_RUN, key=jax.random.key(0), log=lines.append, log_every=40)
     assert len(lines) == 2  # epochs 40 and 80 of 100
     pattern = re.compile(r"^Epoch +(\d+) \| loss (\d\.\d{4}) \| train (\d\.\d{4}) \| val (\d\.\d{4})$")
     for line, epoch in zip(lines, (40, 80)):
@@ -260,8 +252,7 @@ def replay_patience(val_acc, val_loss, patience):
 
 def test_patience_stops_early_and_returns_the_best_params(hard):
     config = TrainConfig(epochs=200, early_stopping="patience", patience=10)
-    with standard():
-        res = fit(hard.data, hard.n_classes, config=config, key=jax.random.key(0), log=None)
+    res = fit(hard.data, hard.n_classes, config=config, key=jax.random.key(0), log=None)
     assert res.stopped_early and res.epochs_run < 200
     val_acc, val_loss = res.history["val_acc"], res.history["val_loss"]
     stop, best = replay_patience(val_acc, val_loss, patience=10)
@@ -280,8 +271,7 @@ def test_kipf_rule_stops_when_val_loss_exceeds_the_window_mean(hard):
     # val_loss[e] > mean(val_loss[e - window : e]).
     window = 3
     config = TrainConfig(epochs=100, lr=0.05, weight_decay=0.0, window=window)
-    with standard():
-        res = fit(hard.data, hard.n_classes, config=config, key=jax.random.key(0), log=None)
+    res = fit(hard.data, hard.n_classes, config=config, key=jax.random.key(0), log=None)
     assert res.stopped_early and res.epochs_run < 100
     vl = res.history["val_loss"].astype(np.float64)
     gaps = np.array([vl[e] - vl[e - window:e].mean() for e in range(window + 1, len(vl))])
@@ -302,8 +292,7 @@ def test_weight_decay_is_added_to_the_loss(hard):
     model_config = GCNConfig(dropout=0.0, backend=hard.backend)
     config = TrainConfig(epochs=1, weight_decay=0.3, l2="all", early_stopping="none")
     key = jax.random.key(4)
-    with standard():
-        res = fit(hard.data, hard.n_classes, model_config=model_config, config=config, key=key, log=None)
+    res = fit(hard.data, hard.n_classes, model_config=model_config, config=config, key=key, log=None)
     k_init, _ = jax.random.split(key)
     model = gcn(model_config)
     params = model.init(k_init, hard.data.x.shape[1], hard.n_classes)
@@ -327,7 +316,7 @@ def test_diverging_run_raises_with_causes(raw_easy):
     # Adam step puts weights near 1e20, whose squares overflow float32 in the loss (epoch 2).
     raw = raw_easy._replace(features=raw_easy.features * 1e4)
     prepared = datasets.prepare(raw, norm="none", feature_norm="none")
-    with standard(), pytest.raises(TrainingDiverged, match="learning rate") as exc:
+    with pytest.raises(TrainingDiverged, match="learning rate") as exc:
         fit(prepared.data, prepared.n_classes, config=DIVERGING, log=None)
     message = str(exc.value)
     assert isinstance(exc.value, ValueError)
@@ -339,7 +328,7 @@ def test_diverging_run_raises_with_causes(raw_easy):
 
 def test_diverging_run_on_clean_data_blames_only_the_learning_rate(raw_easy):
     prepared = datasets.prepare(raw_easy)  # same shapes as above: the compiled program is reused
-    with standard(), pytest.raises(TrainingDiverged, match="learning rate 1e\\+20 is large") as exc:
+    with pytest.raises(TrainingDiverged, match="learning rate 1e\\+20 is large") as exc:
         fit(prepared.data, prepared.n_classes, config=DIVERGING, log=None)
     assert "features are unnormalized" not in str(exc.value)
     assert "adjacency is unnormalized" not in str(exc.value)

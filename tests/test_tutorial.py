@@ -39,7 +39,7 @@ def test_the_tutorial_has_the_promised_sections():
         assert topic in text, topic
 
 
-def test_every_block_runs(tmp_path, monkeypatch, capsys, standard_dtype_promotion):
+def test_every_block_runs(tmp_path, monkeypatch, capsys):
     pytest.importorskip("matplotlib")
     from jaxgcn.cli import main
 

@@ -10,7 +10,6 @@ Python ``break``, so the same code can later be ``vmap``-ed over runs.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from typing import Any, Callable, NamedTuple
 
