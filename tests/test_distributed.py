@@ -356,7 +356,14 @@ def test_partition_files_are_checked(tmp_path):
     sharded, meta = load_partitions(tmp_path / "one", mesh)
     assert sharded.n_nodes == 300 and meta["exchange"] == "all_gather"
     assert np.array_equal(np.asarray(sharded.data.labels)[0], np.asarray(host.data.labels))
-    (tmp_path / "one" / "part-00000.npz").write_bytes(b"short")
+    part = tmp_path / "one" / "part-00000.npz"
+    blob = bytearray(part.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF  # same size, one byte changed: it would reach the kernel unchecked
+    part.write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match=r"part-00000.npz: its SHA-256 differs from the one partitions.json "
+                                         r"records .* write the partitions again"):
+        load_partitions(tmp_path / "one", mesh)
+    part.write_bytes(b"short")
     with pytest.raises(ValueError, match=r"part-00000.npz: missing or truncated .* write the partitions again"):
         load_partitions(tmp_path / "one", mesh)
     with pytest.raises(ValueError, match=r"no partitions.json; write the partitions with `jaxgcn partition"):

@@ -29,8 +29,10 @@ each process then passes only the blocks of its own devices (:func:`to_global`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
+from io import BytesIO
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -41,6 +43,7 @@ import scipy.sparse as sp
 from jaxgcn.csr import CSR, csr_from_scipy, csr_matmul
 from jaxgcn.compiler import jit
 from jaxgcn.graph import Graph
+from jaxgcn.outputs import write_atomic
 
 AXIS = "nodes"
 EXCHANGES = ("all_gather", "halo")
@@ -483,9 +486,7 @@ def save_partitions(directory: str | os.PathLike, data: Any, n_parts: int, *, ex
     file per block (``part-00000.npz``...) plus ``partitions.json``, so that each process of a
     ``--distributed`` job later reads only the blocks of its own devices (:func:`load_partitions`).
     Files are written to a temporary name and renamed; the JSON is written last. Returns the JSON."""
-    import hashlib
     import json
-    from io import BytesIO
 
     from jaxgcn.layers import is_sparse
 
@@ -503,22 +504,14 @@ def save_partitions(directory: str | os.PathLike, data: Any, n_parts: int, *, ex
         np.savez(buf, **{name: np.asarray(leaf)[p] for name, leaf in zip(names, leaves)})
         blob = buf.getvalue()
         name = f"part-{p:05d}.npz"
-        tmp = os.path.join(directory, f".{name}.tmp{os.getpid()}")
-        with open(tmp, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(directory, name))
+        write_atomic(os.path.join(directory, name), blob)
         files.append({"file": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
     info = {k: v for k, v in (info or {}).items() if k != "node_order"}
     meta = {"format": PARTITION_FORMAT, "parts": n_parts, "n_nodes": int(data.graph.n_nodes), "n_pad": int(n_pad),
             "n_edges": int(data.graph.n_edges), "n_features": int(data.x.shape[1]), "exchange": exchange,
             "sparse_features": bool(is_sparse(data.x)), "stats": partition_stats(data.graph, n_parts),
             "files": files, "info": json.loads(json.dumps(info, default=lambda o: np.asarray(o).tolist()))}
-    tmp = os.path.join(directory, f".{PARTITION_META}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(meta, f, indent=2)
-    os.replace(tmp, os.path.join(directory, PARTITION_META))
+    write_atomic(os.path.join(directory, PARTITION_META), json.dumps(meta, indent=2))  # last: the files are in place
     return meta
 
 
@@ -557,7 +550,12 @@ def load_partitions(directory: str | os.PathLike, mesh: jax.sharding.Mesh) -> tu
         if not os.path.isfile(path) or os.path.getsize(path) != entry["bytes"]:
             raise ValueError(f"{path}: missing or truncated (expected {entry['bytes']} bytes); write the "
                              "partitions again")
-        with np.load(path, allow_pickle=False) as z:
+        with open(path, "rb") as f:
+            blob = f.read()
+        if hashlib.sha256(blob).hexdigest() != entry["sha256"]:  # its arrays go to the kernel unchecked
+            raise ValueError(f"{path}: its SHA-256 differs from the one {PARTITION_META} records (the file "
+                             "changed after it was written); write the partitions again")
+        with np.load(BytesIO(blob), allow_pickle=False) as z:
             missing = [n for n in names if n not in z.files]
             if missing:
                 raise ValueError(f"{path}: lacks {missing[0]!r}; write the partitions again")

@@ -96,14 +96,7 @@ def read_split_file(path: str, node_ids: np.ndarray) -> dict[str, np.ndarray]:
 def write_split_file(path: str, splits: dict[str, np.ndarray], node_ids: np.ndarray) -> None:
     """Write ``node,split`` rows (original ids) atomically, so a run can be reproduced with
     ``--split-file``."""
-    import os
-    from pathlib import Path
+    from jaxgcn.outputs import write_atomic
 
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("node,split\n")
-        for k in SPLIT_NAMES:
-            for i in np.asarray(splits.get(k, []), np.int64):
-                f.write(f"{node_ids[i]},{k}\n")
-    os.replace(tmp, p)
+    rows = [f"{node_ids[i]},{k}\n" for k in SPLIT_NAMES for i in np.asarray(splits.get(k, []), np.int64)]
+    write_atomic(path, "node,split\n" + "".join(rows))
