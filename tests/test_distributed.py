@@ -100,6 +100,13 @@ for exchange in ("all_gather", "halo"):
                      # relative norm: Adam's sign-like steps on ~0 gradients move single entries by ~lr
                      "params": max(float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(b))
                                    for a, b in zip(jax.tree.leaves(res.params), jax.tree.leaves(single.params)))}
+# The optimizer comes from the same factory: momentum SGD, sharded, follows the single run.
+mom = TrainConfig(early_stopping="none", epochs=30, optimizer="momentum", lr=0.05)
+one = fit(dev.data, dev.n_classes, model_config=model_config, config=mom, key=jax.random.key(0), log=None)
+res = fit_sharded(shard_data(host.data, node_mesh(4)), host.n_classes, model_config=model_config, config=mom,
+                  key=jax.random.key(0), log=None)
+out["momentum"] = {"loss": float(np.abs(res.history["loss"] - one.history["loss"]).max()),
+                   "moved": float(np.abs(one.history["loss"][-1] - one.history["loss"][0]))}
 # Early stopping runs inside the sharded loop: with patience 20 the run must stop 20 epochs after its
 # best validation epoch (by its own history) and return that epoch's params.
 res = fit_sharded(shard_data(host.data, node_mesh(4)), host.n_classes, model_config=model_config,
@@ -129,6 +136,7 @@ def test_sharded_training_follows_the_single_device_run_epoch_by_epoch():
         # float32 sums in another order: a near-tied validation node may flip (1 node = 0.002)
         assert run["loss"] < 1e-4 and run["val_acc"] < 0.01 and run["params"] < 1e-2, out
         assert abs(run["test"] - single["test"]) < 4e-3, out
+    assert out["momentum"]["loss"] < 1e-4 < out["momentum"]["moved"], out
     stop = out["patience"]
     assert stop["stopped"] and stop["epochs"] == stop["best"] + 20 < 1000, stop
     assert abs(stop["val_acc"] - stop["best_val_acc"]) < 1e-6, stop

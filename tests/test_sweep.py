@@ -29,7 +29,7 @@ SEEDS = [0, 1]
 DATA_ARGS = ["--dataset", "synthetic", "--nodes", "300", "--classes", "3", "--features", "16"]
 CLI = [*DATA_ARGS, "--epochs", "30", "--no-compile-cache", "--quiet"]
 CSV_FIELDS = [*GRID_KEYS, "n_runs", "val_acc_mean", "val_acc_std", "test_acc_mean", "test_acc_std", "epochs_mean"]
-GROUP = re.compile(r"^group (\d+)/(\d+) \(layers (\d+), padded hidden (\d+)\): (\d+) runs in one program \| "
+GROUP = re.compile(r"^group (\d+)/(\d+) \(layers (\d+), (?:\w+), padded hidden (\d+)\): (\d+) runs in one program \| "
                    r"compile \d+\.\ds \| train \d+\.\ds \| val mean (\d\.\d{4})$")
 
 
@@ -192,18 +192,19 @@ def test_format_table_lists_rows_best_first_and_names_the_best(swept):
     rows, _ = swept
     lines = format_table(rows).splitlines()
     assert len(lines) == 2 + 8 + 1
-    assert lines[0].split() == ["lr", "wd", "drop", "hid", "lay", "runs", "val", "acc", "test", "acc", "epochs"]
+    assert lines[0].split() == ["lr", "wd", "drop", "hid", "lay", "opt", "runs", "val", "acc", "test", "acc",
+                                "epochs"]
     assert set(lines[1]) == {"-"}
     for line, r in zip(lines[2:10], rows):
         fields = line.split()
         assert float(fields[0]) == pytest.approx(r.config["lr"]) and int(fields[3]) == r.config["hidden"]
-        assert int(fields[4]) == r.config["layers"] and int(fields[5]) == 2
-        assert fields[6:9] == [f"{r.val_mean:.4f}", "±", f"{r.val_std:.4f}"]
-        assert fields[9:12] == [f"{r.test_mean:.4f}", "±", f"{r.test_std:.4f}"]
+        assert int(fields[4]) == r.config["layers"] and fields[5] == "adam" and int(fields[6]) == 2
+        assert fields[7:10] == [f"{r.val_mean:.4f}", "±", f"{r.val_std:.4f}"]
+        assert fields[10:13] == [f"{r.test_mean:.4f}", "±", f"{r.test_std:.4f}"]
     best = rows[0]
     c = best.config
     assert lines[-1] == (f"best: lr={c['lr']:g}, weight_decay=0.0005, dropout=0.5, hidden={c['hidden']}, "
-                         f"layers={c['layers']} (val {best.val_mean:.4f}, test {best.test_mean:.4f} "
+                         f"layers={c['layers']}, optimizer=adam (val {best.val_mean:.4f}, test {best.test_mean:.4f} "
                          f"± {best.test_std:.4f})")
 
 
@@ -263,7 +264,7 @@ def test_cli_sweep_writes_csv_and_json_equal_to_run_grid(tmp_path, capsys, swept
         assert [run["epochs_run"] for run in item["runs"]] == [run["epochs_run"] for run in row.runs]
     best = report["best"]
     assert out[-1].startswith(f"best: lr={best['lr']:g}, weight_decay=0.0005, dropout=0.5, "
-                              f"hidden={best['hidden']}, layers=2 (val {best['val_acc_mean']:.4f}")
+                              f"hidden={best['hidden']}, layers=2, optimizer=adam (val {best['val_acc_mean']:.4f}")
     assert best["val_acc_mean"] == max(item["val_acc_mean"] for item in report["configurations"])
 
 

@@ -42,7 +42,7 @@ from jaxgcn.train import (
     TrainData,
     _advance,
     masked_cross_entropy,
-    standard_promotion,
+    optimizer_factory,
 )
 
 # Params in the stacked layout carry the run axis at position 1 ([in, runs, out] / [runs, out] for
@@ -271,18 +271,32 @@ def _select(running: jax.Array, new: Any, old: Any, axes: Any) -> Any:
 
 
 class BatchState(NamedTuple):
-    """The carry of a batch of runs: a :class:`RunState` whose leaves have a run axis, plus the
-    Adam state of the stacked params and the shared epoch counter."""
+    """The carry of a batch of runs: a :class:`RunState` whose leaves have a run axis (each run's
+    optimizer state included) and the shared epoch counter."""
 
     runs: RunState
-    adam: Any
     step: jax.Array
 
 
-def _state_axes(params_axes: Any) -> RunState:
+def _opt_axes(config: TrainConfig, params: Params) -> Any:
+    """Run axis of every leaf of the per-run optimizer states: the params' own for the subtrees
+    shaped like the params (Adam's moments, momentum traces), 0 for the rest (step counts and the
+    injected learning rate and weight decay, one per run)."""
+    axes = _run_axes(params)
+    one = jax.tree.map(lambda leaf, a: jax.ShapeDtypeStruct(leaf.shape[:a] + leaf.shape[a + 1:], leaf.dtype),
+                       params, axes)
+    shape = jax.eval_shape(lambda p: optimizer_factory(config)(0.0, 0.0).init(p), one)
+    like_params = jax.tree.structure(one)
+
+    def is_params(node: Any) -> bool:
+        return jax.tree.structure(node) == like_params
+    return jax.tree.map(lambda node: axes if is_params(node) else 0, shape, is_leaf=is_params)
+
+
+def _state_axes(params_axes: Any, opt_axes: Any) -> RunState:
     """Run axis of every leaf of a batched :class:`RunState` (the params' own, else 0)."""
     zero = 0
-    return RunState(params=params_axes, opt_state=None, key=zero, epoch=zero, reason=zero, val_window=zero,
+    return RunState(params=params_axes, opt_state=opt_axes, key=zero, epoch=zero, reason=zero, val_window=zero,
                     best_params=params_axes, best_val_acc=zero, best_val_loss=zero, best_epoch=zero,
                     history={k: zero for k in ("loss", "train_acc", "val_loss", "val_acc")})
 
@@ -290,7 +304,7 @@ def _state_axes(params_axes: Any) -> RunState:
 class BatchRunner(NamedTuple):
     """The pure functions of a batch of runs (see :func:`make_batch_runner`)."""
 
-    init: Callable[[Params, jax.Array], BatchState]
+    init: Callable[[Params, jax.Array, RunInputs], BatchState]
     run_until: Callable[[BatchState, TrainData, RunInputs, jax.Array], BatchState]
     evaluate: Callable[[Params, TrainData, RunInputs], dict[str, jax.Array]]
     final_params: Callable[[BatchState], Params]
@@ -319,7 +333,8 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
     """
     if model_config.dropout_rng != "hash":
         raise ValueError("batched runs need dropout_rng='hash' (per-run masks from one counter hash)")
-    adam = standard_promotion(optax.scale_by_adam())
+    factory = optimizer_factory(config)
+    opt = factory(config.lr, config.weight_decay)  # its update reads each run's injected values
     keep_best = config.early_stopping == "patience"
 
     def masks(data: TrainData, runs: RunInputs) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -327,18 +342,24 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
             return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
         return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
 
-    def init(params: Params, seeds: jax.Array) -> BatchState:
+    def coupled_l2(runs: RunInputs) -> jax.Array:  # [R]; adamw decays in the optimizer instead
+        return runs.weight_decay if config.coupled_l2 else jnp.zeros_like(runs.weight_decay)
+
+    def init(params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
         keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
         r, epochs = seeds.shape[0], config.epochs
         nan = jnp.full((r, epochs), jnp.nan, jnp.float32)
+        axes = _run_axes(params)
+        opt_state = jax.vmap(lambda p, lr, wd: factory(lr, wd).init(p), in_axes=(axes, 0, 0),
+                             out_axes=_opt_axes(config, params))(params, runs_in.lr, runs_in.weight_decay)
         runs = RunState(
-            params=params, opt_state=None, key=keys, epoch=jnp.zeros(r, jnp.int32),
+            params=params, opt_state=opt_state, key=keys, epoch=jnp.zeros(r, jnp.int32),
             reason=jnp.full(r, RUNNING, jnp.int32), val_window=jnp.zeros((r, config.window), jnp.float32),
             best_params=params, best_val_acc=jnp.full(r, -1.0, jnp.float32),
             best_val_loss=jnp.full(r, jnp.inf, jnp.float32), best_epoch=jnp.zeros(r, jnp.int32),
             history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
         )
-        return BatchState(runs, adam.init(params), jnp.int32(0))
+        return BatchState(runs, jnp.int32(0))
 
     def epoch_step(state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None) -> BatchState:
         st = state.runs
@@ -353,29 +374,27 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
         def loss_fn(params: Params) -> tuple[jax.Array, jax.Array]:
             logits = apply_runs(model_config, params, data.graph, data.x, runs, seeds=seeds, train=True)
             ce, _ = _split_metrics(logits, data.labels, train_m)
-            per_run = ce + runs.weight_decay * _per_run_l2(params, config.l2)
+            per_run = ce + coupled_l2(runs) * _per_run_l2(params, config.l2)
             return jnp.sum(per_run), per_run
 
         (_, loss), grads = jax.value_and_grad(loss_fn, has_aux=True)(st.params)
-        if config.clip_norm:
-            grads = _clip_per_run(grads, axes, config.clip_norm)
-        updates, adam_state = adam.update(grads, state.adam, st.params)
-        lr = jax.tree.map(lambda u, a: jnp.expand_dims(runs.lr, [d for d in range(u.ndim) if d != a]),
-                          updates, axes)
-        params = jax.tree.map(lambda p, u, s: p - s * u, st.params, updates, lr)
+        # The single run's optimizer, vmapped over the run axis: each run's clipping, moments and
+        # injected learning rate / weight decay, exactly as a single run computes them.
+        opt_axes = _opt_axes(config, st.params)
+        updates, opt_state = jax.vmap(opt.update, in_axes=(axes, opt_axes, axes), out_axes=(axes, opt_axes))(
+            grads, st.opt_state, st.params)
+        params = optax.apply_updates(st.params, updates)
         logits = apply_runs(model_config, params, data.graph, data.x, runs, aggregated=aggregated)
         _, train_acc = _split_metrics(logits, data.labels, train_m)
         val_loss, val_acc = _split_metrics(logits, data.labels, val_m)
-        kipf_loss = val_loss + runs.weight_decay * _per_run_l2(params, config.l2)
-        state_axes = _state_axes(axes)
+        kipf_loss = val_loss + coupled_l2(runs) * _per_run_l2(params, config.l2)
+        state_axes = _state_axes(axes, opt_axes)
         advanced = jax.vmap(
-            lambda s, p, k, *m: _advance(s, config, keep_best, p, None, k, *m[:4], kipf_loss=m[4]),
-            in_axes=(state_axes, axes, 0, 0, 0, 0, 0, 0), out_axes=state_axes,
-        )(st, params, key, loss, train_acc, val_loss, val_acc, kipf_loss)
+            lambda s, p, o, k, *m: _advance(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
+            in_axes=(state_axes, axes, opt_axes, 0, 0, 0, 0, 0, 0), out_axes=state_axes,
+        )(st, params, opt_state, key, loss, train_acc, val_loss, val_acc, kipf_loss)
         running = st.reason == RUNNING
-        new_runs = _select(running, advanced, st, state_axes)
-        adam_state = _select(running, adam_state, state.adam, _adam_axes(adam_state, axes))
-        return BatchState(new_runs, adam_state, state.step + 1)
+        return BatchState(_select(running, advanced, st, state_axes), state.step + 1)
 
     def run_until(state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
         def cond(s: BatchState) -> jax.Array:
@@ -395,23 +414,6 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
         return out
 
     return BatchRunner(init, run_until, evaluate, final_params)
-
-
-def _clip_per_run(grads: Params, axes: Any, max_norm: float) -> Params:
-    """``optax.clip_by_global_norm`` applied to each run's gradients separately."""
-    def sq(g: jax.Array, a: int) -> jax.Array:
-        return jnp.sum(jnp.square(g), axis=tuple(d for d in range(g.ndim) if d != a))
-    norm = jnp.sqrt(sum(jax.tree.leaves(jax.tree.map(sq, grads, axes))))
-
-    def clip(g: jax.Array, a: int) -> jax.Array:
-        n = jnp.expand_dims(norm, [d for d in range(g.ndim) if d != a])
-        return jnp.where(n < max_norm, g, g / n * max_norm)
-    return jax.tree.map(clip, grads, axes)
-
-
-def _adam_axes(adam_state: Any, params_axes: Any) -> Any:
-    """Run axes of a ``scale_by_adam`` state: mu/nu like the params, the shared count none."""
-    return optax.ScaleByAdamState(count=None, mu=params_axes, nu=params_axes)
 
 
 # --- the host-side driver ---------------------------------------------------------------------------
@@ -486,13 +488,13 @@ def _pad_spec(spec: RunSpec, multiple: int) -> RunSpec:
     return spec if extra == 0 else RunSpec(*(np.concatenate([a, np.repeat(a[-1:], extra)]) for a in spec))
 
 
-def _state_shardings(state: BatchState, mesh: jax.sharding.Mesh | None) -> Any:
+def _state_shardings(state: BatchState, config: TrainConfig, mesh: jax.sharding.Mesh | None) -> Any:
     """Shardings that keep every run-axis leaf of a :class:`BatchState` split over ``runs`` (so the
     while loop's output can be fed back in), the shared Adam count and epoch counter replicated."""
     if mesh is None:
         return None
     params_axes = _run_axes(state.runs.params)
-    axes = BatchState(runs=_state_axes(params_axes), adam=_adam_axes(state.adam, params_axes), step=None)
+    axes = BatchState(runs=_state_axes(params_axes, _opt_axes(config, state.runs.params)), step=None)
 
     def spec(leaf: Any, axis: int | None) -> jax.sharding.NamedSharding | None:
         if leaf is None:
@@ -514,9 +516,9 @@ def _compile(model_config: GCNConfig, config: TrainConfig, params: Params, data:
     start = time.perf_counter()
     if key not in _COMPILED:
         runner = make_batch_runner(model_config, config)
-        shardings = _state_shardings(jax.eval_shape(runner.init, params, seeds), mesh)
-        init = jit(runner.init, out_shardings=shardings).lower(params, seeds).compile()
-        state = init(params, seeds)
+        shardings = _state_shardings(jax.eval_shape(runner.init, params, seeds, runs), config, mesh)
+        init = jit(runner.init, out_shardings=shardings).lower(params, seeds, runs).compile()
+        state = init(params, seeds, runs)
         run_until = jit(runner.run_until, donate_argnums=0, out_shardings=shardings) \
             .lower(state, data, runs, jnp.int32(0)).compile()
         evaluate = jit(runner.evaluate).lower(params, data, runs).compile()
@@ -524,7 +526,7 @@ def _compile(model_config: GCNConfig, config: TrainConfig, params: Params, data:
         _COMPILED[key] = (init, run_until, evaluate, final)
         return _COMPILED[key], state, time.perf_counter() - start
     compiled = _COMPILED[key]
-    return compiled, compiled[0](params, seeds), 0.0
+    return compiled, compiled[0](params, seeds, runs), 0.0
 
 
 # Runs per device in one execution of the program. Measured on Cora (2-core CPU, 200 epochs,

@@ -302,7 +302,7 @@ def make_sharded_runner(model_config: Any, config: Any, n_features: int, n_class
     spec, rep = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
 
     def l2(params: Any) -> jax.Array:
-        return config.weight_decay * l2_penalty(params, config.l2)
+        return config.coupled_l2 * l2_penalty(params, config.l2)
 
     def epoch_step(state: Any, data: TrainData, aggregated: jax.Array | None, n_train: jax.Array) -> Any:
         key, k_drop = jax.random.split(state.key)

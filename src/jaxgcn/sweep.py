@@ -24,7 +24,7 @@ from jaxgcn.models import GCNConfig
 from jaxgcn.outputs import write_atomic
 from jaxgcn.train import TrainConfig, TrainData
 
-GRID_KEYS = ("lr", "weight_decay", "dropout", "hidden", "layers")
+GRID_KEYS = ("lr", "weight_decay", "dropout", "hidden", "layers", "optimizer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +40,7 @@ class Grid:
     dropout: tuple[float, ...] = (0.5,)
     hidden: tuple[int, ...] = (16,)
     layers: tuple[int, ...] = (2,)
+    optimizer: tuple[str, ...] = ("adam",)
 
     def configs(self) -> list[dict[str, Any]]:
         values = [getattr(self, k) for k in GRID_KEYS]
@@ -74,7 +75,9 @@ class Row(NamedTuple):
 
 
 def _group_key(cfg: dict[str, Any], layer_norm: bool) -> tuple:
-    return (cfg["layers"], cfg["hidden"] if layer_norm else None)
+    """Configurations that can share one program: the same layer count and optimizer (the state's
+    structure), and with layer norm the same width."""
+    return (cfg["layers"], cfg["optimizer"], cfg["hidden"] if layer_norm else None)
 
 
 def run_grid(
@@ -109,7 +112,7 @@ def run_grid(
     groups: dict[tuple, list[int]] = {}
     for i, cfg in enumerate(configs):
         groups.setdefault(_group_key(cfg, model_config.layer_norm), []).append(i)
-    ordered = sorted(groups.items(), key=lambda kv: kv[0][0])
+    ordered = sorted(groups.items(), key=lambda kv: kv[0][:2])
     every = [(i, seed, split) for _, members in ordered for i in members for seed in seeds for split in range(n_splits)]
     index = {run: j for j, run in enumerate(every)}
     results = np.zeros((len(every), 4))  # val_acc, test_acc, epochs_run, done
@@ -129,13 +132,14 @@ def run_grid(
             part = runs[start:start + chunk]
             if progress is not None:
                 progress.start_slice(index[part[0]], f"group {g + 1}/{len(groups)}, {len(part)} runs")
-            result = fit_runs(data, n_classes, _spec(configs, part), model_config=group_config, config=config,
+            group_train = dataclasses.replace(config, optimizer=key[1])
+            result = fit_runs(data, n_classes, _spec(configs, part), model_config=group_config, config=group_train,
                               log_every=progress.every if progress is not None else 0, progress=progress)
             for j, run in enumerate(part):
                 results[index[run]] = (result.metrics["val_acc"][j], result.metrics["test_acc"][j],
                                        result.epochs_run[j], 1.0)
             if log is not None:
-                log(f"group {g + 1}/{len(groups)} (layers {key[0]}, padded hidden {group_config.hidden}): "
+                log(f"group {g + 1}/{len(groups)} (layers {key[0]}, {key[1]}, padded hidden {group_config.hidden}): "
                     f"{len(part)} runs in one program | compile {result.compile_seconds:.1f}s | train "
                     f"{result.train_seconds:.1f}s | val mean {np.mean(result.metrics['val_acc']):.4f}")
     if combine is not None:
@@ -169,16 +173,16 @@ def _summarize(cfg: dict[str, Any], runs: list[dict[str, Any]]) -> Row:
 
 def format_table(rows: list[Row]) -> str:
     """The rows as a fixed-width table, best first, with the best configuration named below."""
-    head = f"{'lr':>8s} {'wd':>8s} {'drop':>5s} {'hid':>4s} {'lay':>3s} {'runs':>4s} " \
+    head = f"{'lr':>8s} {'wd':>8s} {'drop':>5s} {'hid':>4s} {'lay':>3s} {'opt':>8s} {'runs':>4s} " \
            f"{'val acc':>15s} {'test acc':>15s} {'epochs':>6s}"
     lines = [head, "-" * len(head)]
     for r in rows:
         c = r.config
         lines.append(f"{c['lr']:8g} {c['weight_decay']:8g} {c['dropout']:5g} {c['hidden']:4d} {c['layers']:3d} "
-                     f"{r.n_runs:4d} {r.val_mean:7.4f} ± {r.val_std:.4f} {r.test_mean:7.4f} ± {r.test_std:.4f} "
-                     f"{r.epochs_mean:6.1f}")
+                     f"{c['optimizer']:>8s} {r.n_runs:4d} {r.val_mean:7.4f} ± {r.val_std:.4f} "
+                     f"{r.test_mean:7.4f} ± {r.test_std:.4f} {r.epochs_mean:6.1f}")
     best = rows[0].config
-    lines.append("best: " + ", ".join(f"{k}={best[k]:g}" for k in GRID_KEYS)
+    lines.append("best: " + ", ".join(f"{k}={best[k]:g}" if k != "optimizer" else f"{k}={best[k]}" for k in GRID_KEYS)
                  + f" (val {rows[0].val_mean:.4f}, test {rows[0].test_mean:.4f} ± {rows[0].test_std:.4f})")
     return "\n".join(lines)
 

@@ -25,6 +25,7 @@ from jaxgcn.models import GCNConfig, aggregate_input, gcn
 
 EARLY_STOPPING = ("kipf", "patience", "none")
 L2_SCOPES = ("first", "all")
+OPTIMIZERS = ("adam", "adamw", "sgd", "momentum")
 # Why a run ended, as stored in RunState.reason.
 RUNNING, FINISHED, STOPPED_EARLY, DIVERGED = 0, 1, 2, 3
 
@@ -46,6 +47,12 @@ class TrainConfig:
         window: Kipf's early-stopping window (paper: 10).
         patience: epochs without improvement for ``"patience"`` (50 is common).
         clip_norm: optional global-norm gradient clipping threshold.
+        optimizer: ``"adam"`` (the paper's), ``"adamw"`` (Adam with ``weight_decay`` applied
+            DECOUPLED to the weights of the ``l2`` scope, instead of an L2 term in the loss),
+            ``"sgd"`` (``p - lr * g``) or ``"momentum"`` (SGD with heavy-ball ``momentum``). Built by
+            :func:`optimizer_factory`, the one place every path (single, batched, swept, sharded)
+            gets its optimizer from.
+        momentum: the momentum of ``"momentum"`` (0.9).
     """
 
     lr: float = 0.01
@@ -56,6 +63,14 @@ class TrainConfig:
     window: int = 10
     patience: int = 50
     clip_norm: float | None = None
+    optimizer: str = "adam"
+    momentum: float = 0.9
+
+    @property
+    def coupled_l2(self) -> float:
+        """The factor of the L2 term added to the loss: ``weight_decay``, except for ``adamw``, whose
+        optimizer applies the decay itself."""
+        return 0.0 if self.optimizer == "adamw" else self.weight_decay
 
     def __post_init__(self) -> None:
         checks = [
@@ -68,6 +83,8 @@ class TrainConfig:
             (self.window >= 1, f"window={self.window} must be >= 1"),
             (self.patience >= 1, f"patience={self.patience} must be >= 1"),
             (self.clip_norm is None or self.clip_norm > 0, f"clip_norm={self.clip_norm} must be > 0"),
+            (self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} must be one of {OPTIMIZERS}"),
+            (0.0 <= self.momentum < 1.0, f"momentum={self.momentum} must be in [0, 1)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -161,11 +178,47 @@ def standard_promotion(opt: optax.GradientTransformation) -> optax.GradientTrans
     return optax.GradientTransformation(init, update)
 
 
+def _decay_mask(params: Params, scope: str) -> Params:
+    """True on the weight matrices :func:`l2_penalty` covers (``w``/``w_res`` of the first or every
+    layer), False on biases and norms: what ``adamw`` decays."""
+    return {name: {k: (k in ("w", "w_res") and (scope == "all" or name == "layer_0")) if not isinstance(v, dict)
+                   else jax.tree.map(lambda _: False, v) for k, v in layer.items()}
+            for name, layer in params.items()}
+
+
+def optimizer_factory(config: TrainConfig) -> Callable[[Any, Any], optax.GradientTransformation]:
+    """THE optimizer factory: ``(learning_rate, weight_decay) -> GradientTransformation`` for
+    ``config.optimizer``, after optional global-norm clipping.
+
+    Both hyperparameters are injected into the optimizer state (``optax.inject_hyperparams``), so a
+    batch of runs initializes one state per run with its own values and runs this same update
+    code for all of them (:mod:`jaxgcn.batched` vmaps it over the run axis).
+
+    >>> opt = optimizer_factory(TrainConfig(optimizer="sgd"))(0.5, 0.0)
+    >>> p = {"layer_0": {"w": jnp.ones((1, 2))}}
+    >>> updates, _ = opt.update({"layer_0": {"w": jnp.full((1, 2), 2.0)}}, opt.init(p), p)
+    >>> optax.apply_updates(p, updates)["layer_0"]["w"].tolist()  # p - lr * g
+    [[0.0, 0.0]]
+    """
+    def build(learning_rate: Any, weight_decay: Any) -> optax.GradientTransformation:
+        steps = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm else []
+        if config.optimizer in ("adam", "adamw"):
+            steps.append(optax.scale_by_adam())
+        elif config.optimizer == "momentum":
+            steps.append(optax.trace(decay=config.momentum))
+        if config.optimizer == "adamw":  # decoupled: added to the update, not to the loss
+            steps.append(optax.add_decayed_weights(weight_decay, lambda p: _decay_mask(p, config.l2)))
+        steps.append(optax.scale_by_learning_rate(learning_rate))
+        return optax.chain(*steps)
+
+    injected = optax.inject_hyperparams(build)
+    return lambda learning_rate, weight_decay: standard_promotion(
+        injected(learning_rate=learning_rate, weight_decay=weight_decay))
+
+
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
-    """Adam with the configured learning rate, after optional global-norm clipping."""
-    adam = optax.adam(config.lr)
-    return standard_promotion(optax.chain(optax.clip_by_global_norm(config.clip_norm), adam)
-                              if config.clip_norm else adam)
+    """The optimizer of one run: :func:`optimizer_factory` with the config's lr and weight decay."""
+    return optimizer_factory(config)(config.lr, config.weight_decay)
 
 
 class Evaluation(NamedTuple):
@@ -203,7 +256,7 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
     keep_best = config.early_stopping == "patience"
 
     def objective(params: Params, logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
-        return masked_cross_entropy(logits, labels, mask) + config.weight_decay * l2_penalty(params, config.l2)
+        return masked_cross_entropy(logits, labels, mask) + config.coupled_l2 * l2_penalty(params, config.l2)
 
     def init(key: jax.Array, data: TrainData) -> RunState:
         k_init, k_run = jax.random.split(key)
