@@ -261,11 +261,10 @@ def test_init_and_apply_runs_equal_the_single_model_per_run(arch, hard, sparse_h
 
     @jax.jit  # one compile for both modes: cheaper than dispatching every op eagerly
     def batched_apply(params, runs, keys):
-        # Training mode: run r's dropout seeds are drawn from its key as the single model draws them.
+        # Training mode: run r's layer keys are split from its key as the single model splits them.
         layer_keys = jax.vmap(lambda k: jax.random.split(jax.random.wrap_key_data(k), config.layers))(keys)
-        drop_seeds = jax.vmap(jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32)))(layer_keys)
         return (apply_runs(config, params, data.graph, data.x, runs),
-                apply_runs(config, params, data.graph, data.x, runs, seeds=jnp.swapaxes(drop_seeds, 0, 1),
+                apply_runs(config, params, data.graph, data.x, runs, keys=jnp.swapaxes(layer_keys, 0, 1),
                            train=True))
 
     logits, train_logits = batched_apply(stacked, run_inputs(spec), keys)

@@ -26,7 +26,8 @@ from jaxgcn.train import masked_cross_entropy
 assert len(jax.devices()) == 4
 p = datasets.prepare(datasets.synthetic(403, n_classes=3, n_features=6, homophily=0.3, seed=0))
 d = p.data
-model = gcn(GCNConfig(hidden=8, layers=3))
+config = GCNConfig(hidden=8, layers=3)
+model = gcn(config)
 params = model.init(jax.random.key(0), 6, 3)
 mesh = jax.sharding.Mesh(np.array(jax.devices()), ("nodes",))
 single_logits = model.apply(params, d.graph, d.x)
@@ -36,8 +37,8 @@ out = {}
 for exchange in ("all_gather", "halo"):
     blocks, n_pad = partition(d.graph, 4, exchange=exchange)
     shard = lambda a: shard_nodes(np.asarray(a), n_pad, 4)
-    logits = jax.jit(sharded_apply(model, mesh))(params, blocks, shard(d.x)).reshape(n_pad, -1)[:403]
-    loss, grads = jax.jit(jax.value_and_grad(sharded_loss(model, mesh)))(
+    logits = jax.jit(sharded_apply(config, mesh))(params, blocks, shard(d.x)).reshape(n_pad, -1)[:403]
+    loss, grads = jax.jit(jax.value_and_grad(sharded_loss(config, mesh)))(
         params, jax.random.key(0), blocks, shard(d.x), shard(d.labels), shard(d.train_mask))
     out[exchange] = {
         "logits": float(jnp.abs(logits - single_logits).max()),
@@ -180,13 +181,14 @@ from jaxgcn.train import masked_cross_entropy
 
 p = datasets.prepare(datasets.synthetic(301, n_classes=3, n_features=6, homophily=0.3, seed=0))
 d = p.data
-model = gcn(GCNConfig(hidden=8))
+config = GCNConfig(hidden=8)
+model = gcn(config)
 params = model.init(jax.random.key(0), 6, 3)
 mesh = jax.sharding.Mesh(np.array(jax.devices()), ("nodes",))
 blocks, n_pad = partition(d.graph, 2)
 shard = lambda a: shard_nodes(np.asarray(a), n_pad, 2)
 inputs = to_global((blocks, shard(d.x), shard(d.labels), shard(d.train_mask)), mesh)
-loss, grads = jax.jit(jax.value_and_grad(sharded_loss(model, mesh)))(params, jax.random.key(0), *inputs)
+loss, grads = jax.jit(jax.value_and_grad(sharded_loss(config, mesh)))(params, jax.random.key(0), *inputs)
 single_loss, single_grads = jax.value_and_grad(
     lambda pr: masked_cross_entropy(model.apply(pr, d.graph, d.x), d.labels, d.train_mask))(params)
 grads = jax.tree.map(lambda g: np.asarray(g.addressable_data(0)), grads)

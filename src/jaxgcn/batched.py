@@ -1,10 +1,10 @@
 """Many training runs as ONE compiled program, batched along the feature axis.
 
-``jax.vmap`` of the single-run model turns every gather + ``segment_sum`` into a batched scatter,
-which measured SLOWER on CPU than running the seeds one after another. Here the runs are stacked
-*inside* the feature axis instead: node activations are ``[n_nodes, n_runs, width]`` and weights
-``[in_dim, n_runs, out_dim]``, so one gather and one ``segment_sum`` with ``n_runs * width``-wide
-rows propagate every run at once.
+The forward pass is :func:`jaxgcn.models.apply_runs`, the same one a single run uses: runs are
+stacked *inside* the feature axis (activations ``[n_nodes, n_runs, width]``, weights
+``[in_dim, n_runs, out_dim]``), so one propagation with ``n_runs * width``-wide rows serves every
+run (``jax.vmap`` of a gather + ``segment_sum`` model measured slower on CPU than a loop). The
+optimizer is the single run's (:func:`jaxgcn.train.optimizer_factory`), vmapped over the run axis.
 
 Each run keeps its own PRNG stream (identical to a single run with the same key: same init, same
 dropout masks), its own learning rate, L2 factor, dropout rate, hidden width and split masks, and
@@ -26,13 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax.experimental import sparse as jsparse
-
 from jaxgcn.compiler import jit
-from jaxgcn.csr import CSR, spmm
-from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
-from jaxgcn.models import GCNConfig, aggregate_input, gcn
-from jaxgcn.propagate import propagate
+from jaxgcn.layers import Params
+from jaxgcn.models import GCNConfig, RunInputs, aggregate_input, apply_runs, gcn, make_run_inputs
 from jaxgcn.train import (
     DIVERGED,
     RUNNING,
@@ -87,136 +83,10 @@ def concat_specs(specs: list[RunSpec]) -> RunSpec:
     return RunSpec(*(np.concatenate(parts) for parts in zip(*specs)))
 
 
-# --- the stacked model -----------------------------------------------------------------------------
-
-
-class RunInputs(NamedTuple):
-    """Per-run device arrays (length R) derived from a :class:`RunSpec` on the host."""
-
-    lr: jax.Array
-    weight_decay: jax.Array
-    keep_threshold: jax.Array
-    keep_scale: jax.Array
-    hidden: jax.Array
-    split: jax.Array
-
-
 def run_inputs(spec: RunSpec) -> RunInputs:
-    """Keep thresholds and scales computed exactly as :func:`jaxgcn.layers.keep_mask` does."""
-    thresholds = [keep_threshold(r) for r in np.asarray(spec.dropout, np.float64)]
-    scales = [np.float32(1.0 - float(r)) for r in np.asarray(spec.dropout, np.float64)]
-    return RunInputs(jnp.asarray(spec.lr, jnp.float32), jnp.asarray(spec.weight_decay, jnp.float32),
-                     jnp.asarray(np.asarray(thresholds, np.uint32)), jnp.asarray(np.asarray(scales, np.float32)),
-                     jnp.asarray(spec.hidden, jnp.int32), jnp.asarray(spec.split, jnp.int32))
-
-
-def _hash_keep(counter: jax.Array, seeds: jax.Array, threshold: jax.Array) -> jax.Array:
-    """The hash of :func:`jaxgcn.layers.keep_mask`, for arrays of counters, seeds and thresholds that
-    broadcast against each other (``seeds[..., 0]``, ``seeds[..., 1]``)."""
-    return hash_bits(counter, seeds) >= threshold
-
-
-def _drop_input(x: Features, seeds: jax.Array, runs: RunInputs) -> Features:
-    """Per-run dropout of the shared input features: BCOO or CSR -> per-run values [nnz, R];
-    dense [n, F] -> [n, R, F]."""
-    if is_sparse(x):
-        counter = jax.lax.iota(jnp.uint32, x.nse)[:, None]
-        keep = _hash_keep(counter, seeds[None, :, :], runs.keep_threshold[None, :])
-        return jnp.where(keep, x.data[:, None] / runs.keep_scale[None, :], 0.0)
-    n, f = x.shape
-    counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * jnp.uint32(f)
-               + jax.lax.iota(jnp.uint32, f)[None, None, :])
-    keep = _hash_keep(counter, seeds[None, :, None, :], runs.keep_threshold[None, :, None])
-    return jnp.where(keep, x[:, None, :] / runs.keep_scale[None, :, None], 0.0)
-
-
-def _drop_hidden(h: jax.Array, seeds: jax.Array, runs: RunInputs) -> jax.Array:
-    """Per-run dropout of hidden activations [n, R, H]; element (i, j) of run r uses counter
-    ``i * hidden_r + j``, as a single run of width ``hidden_r`` does."""
-    n, _, width = h.shape
-    counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * runs.hidden.astype(jnp.uint32)[None, :, None]
-               + jax.lax.iota(jnp.uint32, width)[None, None, :])
-    keep = _hash_keep(counter, seeds[None, :, None, :], runs.keep_threshold[None, :, None])
-    return jnp.where(keep, h / runs.keep_scale[None, :, None], 0.0)
-
-
-def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Array:
-    """Per-run ``x_r @ w_r`` -> [n, R, out] with ``w``: [in, R, out].
-
-    ``x`` is the shared input (BCOO, with per-run ``values`` [nnz, R] after dropout, or shared when
-    ``values`` is None; or dense [n, in]) or per-run hidden activations [n, R, in].
-    """
-    if isinstance(x, CSR):  # the fused kernel: R matrices with one pattern, no [nnz, R*out] buffer
-        d_in, r, d_out = w.shape
-        return spmm(x, w.reshape(d_in, r * d_out), values).reshape(x.shape[0], r, d_out)
-    if isinstance(x, jsparse.BCOO):
-        rows, cols = x.indices[:, 0], x.indices[:, 1]
-        vals = x.data[:, None, None] if values is None else values[:, :, None]
-        msgs = w[cols] * vals.astype(w.dtype)  # one gather of R * out-wide rows
-        return jax.ops.segment_sum(msgs, rows, num_segments=x.shape[0], indices_are_sorted=True)
-    if x.ndim == 2:
-        return jnp.einsum("nf,fro->nro", x, w)
-    return jnp.einsum("nrf,fro->nro", x, w)
-
-
-def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs: RunInputs, *,
-               seeds: jax.Array | None = None, train: bool = False,
-               aggregated: jax.Array | None = None) -> jax.Array:
-    """The GCN of :func:`jaxgcn.models.gcn` for R stacked runs.
-
-    Args:
-        config: the architecture (``hidden`` is the padded width).
-        params: stacked params, ``w``: [in, R, out], ``b``: [R, out].
-        graph: normalized graph.
-        x: shared [n, F] features (dense or BCOO).
-        runs: per-run inputs.
-        seeds: [layers, R, 2] uint32 dropout seeds (training only). Each run drops with its own rate
-            (``runs``); ``config.dropout`` is not used here.
-        train: dropout on.
-
-    Returns:
-        [n, R, n_classes] logits.
-    """
-    n = x.shape[0]
-    dropping = train and seeds is not None  # per-run rates; a rate of 0 keeps everything
-    h, values = x, None
-    for i in range(config.layers):
-        layer = params[f"layer_{i}"]
-        if dropping and i == 0:
-            dropped = _drop_input(x, seeds[i], runs)
-            h, values = (x, dropped) if is_sparse(x) else (dropped, None)
-        elif dropping:
-            h = _drop_hidden(h, seeds[i], runs)
-        if i == 0 and config.aggregate_first and values is None and not is_sparse(h):
-            # (Â · drop(X)) · W for dense inputs, as the single model does (see GCNConfig)
-            if aggregated is not None and h is x:  # Â·X precomputed (evaluation; see aggregate_input)
-                agg = aggregated
-            else:
-                agg = propagate(graph, h.reshape(n, -1), backend=config.backend, chunk_edges=config.chunk_edges)
-            out = _matmul_runs(agg.reshape(h.shape), None, layer["w"])  # shared [n, F] or per run [n, R, F]
-        else:
-            out = _matmul_runs(h, values, layer["w"])
-            r, width = out.shape[1], out.shape[2]
-            out = propagate(graph, out.reshape(n, r * width), backend=config.backend,
-                            chunk_edges=config.chunk_edges).reshape(n, r, width)
-        if "b" in layer:
-            out = out + layer["b"][None, :, :]
-        if i == config.layers - 1:
-            return out
-        if "ln" in layer:
-            out = _layer_norm_runs(layer["ln"], out)
-        out = jax.nn.relu(out)
-        if config.residual:
-            out = out + (_matmul_runs(h, values, layer["w_res"]) if "w_res" in layer else h)
-        h, values = out, None
-    raise AssertionError("unreachable")
-
-
-def _layer_norm_runs(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Array:
-    """Layer norm over the last axis of [n, R, d] with per-run ``scale``/``bias`` [R, d]."""
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + eps) * params["scale"][None] + params["bias"][None]
+    """The device-side per-run inputs of a batch (:func:`jaxgcn.models.make_run_inputs`)."""
+    return make_run_inputs(dropout=spec.dropout, hidden=spec.hidden, lr=spec.lr, weight_decay=spec.weight_decay,
+                           split=spec.split)
 
 
 # --- init and the batched training run ------------------------------------------------------------
@@ -368,11 +238,10 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
         split_keys = jax.vmap(jax.random.split)(st.key)
         key, k_drop = split_keys[:, 0], split_keys[:, 1]
         layer_keys = jax.vmap(lambda k: jax.random.split(k, model_config.layers))(k_drop)  # [R, L]
-        seeds = jax.vmap(jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32)))(layer_keys)
-        seeds = jnp.swapaxes(seeds, 0, 1)  # [L, R, 2]
+        layer_keys = jnp.swapaxes(layer_keys, 0, 1)  # [L, R], as a single run splits its key
 
         def loss_fn(params: Params) -> tuple[jax.Array, jax.Array]:
-            logits = apply_runs(model_config, params, data.graph, data.x, runs, seeds=seeds, train=True)
+            logits = apply_runs(model_config, params, data.graph, data.x, runs, keys=layer_keys, train=True)
             ce, _ = _split_metrics(logits, data.labels, train_m)
             per_run = ce + coupled_l2(runs) * _per_run_l2(params, config.l2)
             return jnp.sum(per_run), per_run

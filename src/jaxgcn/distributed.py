@@ -18,8 +18,8 @@ The gradient of either exchange is its transpose (a reduce-scatter, or the rever
 which autodiff derives. No message is lost at partition borders: the sharded model equals the
 single-device one (tested on a graph whose edges cross every border, for both exchanges).
 
-The model code is unchanged: :func:`jaxgcn.propagate.propagate` recognises a :class:`GraphBlock`
-and does the exchange itself, so ``gcn(config).apply`` runs inside ``shard_map`` as it is. The
+The model code is unchanged: the sharded model is ``gcn(config, propagate=propagate_block)``, the
+one forward pass with this module's exchange injected as its aggregation (:func:`sharded_model`). The
 training loop (:func:`make_sharded_runner`) is the single-device one (same ``RunState``, same
 early-stopping rule) with the loss and metrics summed over devices.
 
@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from jaxgcn.csr import CSR, csr_from_scipy, csr_matmul
 from jaxgcn.compiler import jit
 from jaxgcn.graph import Graph
+from jaxgcn.models import GCNConfig, Model, aggregate_input, gcn
 from jaxgcn.outputs import write_atomic
 
 AXIS = "nodes"
@@ -233,9 +234,15 @@ def _local(tree: Any) -> Any:
     return jax.tree.map(lambda a: a[0], tree)
 
 
-def sharded_apply(model: Any, mesh: jax.sharding.Mesh) -> Any:
+def sharded_model(model_config: GCNConfig) -> Model:
+    """The GCN whose propagation is :func:`propagate_block` (to be applied inside ``shard_map``)."""
+    return gcn(model_config, propagate=propagate_block)
+
+
+def sharded_apply(model_config: GCNConfig, mesh: jax.sharding.Mesh) -> Any:
     """``apply(params, blocks, x) -> [P, L, n_classes]`` logits, each device computing its rows."""
     spec = jax.sharding.PartitionSpec(AXIS)
+    model = sharded_model(model_config)
 
     def local(params: Any, block: GraphBlock, x: jax.Array) -> jax.Array:
         return model.apply(params, *_local((block, x)))[None]
@@ -262,11 +269,12 @@ def _global_metrics(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> tu
     return nll / count, hits / count
 
 
-def sharded_loss(model: Any, mesh: jax.sharding.Mesh, *, train: bool = False) -> Any:
+def sharded_loss(model_config: GCNConfig, mesh: jax.sharding.Mesh, *, train: bool = False) -> Any:
     """``loss(params, key, blocks, x, labels, mask) -> scalar``: the masked mean cross-entropy of
     the whole graph, computed with each device holding its row block (inputs stacked [P, ...]).
     With ``train``, dropout is on; device p draws its masks from ``fold_in(key, p)``."""
     spec = jax.sharding.PartitionSpec(AXIS)
+    model = sharded_model(model_config)
 
     def local(params: Any, key: jax.Array, block: GraphBlock, x: jax.Array, labels: jax.Array,
               mask: jax.Array) -> jax.Array:
@@ -292,10 +300,9 @@ def make_sharded_runner(model_config: Any, config: Any, n_features: int, n_class
     """
     import optax
 
-    from jaxgcn.models import aggregate_input, gcn
     from jaxgcn.train import RUNNING, Evaluation, Runner, TrainData, _advance, l2_penalty, make_optimizer, make_runner
 
-    model = gcn(model_config)
+    model = sharded_model(model_config)
     opt = make_optimizer(config)
     single = make_runner(model_config, config, n_features, n_classes)
     keep_best = config.early_stopping == "patience"
@@ -327,7 +334,7 @@ def make_sharded_runner(model_config: Any, config: Any, n_features: int, n_class
     def local_run(state: Any, data: TrainData, stop_epoch: jax.Array) -> Any:
         data = _local(data)
         n_train = jnp.maximum(jax.lax.psum(jnp.sum(data.train_mask), AXIS), 1.0)
-        aggregated = aggregate_input(model_config, data.graph, data.x)
+        aggregated = aggregate_input(model_config, data.graph, data.x, propagate=propagate_block)
 
         def cond(s: Any) -> jax.Array:
             return (s.reason == RUNNING) & (s.epoch < stop_epoch)
@@ -416,19 +423,6 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: Any, conf
     params = jax.tree.map(np.asarray, params)
     return FitResult(params, metrics, epoch, reason == STOPPED_EARLY, history, compile_seconds,
                      time.perf_counter() - start)
-
-
-def predict_sharded(sharded: ShardedData, model_config: Any, params: Any) -> np.ndarray:
-    """[n_nodes, n_classes] logits of the whole graph, computed sharded (fully addressable on
-    every process: gathered with ``process_allgather`` in a multi-process job)."""
-    from jaxgcn.models import gcn
-
-    logits = jit(sharded_apply(gcn(model_config), sharded.mesh))(params, sharded.data.graph, sharded.data.x)
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        logits = multihost_utils.process_allgather(logits, tiled=True)
-    return np.asarray(logits).reshape(sharded.n_pad, -1)[: sharded.n_nodes]
 
 
 def initialize(coordinator: str | None = None, num_processes: int | None = None,

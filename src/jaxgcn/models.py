@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+import functools
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import sparse as jsparse
 
+from jaxgcn.csr import CSR, kernel_status, spmm, spmm_xla
 from jaxgcn.graph import Graph
+from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.propagate import BACKENDS, propagate
-from jaxgcn.layers import Features, Params, dropout, gcn_apply, is_sparse, layer_norm, matmul
+
+# (graph, x [n, width]) -> Â·x [n, width]: how a layer aggregates. The default is
+# jaxgcn.propagate.propagate with the config's backend; sharded training passes its block exchange.
+Propagate = Callable[[Any, jax.Array], jax.Array]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +82,11 @@ def _widths(config: GCNConfig, in_dim: int, n_classes: int) -> list[int]:
     return [in_dim] + [config.hidden] * (config.layers - 1) + [n_classes]
 
 
-def gcn(config: GCNConfig = GCNConfig()) -> Model:
+def gcn(config: GCNConfig = GCNConfig(), *, propagate: Propagate | None = None) -> Model:
     """Build the GCN's pure init/apply functions.
+
+    ``apply`` is :func:`apply_runs` (the one forward pass, written on a run axis) for a batch of
+    one run. ``propagate`` replaces the aggregation ``Â·x`` (default: the config's backend).
 
     Params are ``{"layer_0": {"w", "b", ["w_res"], ["ln"]}, ..., "layer_{L-1}": {"w", "b"}}``;
     ``w_res`` (residual projection) exists in the first layer, whose input may be sparse, and where
@@ -123,44 +133,207 @@ def gcn(config: GCNConfig = GCNConfig()) -> Model:
                 layer["ln"] = {"scale": jnp.ones((d_out,), jnp.float32), "bias": jnp.zeros((d_out,), jnp.float32)}
         return params
 
+    one = make_run_inputs(dropout=[config.dropout], hidden=[config.hidden])
+
     def apply(params: Params, graph: Graph, x: Features, *, key: jax.Array | None = None,
               train: bool = False, aggregated: jax.Array | None = None, embed: bool = False) -> jax.Array:
-        keys = [None] * config.layers
+        keys = None
         if train and config.dropout > 0.0:
             if key is None:
                 raise ValueError("training with dropout needs a PRNG key: pass key=jax.random.key(seed)")
-            keys = list(jax.random.split(key, config.layers))
-        h = x
-        for i in range(config.layers):
-            if embed and i == config.layers - 1:
-                return h  # the last hidden representation (the node embeddings a plot shows)
-            layer = params[f"layer_{i}"]
-            h_in = dropout(keys[i], h, config.dropout, train=train, rng=config.dropout_rng)
-            if i == 0 and config.aggregate_first and not is_sparse(h_in):
-                # Â·X is the same every epoch when dropout leaves X alone: take it precomputed if given
-                agg = aggregated if aggregated is not None and h_in is x else propagate(
-                    graph, h_in, backend=config.backend, chunk_edges=config.chunk_edges)
-                out = matmul(agg, layer["w"])
-                out = out + layer["b"][None, :] if "b" in layer else out
-            else:
-                out = gcn_apply({k: layer[k] for k in ("w", "b") if k in layer}, graph, h_in,
-                                backend=config.backend, chunk_edges=config.chunk_edges)
-            if i == config.layers - 1:
-                return out
-            if "ln" in layer:
-                out = layer_norm(layer["ln"], out)
-            out = jax.nn.relu(out)
-            if config.residual:
-                out = out + (matmul(h_in, layer["w_res"]) if "w_res" in layer else h_in)
-            h = out
-        raise AssertionError("unreachable")
+            keys = jax.random.split(key, config.layers)[:, None]  # [layers, 1 run]
+        stacked = jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 1 if leaf.ndim == 2 else 0), params)
+        out = apply_runs(config, stacked, graph, x, one, keys=keys, train=train, aggregated=aggregated,
+                         embed=embed, propagate=propagate)
+        return out[:, 0]
 
     return Model(init, apply)
 
 
-def aggregate_input(config: GCNConfig, graph: Graph, x: Features) -> jax.Array | None:
+def aggregate_input(config: GCNConfig, graph: Graph, x: Features, *,
+                    propagate: Propagate | None = None) -> jax.Array | None:
     """``Â · x`` for a model whose first layer aggregates first (dense ``x``), else None: computed
     once per training loop and reused by every evaluation forward, which then skips a propagation."""
     if not config.aggregate_first or is_sparse(x):
         return None
-    return propagate(graph, x, backend=config.backend, chunk_edges=config.chunk_edges)
+    return (propagate or _default_propagate(config))(graph, x)
+
+
+# --- the one forward pass, on a run axis ---------------------------------------------------------
+#
+# ``jax.vmap`` of a gather + ``segment_sum`` model turns them into batched scatters, which measured
+# SLOWER on CPU than running the runs one after another. So the runs are stacked *inside* the
+# feature axis: node activations are ``[n_nodes, runs, width]`` and weights ``[in, runs, out]``,
+# and one propagation with ``runs * width``-wide rows serves every run. A single run is a batch of
+# one (:func:`gcn`); :mod:`jaxgcn.batched` trains many.
+
+
+class RunInputs(NamedTuple):
+    """Per-run device arrays (length R): the hyperparameters that may differ between runs.
+
+    Attributes:
+        lr, weight_decay: learning rate and weight decay (read by the training step).
+        keep_threshold: uint32 hash threshold of each run's dropout (:func:`jaxgcn.layers.keep_threshold`).
+        keep_scale: ``1 - dropout`` of each run (kept entries are divided by it).
+        hidden: each run's own hidden width (activations are zero-padded to the widest).
+        split: index of each run's split in stacked [n_splits, n] masks.
+    """
+
+    lr: jax.Array
+    weight_decay: jax.Array
+    keep_threshold: jax.Array
+    keep_scale: jax.Array
+    hidden: jax.Array
+    split: jax.Array
+
+
+def make_run_inputs(*, dropout: Any, hidden: Any, lr: Any = None, weight_decay: Any = None,
+                    split: Any = None) -> RunInputs:
+    """:class:`RunInputs` from per-run host values (keep thresholds and scales computed exactly as
+    :func:`jaxgcn.layers.keep_mask` computes them for one run).
+
+    >>> make_run_inputs(dropout=[0.5, 0.0], hidden=[16, 8]).keep_scale.tolist()
+    [0.5, 1.0]
+    """
+    rates = np.asarray(dropout, np.float64)
+    r = rates.shape[0]
+    thresholds = np.asarray([keep_threshold(float(v)) for v in rates], np.uint32)
+    scales = np.asarray([np.float32(1.0 - float(v)) for v in rates], np.float32)
+
+    def col(values: Any, dtype: Any, default: float) -> jax.Array:
+        return jnp.asarray(np.full(r, default) if values is None else np.asarray(values), dtype)
+    return RunInputs(col(lr, jnp.float32, 0.0), col(weight_decay, jnp.float32, 0.0), jnp.asarray(thresholds),
+                     jnp.asarray(scales), col(hidden, jnp.int32, 0), col(split, jnp.int32, 0))
+
+
+def _keep(config: GCNConfig, key: jax.Array, runs: RunInputs, counter: Any, shape: tuple[int, ...],
+          run_axis: int) -> jax.Array:
+    """Per-run keep masks of ``shape`` (which has the run axis at ``run_axis``), from the runs' keys
+    [R]. ``hash``: the counter hash of :func:`jaxgcn.layers.keep_mask` (``counter`` broadcasts
+    against ``shape``); ``jax``: ``jax.random.bernoulli`` per run, as a single run draws it."""
+    if config.dropout_rng == "jax":
+        one = shape[:run_axis] + shape[run_axis + 1:]
+        p = runs.keep_scale
+        return jax.vmap(lambda k, q: jax.random.bernoulli(k, q, one), out_axes=run_axis)(key, p)
+    seeds = jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32))(key)  # [R, 2]
+    expand = [d for d in range(len(shape)) if d != run_axis]
+    seeds = jnp.expand_dims(seeds, expand)  # the run axis in place, a trailing pair of seeds
+    threshold = jnp.expand_dims(runs.keep_threshold, expand)
+    return hash_bits(counter, seeds) >= threshold
+
+
+def _drop_input(config: GCNConfig, x: Features, key: jax.Array, runs: RunInputs) -> Features:
+    """Per-run dropout of the shared input: sparse (BCOO/CSR) -> per-run values [nnz, R] (only the
+    stored non-zeros, as Kipf's reference drops them); dense [n, F] -> [n, R, F]."""
+    r = runs.keep_scale.shape[0]
+    if is_sparse(x):
+        counter = jax.lax.iota(jnp.uint32, x.nse)[:, None]
+        keep = _keep(config, key, runs, counter, (x.nse, r), 1)
+        return jnp.where(keep, x.data[:, None] / runs.keep_scale[None, :], 0.0)
+    n, f = x.shape
+    counter = jax.lax.iota(jnp.uint32, n)[:, None, None] * jnp.uint32(f) + jax.lax.iota(jnp.uint32, f)[None, None, :]
+    keep = _keep(config, key, runs, counter, (n, r, f), 1)
+    return jnp.where(keep, x[:, None, :] / runs.keep_scale[None, :, None], 0.0)
+
+
+def _drop_hidden(config: GCNConfig, h: jax.Array, key: jax.Array, runs: RunInputs) -> jax.Array:
+    """Per-run dropout of hidden activations [n, R, H]; element (i, j) of run r uses counter
+    ``i * hidden_r + j``, as a single run of width ``hidden_r`` does."""
+    n, r, width = h.shape
+    counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * runs.hidden.astype(jnp.uint32)[None, :, None]
+               + jax.lax.iota(jnp.uint32, width)[None, None, :])
+    keep = _keep(config, key, runs, counter, (n, r, width), 1)
+    return jnp.where(keep, h / runs.keep_scale[None, :, None], 0.0)
+
+
+def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Array:
+    """Per-run ``x_r @ w_r`` -> [n, R, out] with ``w``: [in, R, out].
+
+    ``x`` is the shared input (sparse, with per-run ``values`` [nnz, R] after dropout or shared
+    when ``values`` is None; or dense [n, in]) or per-run hidden activations [n, R, in].
+    """
+    d_in, r, d_out = w.shape
+    if isinstance(x, CSR):
+        if kernel_status()[0]:  # the fused kernel: R matrices with one pattern, no [nnz, R*out] buffer
+            return spmm(x, w.reshape(d_in, r * d_out), values).reshape(x.shape[0], r, d_out)
+        vals = x.data[:, None] if values is None else values  # XLA where the kernel cannot run (GPU)
+        return jnp.stack([spmm_xla(x._replace(data=vals[:, min(k, vals.shape[1] - 1)]), w[:, k])
+                          for k in range(r)], axis=1)
+    if isinstance(x, jsparse.BCOO):
+        rows, cols = x.indices[:, 0], x.indices[:, 1]
+        vals = x.data[:, None, None] if values is None else values[:, :, None]
+        msgs = w[cols] * vals.astype(w.dtype)  # one gather of R * out-wide rows
+        return jax.ops.segment_sum(msgs, rows, num_segments=x.shape[0], indices_are_sorted=True)
+    if x.ndim == 2:
+        return jnp.einsum("nf,fro->nro", x, w)
+    return jnp.einsum("nrf,fro->nro", x, w)
+
+
+def _layer_norm_runs(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Array:
+    """Layer norm over the last axis of [n, R, d] with per-run ``scale``/``bias`` [R, d]."""
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * params["scale"][None] + params["bias"][None]
+
+
+def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs: RunInputs, *,
+               keys: jax.Array | None = None, train: bool = False, aggregated: jax.Array | None = None,
+               embed: bool = False, propagate: Propagate | None = None) -> jax.Array:
+    """The GCN forward pass (Kipf & Welling 2017, arXiv:1609.02907, eq. 9) for R stacked runs.
+
+    Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]`` and
+    the last ``Â · drop(h) · W + b``, for every run at once.
+
+    Args:
+        config: the architecture (``hidden`` is the padded width).
+        params: stacked params, ``w``: [in, R, out], ``b``: [R, out], ``ln``: [R, d] each.
+        graph: the normalized graph (whatever ``propagate`` takes).
+        x: shared [n, F] input features (dense, BCOO or CSR).
+        runs: per-run inputs (dropout rate and hidden width of each run).
+        keys: [layers, R] PRNG keys of each layer's dropout (training only). Each run drops with its
+            own rate (``runs``); ``config.dropout`` is not used here.
+        train: dropout on.
+        aggregated: ``Â · x`` precomputed for an ``aggregate_first`` first layer (:func:`aggregate_input`).
+        embed: return the input of the last layer ([n, R, hidden]) instead of the logits.
+        propagate: the aggregation; default :func:`jaxgcn.propagate.propagate` with the config's backend.
+
+    Returns:
+        [n, R, n_classes] logits.
+    """
+    if propagate is None:
+        propagate = _default_propagate(config)
+    n = x.shape[0]
+    dropping = train and keys is not None  # per-run rates; a rate of 0 keeps everything
+    h, values = x, None
+    for i in range(config.layers):
+        if embed and i == config.layers - 1:
+            return h  # the last hidden representation (the node embeddings a plot shows)
+        layer = params[f"layer_{i}"]
+        if dropping and i == 0:
+            dropped = _drop_input(config, x, keys[i], runs)
+            h, values = (x, dropped) if is_sparse(x) else (dropped, None)
+        elif dropping:
+            h = _drop_hidden(config, h, keys[i], runs)
+        if i == 0 and config.aggregate_first and values is None and not is_sparse(h):
+            # (Â · drop(X)) · W for dense inputs (see GCNConfig); Â·X precomputed when X is undropped
+            agg = aggregated if aggregated is not None and h is x else propagate(graph, h.reshape(n, -1))
+            out = _matmul_runs(agg.reshape(h.shape), None, layer["w"])  # shared [n, F] or per run [n, R, F]
+        else:
+            out = _matmul_runs(h, values, layer["w"])
+            r, width = out.shape[1], out.shape[2]
+            out = propagate(graph, out.reshape(n, r * width)).reshape(n, r, width)
+        if "b" in layer:
+            out = out + layer["b"][None, :, :]
+        if i == config.layers - 1:
+            return out
+        if "ln" in layer:
+            out = _layer_norm_runs(layer["ln"], out)
+        out = jax.nn.relu(out)
+        if config.residual:
+            out = out + (_matmul_runs(h, values, layer["w_res"]) if "w_res" in layer else h)
+        h, values = out, None
+    raise AssertionError("unreachable")
+
+
+def _default_propagate(config: GCNConfig) -> Propagate:
+    return functools.partial(propagate, backend=config.backend, chunk_edges=config.chunk_edges)

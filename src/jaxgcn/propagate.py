@@ -96,10 +96,6 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
     >>> propagate(g, np.array([[1.0], [2.0]], np.float32)).tolist()
     [[3.0], [3.0]]
     """
-    if hasattr(graph, "adj") and not isinstance(graph, Graph):  # a distributed.GraphBlock in shard_map
-        from jaxgcn.distributed import propagate_block
-
-        return propagate_block(graph, x)
     if backend == "auto":
         backend = graph_backend(graph)
     n = x.shape[0]
