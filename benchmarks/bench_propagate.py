@@ -42,7 +42,8 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=200)
     args = ap.parse_args()
-    print(f"{'graph':18s} {'nodes':>6s} {'edges':>7s} " + " ".join(f"{b + ' fwd':>12s} {b + ' grad':>12s}" for b in BACKENDS)
+    print(f"{'graph':18s} {'nodes':>6s} {'edges':>7s} "
+          + " ".join(f"{b + ' fwd':>12s} {b + ' grad':>12s}" for b in BACKENDS)
           + "   (us, median; x = vs segment)")
     for name, raw in graphs():
         n = raw.features.shape[0]

@@ -72,7 +72,8 @@ def main():
         with torch.no_grad():
             model(x, adj)
         times.append(time.perf_counter() - t)
-    print(json.dumps({"impl": f"PyG GCNConv {args.adjacency}", "host_s": host_s, "epoch_s": statistics.median(times[1:]),
+    print(json.dumps({"impl": f"PyG GCNConv {args.adjacency}", "host_s": host_s,
+                      "epoch_s": statistics.median(times[1:]),
                       "epochs": times, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
                       "edges": int(edge_index.shape[1])}))
 

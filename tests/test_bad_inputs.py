@@ -555,7 +555,8 @@ PIECES = [",", "\n", "\r\n", " ", "\t", '"', "\ufeff", "é", "\x00", "-", ".", "
           "dst", "node", "label", "weight", "feature", "value", "nan", "inf", "1e39", "-3", "99999999999999999999",
           "1099511627776", "alpha"]
 MUTATION = st.tuples(st.sampled_from(["insert", "delete", "replace", "duplicate-line", "truncate"]),
-                     st.integers(0, 10**6), st.integers(0, 30), st.lists(st.sampled_from(PIECES), max_size=4).map("".join))
+                     st.integers(0, 10**6), st.integers(0, 30),
+                     st.lists(st.sampled_from(PIECES), max_size=4).map("".join))
 
 
 def mutate(text_: str, mutations: list[tuple[str, int, int, str]]) -> str:

@@ -269,7 +269,8 @@ def test_init_and_apply_runs_equal_the_single_model_per_run(arch, hard, sparse_h
 
     logits, train_logits = batched_apply(stacked, run_inputs(spec), keys)
     assert logits.shape == train_logits.shape == (data.x.shape[0], 3, n_classes)
-    nonzero = lambda tree: sum(int(np.count_nonzero(np.asarray(leaf))) for leaf in jax.tree.leaves(tree))
+    def nonzero(tree):
+        return sum(int(np.count_nonzero(np.asarray(leaf))) for leaf in jax.tree.leaves(tree))
     for r, (seed, h, d) in enumerate(zip(seeds, widths, dropouts)):
         model = gcn(dataclasses.replace(config, hidden=h, dropout=d))
 

@@ -82,7 +82,8 @@ def write_graph(tmp_path, n_extra=0):
     d.mkdir()
     (d / "e.csv").write_text("src,dst\n" + "".join(f"{ids[s]},{ids[t]}\n" for s, t in zip(src, dst)))
     (d / "f.csv").write_text("node," + ",".join(f"f{j}" for j in range(8)) + "\n"
-                             + "".join(f"{ids[i]}," + ",".join(f"{v:.5f}" for v in x[i]) + "\n" for i in range(len(ids))))
+                             + "".join(f"{ids[i]}," + ",".join(f"{v:.5f}" for v in x[i]) + "\n"
+                                       for i in range(len(ids))))
     names = ["red", "green", "blue"]
     (d / "l.csv").write_text("node,label\n" + "".join(f"{ids[i]},{names[raw.labels[i]]}\n" for i in range(240)))
     return d

@@ -43,7 +43,8 @@ for exchange in ("all_gather", "halo"):
     out[exchange] = {
         "logits": float(jnp.abs(logits - single_logits).max()),
         "loss": abs(float(loss) - float(single_loss)),
-        "grads": max(float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(single_grads))),
+        "grads": max(float(jnp.abs(a - b).max())
+                     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(single_grads))),
         "grad_scale": max(float(jnp.abs(b).max()) for b in jax.tree.leaves(single_grads)),
     }
 print(json.dumps(out))

@@ -107,7 +107,8 @@ def test_missing_file_and_unknown_nodes(tmp_path):
     with pytest.raises(ValueError, match=r"edges file .*nope\.csv: not found"):
         read_edges(tmp_path / "nope.csv")
     e, lab = write(tmp_path, "e.csv", EDGES_CSV + "alice,eve\n"), write(tmp_path, "l.csv", LABELS_CSV)
-    with pytest.raises(ValueError, match=r"edges file .*: node 'eve' \(line 6\) has no row in the features file .*d\.csv; "
+    with pytest.raises(ValueError, match=r"edges file .*: node 'eve' \(line 6\) has no row in the features file "
+                                         r".*d\.csv; "
                                          r"add its features or drop it"):
         load_files(e, write(tmp_path, "d.csv", DENSE_CSV), lab)
     lab2 = write(tmp_path, "l2.csv", LABELS_CSV + "zoe,cat\n")

@@ -114,7 +114,8 @@ def test_choose_backend_keeps_explicit_names(name):
 
 
 def test_choose_backend_rejects_unknown_name():
-    with pytest.raises(ValueError, match=r"backend 'sparse' is not one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"):
+    with pytest.raises(ValueError,
+                       match=r"backend 'sparse' is not one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"):
         choose_backend(10, 10, "sparse")
 
 

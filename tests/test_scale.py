@@ -106,7 +106,8 @@ def test_npz_loader_reads_arrays_and_draws_a_split_when_none_is_given(tmp_path):
     raw = load_arrays(tmp_path)
     assert raw.splits["test"].tolist() == list(range(20, 40))
     np.save(tmp_path / "labels.npy", np.zeros(59, np.int64))
-    with pytest.raises(ValueError, match=r"adjacency has 200 nodes but features have 200 rows and labels shape \(59,\)"):
+    with pytest.raises(ValueError,
+                       match=r"adjacency has 200 nodes but features have 200 rows and labels shape \(59,\)"):
         load_arrays(tmp_path)
 
 
@@ -118,7 +119,8 @@ def test_memory_estimate_parts():
     csr = estimate(1000, 10_000, 50, 4, hidden=32, backend="csr")
     assert csr.parts["messages"] == 0
     assert estimate(1000, 10_000, 50, 4, backend="csr", symmetric=False).parts["adjacency"] > csr.parts["adjacency"]
-    assert estimate(1000, 10_000, 50, 4, runs=4).parts["activations"] == 4 * estimate(1000, 10_000, 50, 4).parts["activations"]
+    one = estimate(1000, 10_000, 50, 4).parts["activations"]
+    assert estimate(1000, 10_000, 50, 4, runs=4).parts["activations"] == 4 * one
     assert estimate(100_000, 0, 8, 2, backend="dense").parts["adjacency"] == 4 * 10**10
 
 
@@ -153,7 +155,8 @@ def test_cli_refuses_a_run_that_cannot_fit(monkeypatch, capsys):
     code = main(["train", "--dataset", "synthetic", "--nodes", "300", "--epochs", "2", "--no-compile-cache"])
     assert code == 2
     err = capsys.readouterr().err
-    assert re.match(r"jaxgcn: error: training needs about \d+\.\d\d GiB .* more than the 0\.0 GiB available; options:", err)
+    assert re.match(r"jaxgcn: error: training needs about \d+\.\d\d GiB .* more than the 0\.0 GiB available; "
+                    r"options:", err)
 
 
 @pytest.mark.parametrize("backend", ["csr", "segment"])

@@ -33,9 +33,10 @@ from jaxgcn.train import (
     masked_cross_entropy,
 )
 
-__version__ = "0.1.0"
+from jaxgcn.version import __version__
 
 __all__ = [
+    "__version__",
     "BatchResult", "Grid", "RunSpec", "concat_specs", "fit_runs", "format_table", "make_specs", "run_grid",
     "unstack_params", "with_random_splits",
     "BACKENDS", "FitResult", "GCNConfig", "Graph", "Model", "RawGraph", "TrainConfig", "TrainData",

@@ -452,7 +452,8 @@ def _concat_results(spec: RunSpec, parts: list[BatchResult]) -> BatchResult:
         epochs_run=cat(lambda p: p.epochs_run),
         stopped_early=cat(lambda p: p.stopped_early),
         history={k: cat(lambda p, k=k: p.history[k]) for k in parts[0].history},
-        params=jax.tree.map(lambda *leaves: jnp.concatenate(leaves, axis=run_axis(leaves[0])), *(p.params for p in parts)),
+        params=jax.tree.map(lambda *leaves: jnp.concatenate(leaves, axis=run_axis(leaves[0])),
+                            *(p.params for p in parts)),
         compile_seconds=sum(p.compile_seconds for p in parts),
         train_seconds=sum(p.train_seconds for p in parts),
     )

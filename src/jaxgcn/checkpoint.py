@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxgcn.version import __version__
 from jaxgcn.outputs import remove_stale_temps, write_atomic
 
 FORMAT = "jaxgcn-checkpoint-1"
@@ -161,8 +162,6 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     (:func:`data_fingerprint`) and ``identity_features`` (the features were one-hot node ids, so
     column ``j`` belongs to ``node_ids[j]``) describe the training data.
     """
-    import jaxgcn
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(directory)  # names change between saves: clear a killed save's temporaries
@@ -183,7 +182,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         names["split_file"] = f"split-{number}.npy"
         write_atomic(directory / names["split_file"], _npy_bytes(np.asarray(split, np.int8)))
     meta = {
-        "format": FORMAT, "version": jaxgcn.__version__,
+        "format": FORMAT, "version": __version__,
         "params_file": params_path.name, "params_sha256": hashlib.sha256(blob).hexdigest(),
         "params_bytes": len(blob), "node_ids_file": names["node_ids_file"],
         "model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),

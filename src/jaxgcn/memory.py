@@ -110,7 +110,8 @@ def check_fits(est: MemoryEstimate, available: int | None = None, *, what: str =
         options.append("a smaller --hidden")
     if est.parts["adjacency"] > est.total // 2:
         options.append("a sparse backend (--backend auto never picks dense for a graph this size)")
-    options.append("fewer --seeds per program" if est.parts["params"] > est.total // 4 else "a machine with more memory")
+    options.append("fewer --seeds per program" if est.parts["params"] > est.total // 4
+                   else "a machine with more memory")
     raise ValueError(f"{what} needs about {est.describe()}, more than the {available / GiB:.1f} GiB available; "
                      f"options: {'; '.join(options)}")
 

@@ -45,7 +45,8 @@ def _save(fig: Any, out: str | os.PathLike) -> Path:
 
 def read_log(path: str | os.PathLike) -> dict[int, dict[str, np.ndarray]]:
     """A ``--log`` JSON-lines file -> {run: {"epoch", "loss", "train_acc", "val_loss", "val_acc"
-    [, "stopped_early_at"]}} (arrays). A later block of lines for the same run (a second training appended to the file) replaces it."""
+    [, "stopped_early_at"]}} (arrays). A later block of lines for the same run (a second training
+    appended to the file) replaces it."""
     runs: dict[int, list[dict[str, Any]]] = {}
     stops: dict[int, int] = {}
     with open(path) as f:

@@ -19,8 +19,8 @@ import numpy as np
 import optax
 
 from jaxgcn.compiler import jit
-from jaxgcn.graph import Graph
-from jaxgcn.layers import Features, Params
+from jaxgcn.data import TrainData  # noqa: F401 - re-exported: jaxgcn.train.TrainData
+from jaxgcn.layers import Params
 from jaxgcn.models import GCNConfig, aggregate_input, gcn
 
 EARLY_STOPPING = ("kipf", "patience", "none")
@@ -89,24 +89,6 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-
-
-class TrainData(NamedTuple):
-    """Everything a run reads, on the device.
-
-    Attributes:
-        graph: normalized graph with n_nodes nodes.
-        x: [n_nodes, n_features] dense array or row-sorted BCOO.
-        labels: [n_nodes] int32 (-1 = unlabelled; must be outside every mask).
-        train_mask, val_mask, test_mask: [n_nodes] float32 0/1 masks.
-    """
-
-    graph: Graph
-    x: Features
-    labels: jax.Array
-    train_mask: jax.Array
-    val_mask: jax.Array
-    test_mask: jax.Array
 
 
 class RunState(NamedTuple):

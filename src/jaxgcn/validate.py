@@ -96,7 +96,8 @@ def check_values(data: Any, n: int, source: str) -> np.ndarray:
         raise ValueError(f"{source}: {arr.shape[0] if arr.ndim == 1 else arr.shape} stored values for {n} indices; "
                          "a sparse matrix needs one value per index")
     if arr.dtype.kind not in "biuf":
-        raise ValueError(f"{source}: values of dtype {arr.dtype}; sparse values must be real numbers (bool, int, float)")
+        raise ValueError(f"{source}: values of dtype {arr.dtype}; sparse values must be real numbers "
+                         "(bool, int, float)")
     return arr
 
 

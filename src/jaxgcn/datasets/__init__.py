@@ -26,7 +26,7 @@ from jaxgcn.graph import reorder as reorder_graph
 from jaxgcn.layers import sparse_features
 from jaxgcn.memory import GiB, available_bytes
 from jaxgcn.propagate import choose_backend
-from jaxgcn.train import TrainData
+from jaxgcn.data import TrainData
 from jaxgcn.validate import INT32_MAX, check_allocation, check_graph_size, check_sparse
 
 FEATURE_NORMS = ("row", "standardize", "none")

@@ -109,7 +109,8 @@ def load_arrays(root: str | Path, *, seed: int = 0) -> RawGraph:
     """
     root = Path(root)
     if not root.is_dir():
-        raise ValueError(f"npz:{root}: not a directory; pass the folder that holds adjacency.npz, features and labels.npy")
+        raise ValueError(f"npz:{root}: not a directory; pass the folder that holds adjacency.npz, features and "
+                         "labels.npy")
     adj = read_sparse_npz(root / "adjacency.npz", "adjacency", square=True).tocoo()
     if (root / "features.npy").is_file():
         features = read_npy(root / "features.npy", "features")
