@@ -151,8 +151,9 @@ def glorot(key: jax.Array, in_dim: int, out_dim: int) -> jax.Array:
     return jax.nn.initializers.glorot_uniform()(key, (in_dim, out_dim), jnp.float32)
 
 
-def gcn_init(key: jax.Array, in_dim: int, out_dim: int, *, bias: bool = True) -> Params:
-    """Params of one GCN layer: ``{"w": [in_dim, out_dim], "b": [out_dim]}`` (``b`` only with bias)."""
+def gcn_init(key: jax.Array, in_dim: int, out_dim: int, *, bias: bool = False) -> Params:
+    """Params of one GCN layer: ``{"w": [in_dim, out_dim]}``, plus ``"b": [out_dim]`` with ``bias``
+    (off by default, as in :class:`jaxgcn.models.GCNConfig` and Kipf's reference code)."""
     params = {"w": glorot(key, in_dim, out_dim)}
     if bias:
         params["b"] = jnp.zeros((out_dim,), jnp.float32)

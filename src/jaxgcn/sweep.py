@@ -19,9 +19,10 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxgcn.batched import RunSpec, fit_runs
-from jaxgcn.memory import available_bytes
+from jaxgcn.memory import available_bytes, estimate
 from jaxgcn.models import GCNConfig
 from jaxgcn.outputs import write_atomic
+from jaxgcn.propagate import graph_backend
 from jaxgcn.train import TrainConfig, TrainData
 
 GRID_KEYS = ("lr", "weight_decay", "dropout", "hidden", "layers", "optimizer")
@@ -51,14 +52,17 @@ class Grid:
 
 
 def estimate_bytes(data: TrainData, model_config: GCNConfig, n_runs: int, n_classes: int) -> int:
-    """Rough peak memory of a batch of runs: per-run message buffers of the first layer (gathered
-    rows, their gradient), node activations, and params with Adam moments and best params."""
+    """Peak bytes that ``n_runs`` runs of a batch add on top of the shared data: the per-run parts of
+    :func:`jaxgcn.memory.estimate` (activations, message buffers, params with optimizer state)."""
     n, f = data.x.shape
-    nnz = int(data.x.nse) if hasattr(data.x, "nse") else n * f
-    width = model_config.hidden
-    edges = data.graph.n_edges
-    per_run = 4 * (3 * nnz * width + 3 * edges * width + 12 * n * width + 5 * f * width + 6 * n * n_classes)
-    return per_run * n_runs
+    csr = data.graph.csr
+    kwargs = dict(hidden=model_config.hidden, layers=model_config.layers,
+                  backend=graph_backend(data.graph) if model_config.backend == "auto" else model_config.backend,
+                  feature_nnz=int(data.x.nse) if hasattr(data.x, "nse") else None,
+                  chunk_edges=model_config.chunk_edges, symmetric=csr is None or csr.symmetric)
+    one = estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=1, **kwargs)
+    two = estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=2, **kwargs)
+    return (two.total - one.total) * n_runs
 
 
 class Row(NamedTuple):
