@@ -29,6 +29,7 @@ import optax
 from jaxgcn.compiler import jit
 from jaxgcn.layers import Params
 from jaxgcn.models import GCNConfig, RunInputs, aggregate_input, apply_runs, gcn, make_run_inputs
+from jaxgcn.progress import runs_line
 from jaxgcn.train import (
     DIVERGED,
     RUNNING,
@@ -36,9 +37,12 @@ from jaxgcn.train import (
     RunState,
     TrainConfig,
     TrainData,
-    _advance,
+    record_epoch,
+    Chunk,
+    drive,
     masked_cross_entropy,
     optimizer_factory,
+    progress_hook,
 )
 
 # Params in the stacked layout carry the run axis at position 1 ([in, runs, out] / [runs, out] for
@@ -259,7 +263,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
         kipf_loss = val_loss + coupled_l2(runs) * _per_run_l2(params, config.l2)
         state_axes = _state_axes(axes, opt_axes)
         advanced = jax.vmap(
-            lambda s, p, o, k, *m: _advance(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
+            lambda s, p, o, k, *m: record_epoch(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
             in_axes=(state_axes, axes, opt_axes, 0, 0, 0, 0, 0, 0), out_axes=state_axes,
         )(st, params, opt_state, key, loss, train_acc, val_loss, val_acc, kipf_loss)
         running = st.reason == RUNNING
@@ -503,19 +507,22 @@ def fit_batch(
     if progress is not None:
         progress.compiled(compile_s)
     start = time.perf_counter()
-    chunk = log_every if log_every > 0 else config.epochs
-    while True:
-        state = run_until(state, data, runs, jnp.int32(min(int(state.step) + chunk, config.epochs)))
-        reason = np.asarray(state.runs.reason)[:n_runs]
-        if log is not None and log_every > 0:
-            val = np.asarray(state.runs.history["val_acc"])[:n_runs, int(state.step) - 1]
-            log(f"Epoch {int(state.step):3d} | runs training {int(np.sum(reason == RUNNING))}/{n_runs} "
-                f"| val mean {np.nanmean(val) if np.any(np.isfinite(val)) else float('nan'):.4f}")
-        if progress is not None:
-            progress.epochs(int(state.step), {k: np.asarray(v)[:n_runs] for k, v in state.runs.history.items()},
-                            time.perf_counter() - start)
-        if not np.any(np.asarray(state.runs.reason) == RUNNING):
-            break
+
+    def view(s: BatchState) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
+        history = {k: np.asarray(v)[:n_runs] for k, v in s.runs.history.items()}
+        return int(s.step), history, np.asarray(s.runs.reason)[:n_runs]
+
+    def log_runs(_: Any, seen: Chunk) -> None:  # one line per chunk: runs still training, mean val acc
+        val = seen.history["val_acc"][:, seen.epoch - 1]
+        log(runs_line(seen.epoch, int(np.sum(seen.reason == RUNNING)), n_runs,
+                      float(np.nanmean(val)) if np.any(np.isfinite(val)) else float("nan")))
+
+    hooks: list[Any] = [log_runs] if log is not None and log_every > 0 else []
+    if progress is not None:
+        hooks.append(progress_hook(progress))
+    state, seen = drive(lambda s, stop: run_until(s, data, runs, jnp.int32(stop)), state, view,
+                        epochs=config.epochs, chunk=log_every if log_every > 0 else config.epochs, hooks=hooks)
+    reason = seen.reason
     if np.any(reason == DIVERGED):
         bad = np.flatnonzero(reason == DIVERGED)
         worst = int(bad[0])

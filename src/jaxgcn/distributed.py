@@ -300,7 +300,8 @@ def make_sharded_runner(model_config: Any, config: Any, n_features: int, n_class
     """
     import optax
 
-    from jaxgcn.train import RUNNING, Evaluation, Runner, TrainData, _advance, l2_penalty, make_optimizer, make_runner
+    from jaxgcn.train import (RUNNING, Evaluation, Runner, TrainData, l2_penalty, make_optimizer, make_runner,
+                              record_epoch)
 
     model = sharded_model(model_config)
     opt = make_optimizer(config)
@@ -328,8 +329,8 @@ def make_sharded_runner(model_config: Any, config: Any, n_features: int, n_class
         logits = model.apply(params, data.graph, data.x, aggregated=aggregated)
         _, train_acc = _global_metrics(logits, data.labels, data.train_mask)
         val_loss, val_acc = _global_metrics(logits, data.labels, data.val_mask)
-        return _advance(state, config, keep_best, params, opt_state, key, loss + reg, train_acc, val_loss, val_acc,
-                        kipf_loss=val_loss + l2(params))
+        return record_epoch(state, config, keep_best, params, opt_state, key, loss + reg, train_acc, val_loss,
+                            val_acc, kipf_loss=val_loss + l2(params))
 
     def local_run(state: Any, data: TrainData, stop_epoch: jax.Array) -> Any:
         data = _local(data)
@@ -389,7 +390,8 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: Any, conf
     ``jax.distributed`` job calls this with the same arguments). The epochs run in compiled chunks
     of ``log_every`` with the single-device early-stopping rules. Returns a
     :class:`jaxgcn.train.FitResult` whose params are host NumPy arrays."""
-    from jaxgcn.train import DIVERGED, RUNNING, STOPPED_EARLY, FitResult, TrainingDiverged, _log_progress
+    from jaxgcn.train import (DIVERGED, STOPPED_EARLY, FitResult, TrainingDiverged, drive, log_hook, progress_hook,
+                              single_view)
 
     data = sharded.data
     runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh)
@@ -403,17 +405,13 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: Any, conf
     compile_seconds = time.perf_counter() - start
     if progress is not None:
         progress.compiled(compile_seconds)
-    start, shown = time.perf_counter(), 0
-    while True:
-        stop = min(int(state.epoch) + max(log_every, 1), config.epochs)
-        state = run_until(state, data, jnp.int32(stop))
-        epoch, reason = int(state.epoch), int(state.reason)
-        if log is not None and log_every > 0:
-            shown = _log_progress(state.history, shown, epoch, log_every, log)
-        if progress is not None:
-            progress.epochs(epoch, jax.tree.map(np.asarray, state.history), time.perf_counter() - start)
-        if reason != RUNNING:
-            break
+    start = time.perf_counter()
+    hooks = [log_hook(log, log_every)] if log is not None and log_every > 0 else []
+    if progress is not None:
+        hooks.append(progress_hook(progress))
+    state, seen = drive(lambda s, stop: run_until(s, data, jnp.int32(stop)), state, single_view,
+                        epochs=config.epochs, chunk=log_every, hooks=hooks)
+    epoch, reason = seen.epoch, int(seen.reason[0])
     if reason == DIVERGED:
         raise TrainingDiverged(f"training diverged: the loss became NaN/inf at epoch {epoch}; lower --lr "
                                "or normalize the features (--feature-norm)")

@@ -31,6 +31,16 @@ import numpy as np
 KEYS = ("loss", "train_acc", "val_loss", "val_acc")
 
 
+def epoch_line(epoch: int, loss: float, train_acc: float, val_acc: float) -> str:
+    """THE progress line of one run: ``Epoch  20 | loss 1.2345 | train 0.9000 | val 0.7000``."""
+    return f"Epoch {epoch:3d} | loss {loss:.4f} | train {train_acc:.4f} | val {val_acc:.4f}"
+
+
+def runs_line(epoch: int, running: int, total: int, val_mean: float) -> str:
+    """The progress line of a batch of runs: ``Epoch  20 | runs training 3/8 | val mean 0.7000``."""
+    return f"Epoch {epoch:3d} | runs training {running}/{total} | val mean {val_mean:.4f}"
+
+
 def tqdm_available() -> bool:
     try:
         import tqdm  # noqa: F401
@@ -143,14 +153,11 @@ class Progress:
                 if e % self.every == 0:
                     i = e - 1
                     if rows["loss"].shape[0] == 1:
-                        r = {k: rows[k][0, i] for k in KEYS}
-                        self.say(f"Epoch {e:3d} | loss {r['loss']:.4f} | train {r['train_acc']:.4f} "
-                                 f"| val {r['val_acc']:.4f}")
+                        self.say(epoch_line(e, *(rows[k][0, i] for k in ("loss", "train_acc", "val_acc"))))
                     else:
                         val = rows["val_acc"][:, i]
                         live = int(np.sum(np.isfinite(val)))
-                        mean = float(np.nanmean(val)) if live else float("nan")
-                        self.say(f"Epoch {e:3d} | runs training {live}/{len(val)} | val mean {mean:.4f}")
+                        self.say(runs_line(e, live, len(val), float(np.nanmean(val)) if live else float("nan")))
         self.shown = epoch
 
     def _seed(self, run: int) -> int:

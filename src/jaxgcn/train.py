@@ -22,6 +22,7 @@ from jaxgcn.compiler import jit
 from jaxgcn.data import TrainData  # noqa: F401 - re-exported: jaxgcn.train.TrainData
 from jaxgcn.layers import Params
 from jaxgcn.models import GCNConfig, aggregate_input, gcn
+from jaxgcn.progress import epoch_line
 
 EARLY_STOPPING = ("kipf", "patience", "none")
 L2_SCOPES = ("first", "all")
@@ -266,7 +267,7 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
         train_acc = masked_accuracy(logits, data.labels, data.train_mask)
         val_loss = masked_cross_entropy(logits, data.labels, data.val_mask)
         val_acc = masked_accuracy(logits, data.labels, data.val_mask)
-        return _advance(state, config, keep_best, params, opt_state, key, loss, train_acc, val_loss, val_acc,
+        return record_epoch(state, config, keep_best, params, opt_state, key, loss, train_acc, val_loss, val_acc,
                         kipf_loss=objective(params, logits, data.labels, data.val_mask))
 
     def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array) -> RunState:
@@ -285,23 +286,39 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
     return Runner(init, run_until, evaluate, final_params)
 
 
-def _advance(state: RunState, config: TrainConfig, keep_best: bool, params: Params, opt_state: Any,
+def should_stop_early(config: TrainConfig, epoch: jax.Array, kipf_loss: jax.Array, val_window: jax.Array,
+                      best_epoch: jax.Array) -> jax.Array:
+    """THE early-stopping rule, after 0-based ``epoch`` (pure; per run under vmap).
+
+    ``"kipf"`` (Kipf's reference code): stop once ``epoch > window`` and this epoch's validation
+    loss, with its L2 term as the reference computes it (``kipf_loss``), exceeds the mean of the
+    previous ``window`` epochs' (``val_window``). ``"patience"``: stop ``patience`` epochs after
+    the best validation accuracy (``best_epoch``, 1-based, this epoch included). ``"none"``: never.
+
+    >>> cfg = TrainConfig(window=2)
+    >>> bool(should_stop_early(cfg, jnp.int32(3), jnp.float32(1.0), jnp.array([0.5, 0.7]), jnp.int32(3)))
+    True
+    """
+    if config.early_stopping == "kipf":
+        return (epoch > config.window) & (kipf_loss > jnp.mean(val_window))
+    if config.early_stopping == "patience":
+        return (epoch + 1 - best_epoch) >= config.patience
+    return jnp.bool_(False)
+
+
+def record_epoch(state: RunState, config: TrainConfig, keep_best: bool, params: Params, opt_state: Any,
              key: jax.Array, loss: jax.Array, train_acc: jax.Array, val_loss: jax.Array,
              val_acc: jax.Array, kipf_loss: jax.Array) -> RunState:
     """Record one epoch and apply the early-stopping rule (pure; works batched under vmap)."""
     e = state.epoch
     history = {name: state.history[name].at[e].set(value) for name, value in
                (("loss", loss), ("train_acc", train_acc), ("val_loss", val_loss), ("val_acc", val_acc))}
-    # Kipf's code: stop if epoch > window and loss_val > mean(the previous `window` val losses).
-    # Its validation loss includes the L2 term, so the rule uses `kipf_loss`.
-    kipf_stop = (e > config.window) & (kipf_loss > jnp.mean(state.val_window))
     val_window = jnp.roll(state.val_window, -1).at[-1].set(kipf_loss)
     better = (val_acc > state.best_val_acc) | ((val_acc == state.best_val_acc) & (val_loss < state.best_val_loss))
     best_params = jax.tree.map(lambda new, old: jnp.where(better, new, old), params, state.best_params) \
         if keep_best else state.best_params
     best_epoch = jnp.where(better, e + 1, state.best_epoch)
-    stop = {"kipf": kipf_stop, "patience": (e + 1 - best_epoch) >= config.patience,
-            "none": jnp.bool_(False)}[config.early_stopping]
+    stop = should_stop_early(config, e, kipf_loss, state.val_window, best_epoch)
     reason = jnp.where(~jnp.isfinite(loss), DIVERGED,
                        jnp.where(stop, STOPPED_EARLY, jnp.where(e + 1 >= config.epochs, FINISHED, RUNNING)))
     return RunState(
@@ -371,6 +388,66 @@ class FitResult(NamedTuple):
     train_seconds: float
 
 
+class Chunk(NamedTuple):
+    """What the host sees after each compiled chunk of epochs (the hooks' argument).
+
+    Attributes:
+        epoch: epochs done (by the furthest run).
+        history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [epochs] or [runs, epochs] (NaN
+            where a run has not, or no longer, trained).
+        reason: [runs] why each run ended (``RUNNING`` while it trains); [1] for a single run.
+        seconds: wall time since the first chunk started.
+    """
+
+    epoch: int
+    history: dict[str, np.ndarray]
+    reason: np.ndarray
+    seconds: float
+
+
+Hook = Callable[[Any, Chunk], None]  # (the device state after the chunk, what it shows)
+
+
+def drive(step: Callable[[Any, int], Any], state: Any, view: Callable[[Any], tuple[int, dict, np.ndarray]], *,
+          epochs: int, chunk: int, hooks: list[Hook]) -> tuple[Any, Chunk]:
+    """THE host loop of every path (single, batched, sharded): run the compiled loop in chunks of
+    ``chunk`` epochs, ``step(state, stop_epoch) -> state``, until no run is running; after each
+    chunk call every hook (log lines, progress bar, JSON lines, TensorBoard, checkpoints).
+    ``view(state) -> (epoch, history, reason)`` reads the state back to the host."""
+    start = time.perf_counter()
+    while True:
+        epoch = view(state)[0]
+        state = step(state, min(epoch + max(chunk, 1), epochs))
+        seen = Chunk(*view(state), time.perf_counter() - start)
+        for hook in hooks:
+            hook(state, seen)
+        if not np.any(seen.reason == RUNNING):
+            return state, seen
+
+
+def log_hook(log: Callable[[str], None], every: int) -> Hook:
+    """A hook that logs :func:`jaxgcn.progress.epoch_line` for every ``every``-th epoch of one run."""
+    shown = [0]
+
+    def hook(_: Any, seen: Chunk) -> None:
+        rows = seen.history
+        for e in range(shown[0] + 1, seen.epoch + 1):
+            if e % every == 0:
+                log(epoch_line(e, *(float(rows[k][e - 1]) for k in ("loss", "train_acc", "val_acc"))))
+        shown[0] = seen.epoch
+    return hook
+
+
+def progress_hook(progress: Any) -> Hook:
+    """A hook that feeds a :class:`jaxgcn.progress.Progress` (bar or lines, ``--log``, TensorBoard)."""
+    return lambda _, seen: progress.epochs(seen.epoch, seen.history, seen.seconds)
+
+
+def single_view(state: RunState) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
+    """``view`` of :func:`drive` for one run's :class:`RunState`."""
+    return int(state.epoch), {k: np.asarray(v) for k, v in state.history.items()}, np.asarray([int(state.reason)])
+
+
 def fit(
     data: TrainData,
     n_classes: int,
@@ -404,24 +481,20 @@ def fit(
     compiled = compile_runner(model_config, config, data, n_classes)
     if progress is not None:
         progress.compiled(compiled.compile_seconds)
-    start = time.perf_counter()
     state = compiled.init(key, data)
     if resume is not None:
         state = resume(state)
-    shown = int(state.epoch)
-    step = max(checkpoint_every or log_every, 1)
-    while True:
-        stop = min(int(state.epoch) + step, config.epochs)
-        state = compiled.run_until(state, data, jnp.int32(stop))
-        epoch, reason = int(state.epoch), int(state.reason)
-        if log is not None and log_every > 0:
-            shown = _log_progress(state.history, shown, epoch, log_every, log)
-        if progress is not None:
-            progress.epochs(epoch, state.history, time.perf_counter() - start)
-        if on_checkpoint is not None and reason == RUNNING:
-            on_checkpoint(state)
-        if reason != RUNNING:
-            break
+    start = time.perf_counter()
+    hooks: list[Hook] = []
+    if log is not None and log_every > 0:
+        hooks.append(log_hook(log, log_every))
+    if progress is not None:
+        hooks.append(progress_hook(progress))
+    if on_checkpoint is not None:
+        hooks.append(lambda s, seen: on_checkpoint(s) if seen.reason[0] == RUNNING else None)
+    state, seen = drive(lambda s, stop: compiled.run_until(s, data, jnp.int32(stop)), state, single_view,
+                        epochs=config.epochs, chunk=checkpoint_every or log_every, hooks=hooks)
+    epoch, reason = seen.epoch, int(seen.reason[0])
     if reason == DIVERGED:
         raise TrainingDiverged(divergence_message(data, config, epoch))
     params = compiled.final_params(state)
@@ -429,17 +502,6 @@ def fit(
     history = {k: np.asarray(v)[:epoch] for k, v in state.history.items()}
     return FitResult(params, metrics, epoch, reason == STOPPED_EARLY, history,
                      compiled.compile_seconds, time.perf_counter() - start)
-
-
-def _log_progress(history: dict[str, jax.Array], shown: int, epoch: int, every: int,
-                  log: Callable[[str], None]) -> int:
-    rows = {k: np.asarray(v) for k, v in history.items()}
-    for e in range(shown + 1, epoch + 1):
-        if e % every == 0:
-            i = e - 1
-            log(f"Epoch {e:3d} | loss {rows['loss'][i]:.4f} | train {rows['train_acc'][i]:.4f} "
-                f"| val {rows['val_acc'][i]:.4f}")
-    return epoch
 
 
 def row_sums_of(graph: Any) -> np.ndarray:
