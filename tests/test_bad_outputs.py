@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 from jaxgcn import checkpoint, cli, outputs
+from jaxgcn.cli import common as cli_common
+from jaxgcn.cli import data as cli_data
 from jaxgcn.cli import main
 
 SYNTH = ["--dataset", "synthetic", "--nodes", "200"]
@@ -63,7 +65,7 @@ def no_loading(monkeypatch):
     """Output checks run before any work: loading data fails the test if reached."""
     def boom(*args, **kwargs):
         raise AssertionError("the data was loaded before the output paths were checked")
-    monkeypatch.setattr(cli, "_raw", boom)
+    monkeypatch.setattr(cli_data, "raw_graph", boom)
 
 
 def unwritable_folder(tmp_path: Path) -> Path:
@@ -212,7 +214,7 @@ def test_tensorboard_without_tensorboardx_warns_even_when_quiet(tmp_path, capsys
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "tensorboardX" else real(name, *a))
     args = cli.build_parser().parse_args(["train", "--quiet", "--tensorboard", str(tmp_path / "tb")])
-    cli._warn_tensorboard(args)
+    cli_common.warn_tensorboard(args)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("jaxgcn: warning: --tensorboard ")
     assert "tensorboardX is not installed" in err[0]

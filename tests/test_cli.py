@@ -172,3 +172,66 @@ def test_installed_console_script(tmp_path):
                          timeout=120, env=env, cwd=tmp_path)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+# --- --optimizer: parsed, mapped to TrainConfig/Grid, reported, and it reaches the engine ---------
+
+def _library_run(optimizer: str, seed: int = 0) -> dict:
+    prepared = prepare(synthetic(400, n_classes=3, n_features=16, seed=0))
+    config = TrainConfig(epochs=30, early_stopping="none", optimizer=optimizer)
+    return fit(prepared.data, 3, model_config=GCNConfig(backend="csr"), config=config, key=jax.random.key(seed),
+               log=None).metrics
+
+
+@pytest.mark.parametrize("seeds", [1, 2], ids=["single", "batched"])
+def test_train_optimizer_reaches_the_engine_and_the_report(tmp_path, seeds):
+    out = tmp_path / "r.json"
+    assert run_main([*SYNTH, "--optimizer", "sgd", "--seeds", str(seeds), "--json", str(out), "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    assert report["config"]["train"]["optimizer"] == "sgd"
+    sgd = [_library_run("sgd", s)["test_acc"] for s in range(seeds)]
+    assert report["test_acc"] == pytest.approx(sgd, abs=1e-6)
+    adam = [_library_run("adam", s)["test_acc"] for s in range(seeds)]
+    assert sgd != pytest.approx(adam, abs=1e-3)  # the flag changed the training, not only the report
+
+
+def test_train_optimizer_defaults_to_adam_and_says_so(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert run_main([*SYNTH, "--epochs", "2", "--json", str(out), "--quiet"]) == 0
+    assert json.loads(out.read_text())["config"]["train"]["optimizer"] == "adam"
+    for command in ("train", "sweep"):
+        capsys.readouterr()
+        assert run_main([command, "--help"]) == 0
+        help_text = " ".join(capsys.readouterr().out.split())
+        assert re.search(r"--optimizer .*\(default: adam\)", help_text), command
+
+
+def test_sweep_optimizer_is_a_grid_axis(tmp_path):
+    out = tmp_path / "s.json"
+    sweep = ["sweep", *SYNTH[1:], "--optimizer", "adam,sgd", "--json", str(out), "--quiet"]
+    assert run_main(sweep) == 0
+    report = json.loads(out.read_text())
+    assert report["grid"]["optimizer"] == ["adam", "sgd"] and "optimizer" not in report["fixed"]
+    by_optimizer = {c["optimizer"]: c["runs"][0] for c in report["configurations"]}
+    assert set(by_optimizer) == {"adam", "sgd"}
+    for name, run in by_optimizer.items():
+        assert run["test_acc"] == pytest.approx(_library_run(name)["test_acc"], abs=1e-6), name
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["train", "--optimizer", "rmsprop"], r"argument --optimizer: invalid choice: 'rmsprop'"),
+    (["sweep", "--optimizer", "adam,rmsprop"], r"argument --optimizer: invalid choice: 'rmsprop' \(choose from "
+                                                r"'adam', 'adamw', 'sgd', 'momentum'\)"),
+    (["sweep", "--optimizer", ","], r"argument --optimizer: ',': give at least one value"),
+])
+def test_bad_optimizer_exits_2_with_one_line(capsys, args, match):
+    assert run_main([*args, "--no-compile-cache"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert captured.out == "" and len(err) == 1 and re.search(match, err[0]), captured.err
+
+
+def test_config_errors_name_the_flag(capsys):
+    assert run_main([*SYNTH, "--lr", "-1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["jaxgcn: error: --lr: lr=-1.0 must be a positive number"]

@@ -1,0 +1,47 @@
+"""The ``jaxgcn`` command line: parses arguments and calls the library, nothing more.
+
+One module per command (``train``, ``sweep``, ``evaluate``, ``predict``, ``info``, ``plot``,
+``partition``, ``datasets``), the argument definitions in :mod:`~jaxgcn.cli.parser`, the mapping
+of arguments to library configs in :mod:`~jaxgcn.cli.config`. :func:`main` is the one place where
+errors become exit codes and one-line messages.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from jaxgcn.cli.common import os_error
+from jaxgcn.cli.config import to_flags
+from jaxgcn.cli.parser import EXIT_USAGE, build_parser
+from jaxgcn.train import TrainingDiverged
+
+EXIT_DIVERGED = 1
+
+__all__ = ["build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``jaxgcn`` console script; returns the exit code."""
+    from_console = argv is None  # in-process callers keep their own JAX device setup
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed on one line
+        return int(exc.code or 0)
+    try:
+        setup = getattr(args, "setup", None)
+        if setup is not None:
+            setup(args, from_console)
+        return args.func(args)
+    except ValueError as exc:
+        code = EXIT_DIVERGED if isinstance(exc, TrainingDiverged) else EXIT_USAGE
+        print(f"jaxgcn: error: {to_flags(str(exc))}", file=sys.stderr)
+        return code
+    except BrokenPipeError:  # stdout closed early (`jaxgcn ... | head`): stop quietly, as other tools do
+        if from_console:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 1
+    except OSError as exc:  # a file that failed between the checks and its use (disk full, I/O error, a race)
+        print(f"jaxgcn: error: {os_error(args, exc)}", file=sys.stderr)
+        return EXIT_USAGE

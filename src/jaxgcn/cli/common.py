@@ -1,0 +1,184 @@
+"""The checks every command runs before any work (flags, input files, output paths, whether the
+run fits in memory) and the one-line messages of their failures."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from jaxgcn import memory, outputs
+from jaxgcn.cli.config import first_layer
+from jaxgcn.cli.runtime import is_writer
+from jaxgcn.cli.values import INT32_MAX
+from jaxgcn.datasets import Prepared
+from jaxgcn.layers import is_sparse
+from jaxgcn.models import GCNConfig
+
+# Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
+# checkpoint/partitions: a directory jaxgcn owns (replaced only when it holds that kind of output); dir: any.
+OUTPUTS = {
+    "train": (("--json", "json", "file"), ("--save-split", "save_split", "file"), ("--log", "log", "append"),
+              ("--save", "save", "checkpoint"), ("--tensorboard", "tensorboard", "dir")),
+    "sweep": (("--json", "json", "file"), ("--csv", "csv", "file"), ("--save-split", "save_split", "file")),
+    "evaluate": (("--json", "json", "file"),),
+    "predict": (("--out", "out", "file"),),
+    "plot": (("--out", "out", "file"),),
+    "info": (("--json", "json", "file"), ("--save-split", "save_split", "file")),
+    "partition": (("--out", "out", "partitions"), ("--save-split", "save_split", "file")),
+}
+INPUTS = (("--edges", "edges"), ("--features", "features"), ("--labels", "labels"), ("--split-file", "split_file"),
+          ("--checkpoint", "checkpoint"), ("--sweep-json", "sweep_json"))
+EXAMPLES = {"--json": "results.json", "--csv": "sweep.csv", "--save-split": "split.csv", "--log": "train.jsonl"}
+F32_MAX = 3.4028234663852886e38
+Say = Callable[[str], None]  # where a command's progress messages go (print, or nothing with --quiet)
+
+
+def inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """The input files the arguments name (plot's --log is an input; --features is a count without --edges)."""
+    found = [(flag, Path(getattr(args, attr))) for flag, attr in INPUTS if getattr(args, attr, None) is not None
+             and (attr != "features" or args.edges is not None)]
+    if args.command == "plot" and args.log is not None:
+        found.append(("--log", args.log))
+    return found
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """An existing input file that cannot be read (permissions, an I/O error) is named before any work;
+    missing files and wrong formats are for the readers to report."""
+    for flag, path in inputs(args):
+        if not path.is_file():
+            continue
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError as err:
+            raise ValueError(f"{flag} {path}: cannot be read ({err.strerror}); check that the file is readable "
+                             "(its permissions, the disk)") from None
+
+
+def _check_output(args: argparse.Namespace, flag: str, path: Path, kind: str) -> str:
+    """One output path checked (see :mod:`jaxgcn.outputs`); returns where it will be written."""
+    if kind in ("file", "append"):
+        example = EXAMPLES.get(flag) or ("plot.png" if args.command == "plot" else "predictions.csv")
+        return outputs.check_file(flag, path, append=kind == "append", example=example)
+    if kind == "checkpoint":
+        return outputs.check_dir(flag, path, marker="checkpoint.json", what="a checkpoint to replace")
+    if kind == "partitions":
+        return outputs.check_dir(flag, path, marker="partitions.json", what="partitions to replace")
+    return outputs.check_dir(flag, path)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every output path of the command, checked before any work (data loading, training), so a run
+    never fails at its end for a path that was wrong from the start. Two outputs naming one file, or an
+    output naming an input, are refused too."""
+    if getattr(args, "save_split", None) is not None and args.command in ("evaluate", "predict", "plot"):
+        raise ValueError(f"--save-split {args.save_split}: `jaxgcn {args.command}` draws no split to save; "
+                         "write it with `jaxgcn train --save-split FILE`")
+    seen: dict[str, str] = {}
+    for flag, attr, kind in OUTPUTS.get(args.command, ()):
+        path = getattr(args, attr, None)
+        if path is None:
+            continue
+        key = os.path.realpath(_check_output(args, flag, path, kind))
+        if key in seen:
+            raise ValueError(f"{flag} {path} and {seen[key]} name the same path; give each output its own")
+        seen[key] = f"{flag} {path}"
+    for flag, path in inputs(args):
+        if os.path.realpath(path) in seen:
+            raise ValueError(f"{seen[os.path.realpath(path)]} would overwrite the {flag} input; give the output "
+                             "another path")
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Float flags that training computes with in float32 must be finite and fit in it."""
+    for flag, attr, example in (("--lr", "lr", "0.01"), ("--weight-decay", "weight_decay", "5e-4"),
+                                ("--clip-norm", "clip_norm", "1.0"), ("--dropout", "dropout", "0.5")):
+        values = getattr(args, attr, None)
+        for value in values if isinstance(values, tuple) else (values,):
+            if value is None:
+                continue
+            if not math.isfinite(value):
+                raise ValueError(f"{flag} {value}: not a finite number; give a value such as {example}")
+            if abs(value) > F32_MAX:
+                raise ValueError(f"{flag} {value:g}: larger than float32 holds (max 3.4e+38), training would compute "
+                                 f"with inf; give a value such as {example}")
+    seed, seeds = getattr(args, "seed", None), getattr(args, "seeds", None)
+    if seed is not None and seeds is not None and seed + seeds - 1 > INT32_MAX:
+        raise ValueError(f"--seed {seed} --seeds {seeds}: the last seed, {seed + seeds - 1}, does not fit in int32 "
+                         f"(seeds are int32 on the device); use --seed {INT32_MAX - seeds + 1} or lower")
+
+
+def check_split_flags(args: argparse.Namespace) -> None:
+    """Split flags that contradict each other or would be silently ignored are refused."""
+    given = "--split-file" if args.split_file is not None else "--train-frac" if args.train_frac is not None else None
+    if args.split_file is not None and args.train_frac is not None:
+        raise ValueError(f"--split-file {args.split_file} and --train-frac {args.train_frac} both choose the split; "
+                         "give one of them")
+    if args.split_file is not None and args.split == "random":
+        raise ValueError(f"--split-file {args.split_file} gives the split and --split random would draw another; "
+                         "drop one of them")
+    if args.train_frac is None and (args.val_frac is not None or args.test_frac is not None):
+        raise ValueError("--val-frac/--test-frac shape a fraction split and need --train-frac; without it they "
+                         "would be ignored")
+    if args.splits > 1 and given:
+        raise ValueError(f"--splits {args.splits} draws {args.splits} Planetoid-style random splits (seeds "
+                         f"--data-seed + k); {given} gives one split, so every run would get the same one: drop "
+                         f"--splits, or {given} (to use several fraction splits, run once per --data-seed)")
+    if args.splits > 1 and args.split != "random":
+        raise ValueError(f"--splits {args.splits} needs --split random (the public split is one split)")
+
+
+def prelude(args: argparse.Namespace) -> None:
+    """The checks every data command runs before any work: flags, inputs, outputs."""
+    if hasattr(args, "split_file"):
+        check_split_flags(args)
+    check_numbers(args)
+    check_inputs(args)
+    if not getattr(args, "distributed", False) or is_writer():  # only process 0 of a job writes
+        check_outputs(args)
+
+
+def warn_tensorboard(args: argparse.Namespace) -> None:
+    """--tensorboard without tensorboardX: say so even with --quiet (the user asked for files that will
+    not appear), on stderr, once, before the run; the run goes on without event files."""
+    if getattr(args, "tensorboard", None) is not None and importlib.util.find_spec("tensorboardX") is None:
+        print(f"jaxgcn: warning: --tensorboard {args.tensorboard}: tensorboardX is not installed (pip install "
+              "tensorboardX); no event files are written (--log FILE keeps the same metrics as JSON lines)",
+              file=sys.stderr, flush=True)
+        args.tensorboard = None
+
+
+def os_error(args: argparse.Namespace, exc: OSError) -> str:
+    """One line for an OSError: the flag whose path failed (when known), the path, the reason, the fix."""
+    reason = exc.strerror or type(exc).__name__
+    name = exc.filename
+    if name is None:
+        return f"{reason} while reading or writing a file; check the paths given, their permissions and free space"
+    named = (*INPUTS, *((f, a) for rows in OUTPUTS.values() for f, a, _ in rows))
+    failed = (os.path.realpath(str(name)), os.path.dirname(os.path.realpath(str(name))))
+    flag = next((f"{flag} " for flag, attr in named
+                 if getattr(args, attr, None) is not None and os.path.realpath(str(getattr(args, attr))) in failed), "")
+    return f"{flag}{name}: {reason}; check the path, its permissions and the free space of its disk"
+
+
+def plan(args: argparse.Namespace, prepared: Prepared, model_config: GCNConfig, runs: int, say: Say) -> GCNConfig:
+    """The model config for the prepared data (its backend, --aggregate-first resolved); its peak
+    memory estimate printed, and a run that cannot fit refused."""
+    x, graph = prepared.data.x, prepared.data.graph
+    n_features, dense = int(x.shape[1]), not is_sparse(x)
+    model_config = first_layer(args, dataclasses.replace(model_config, backend=prepared.backend), n_features, dense)
+    est = memory.estimate(prepared.info["n_nodes"], graph.n_edges, n_features, prepared.n_classes,
+                   hidden=model_config.hidden, layers=model_config.layers, backend=prepared.backend,
+                   feature_nnz=None if dense else int(x.nse), chunk_edges=model_config.chunk_edges,
+                   symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
+    available = memory.available_bytes()  # looked up on the module at each call (tests replace it)
+    say(f"memory estimate {est.describe()} of {available / 2**30:.1f} GiB available")
+    memory.check_fits(est, available)
+    return model_config

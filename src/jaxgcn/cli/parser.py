@@ -1,0 +1,264 @@
+"""The argument definitions of every ``jaxgcn`` command; each subparser names its command's
+``run`` with ``set_defaults(func=...)`` (and ``setup`` for the commands that start JAX's runtime)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jaxgcn.cli import datasets, evaluate, info, partition, plot, predict, runtime, sweep, train
+from jaxgcn.cli import values as v
+from jaxgcn.cli.data import REORDER_MIN_NODES
+from jaxgcn.train import OPTIMIZERS
+
+EXIT_USAGE = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument as one line (no usage dump) and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"jaxgcn: error: {message} (see '{self.prog} --help')\n")
+
+
+def _add_source_args(d: argparse._ArgumentGroup) -> None:
+    """Where the graph comes from and how it is cleaned (the "data" group)."""
+    d.add_argument("--dataset", default="cora", help="cora, citeseer, synthetic, or a raw Planetoid "
+                   "name with --data-dir (default: cora)")
+    d.add_argument("--data-dir", type=Path, help="folder with raw Planetoid files ind.<name>.*")
+    d.add_argument("--edges", type=Path, help="your graph: edge file (CSV src,dst[,weight] or 'src dst' lines); "
+                   "with --labels FILE and optionally --features FILE")
+    d.add_argument("--labels", type=Path, help="with --edges: CSV node,label (names or integers)")
+    d.add_argument("--split-file", type=Path, help="CSV node,split (train/val/test) naming the split")
+    d.add_argument("--train-frac", type=float, default=None,
+                   help="stratified random split by fractions (with --val-frac, --test-frac)")
+    d.add_argument("--val-frac", type=float, default=None, help="with --train-frac (default 0.1)")
+    d.add_argument("--test-frac", type=float, default=None, help="with --train-frac (default 0.2)")
+    d.add_argument("--save-split", type=Path, help="write the split used as CSV node,split (for --split-file)")
+    d.add_argument("--ogb-split", default=None, help="with --dataset ogb:DIR, the split/<name> to use "
+                   "(default: the only one)")
+    d.add_argument("--feature-norm", choices=("row", "standardize", "none"), default="row",
+                   help="feature preprocessing (default: row, as in the paper)")
+    d.add_argument("--no-symmetrize", action="store_true", help="keep directed edges one-way")
+    d.add_argument("--reorder", choices=("auto", "rcm", "none"), default="auto",
+                   help=f"renumber nodes for memory locality (reverse Cuthill-McKee); auto: rcm from "
+                        f"{REORDER_MIN_NODES:,} nodes on (metrics do not depend on the numbering)")
+
+
+def _add_synthetic_args(s: argparse._ArgumentGroup) -> None:
+    s.add_argument("--nodes", type=v.positive_int, default=2000)
+    s.add_argument("--classes", type=v.positive_int, default=5)
+    s.add_argument("--features", default=None,
+                   help="synthetic: the feature count (default 64); with --edges: the features file "
+                        "(node,f0,f1,... or node,feature,value CSV, .npy or .npz; absent: one-hot ids)")
+    s.add_argument("--avg-degree", type=float, default=8.0)
+    s.add_argument("--homophily", type=float, default=0.8)
+
+
+def _add_split_args(d: argparse._ArgumentGroup, s: argparse._ArgumentGroup) -> None:
+    d.add_argument("--data-seed", type=v.data_seed, default=0,
+                   help="seed of the synthetic graph and of random split k (data seed + k); --seed "
+                        "only seeds training, so --seeds N equals N runs of --seed s")
+    s.add_argument("--train-per-class", type=v.positive_int, default=20,
+                   help="train nodes per class of a random split (default 20)")
+    d.add_argument("--split", choices=("public", "random"), default="public",
+                   help="public (the dataset's own split) or random Planetoid-style splits")
+    d.add_argument("--splits", type=v.runs, default=1, help="number of random splits (--split random)")
+    d.add_argument("--val", type=v.positive_int, default=500, help="validation nodes of a random split")
+    d.add_argument("--test", type=v.positive_int, default=1000, help="test nodes of a random split")
+    d.add_argument("--norm", choices=("sym", "row", "none"), default="sym",
+                   help="adjacency normalization (default: sym, D^-1/2 (A+I) D^-1/2)")
+
+
+def add_data_args(p: argparse.ArgumentParser) -> None:
+    """Arguments that name the data and its split (train, sweep, evaluate, predict, ...)."""
+    d = p.add_argument_group("data")
+    _add_source_args(d)
+    s = p.add_argument_group("synthetic dataset")
+    _add_synthetic_args(s)
+    _add_split_args(d, s)
+
+
+def _add_model_args(p: argparse.ArgumentParser, grid: bool) -> None:
+    m = p.add_argument_group("model (defaults: the paper's)")
+    m.add_argument("--hidden", type=v.list_of(int, "integers", v.positive_int) if grid else v.positive_int,
+                   default=(16,) if grid else 16)
+    m.add_argument("--layers", type=v.list_of(int, "integers", v.layers) if grid else v.layers,
+                   default=(2,) if grid else 2)
+    m.add_argument("--dropout", type=v.list_of(float, "numbers") if grid else float, default=(0.5,) if grid else 0.5,
+                   help="probability to DROP (default 0.5)")
+    m.add_argument("--bias", action="store_true", help="add a bias per layer (the reference has none)")
+    m.add_argument("--residual", action="store_true")
+    m.add_argument("--layer-norm", action="store_true")
+    m.add_argument("--backend", choices=("auto", "dense", "segment", "bcoo", "csr"), default="auto")
+    m.add_argument("--chunk-edges", type=v.positive_int, default=None,
+                   help="segment backend: propagate in blocks of N edges (bounds the message buffer)")
+    m.add_argument("--aggregate-first", choices=("auto", "on", "off"), default="auto",
+                   help="first layer as (A X) W instead of A (X W) for dense features; auto: when 2 x "
+                        "features < 3 x hidden (cheaper: no propagation in its backward pass)")
+    m.add_argument("--dropout-rng", choices=("hash", "jax"), default="hash",
+                   help="dropout masks from a fast counter hash (default) or jax.random.bernoulli")
+
+
+def _add_training_args(p: argparse.ArgumentParser, grid: bool) -> None:
+    floats = v.list_of(float, "numbers") if grid else float
+    t = p.add_argument_group("training (defaults: the paper's)")
+    t.add_argument("--seed", type=v.seed, default=0)
+    t.add_argument("--seeds", type=v.runs, default=1, help="number of seeds: seed, seed+1, ...")
+    t.add_argument("--epochs", type=v.epochs, default=200)
+    t.add_argument("--lr", type=floats, default=(0.01,) if grid else 0.01)
+    optimizers = ", ".join(OPTIMIZERS)
+    if grid:
+        t.add_argument("--optimizer", type=v.list_of(str, "names", v.choice_of(OPTIMIZERS)), default=("adam",),
+                       help=f"comma-separated optimizers to sweep, from {optimizers} (default: adam)")
+    else:
+        t.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
+                       help="adam (the paper's), adamw (weight decay decoupled from the loss), sgd (p - lr * g) "
+                            "or momentum (SGD with momentum 0.9) (default: adam)")
+    t.add_argument("--weight-decay", type=floats, default=(5e-4,) if grid else 5e-4, help="L2 added to the loss")
+    t.add_argument("--l2", choices=("first", "all"), default="first", help="layers the L2 covers")
+    t.add_argument("--clip-norm", type=float, default=None, help="global-norm gradient clipping")
+    t.add_argument("--early-stopping", choices=("kipf", "patience", "none"), default="kipf")
+    t.add_argument("--window", type=v.epochs, default=10, help="Kipf's early-stopping window")
+    t.add_argument("--patience", type=v.epochs, default=50)
+
+
+def _add_output_args(o: argparse._ArgumentGroup, grid: bool) -> None:
+    o.add_argument("--json", type=Path, help="write the results to this JSON file")
+    if not grid:
+        o.add_argument("--save", type=Path, help="save the trained model as a checkpoint directory")
+        o.add_argument("--checkpoint-every", type=v.positive_int, default=None,
+                       help="with --save: also save the whole run state every K epochs (for --resume)")
+        o.add_argument("--resume", type=Path, default=None,
+                       help="continue an interrupted --checkpoint-every run from its checkpoint directory")
+    o.add_argument("--devices", type=v.positive_int, default=None,
+                   help="devices to shard the run axis (or, with --shard-graph, the graph's rows) over "
+                        "(default: all visible)")
+
+
+def _add_logging_args(o: argparse._ArgumentGroup, grid: bool) -> None:
+    o.add_argument("--quiet", action="store_true", help="only the final summary (no bar, no progress lines)")
+    o.add_argument("--log-every", type=v.positive_int, default=20,
+                   help="progress and --log period in epochs (default 20)")
+    if not grid:
+        o.add_argument("--log", type=Path, default=None,
+                       help="append one JSON line per logged epoch and run (epoch, loss, train/val accuracy, "
+                            "val loss, elapsed seconds) to this file; `jaxgcn plot curves` draws it")
+        o.add_argument("--tensorboard", type=Path, default=None,
+                       help="also write TensorBoard event files here (needs tensorboardX)")
+    o.add_argument("--debug", action="store_true",
+                   help="check the first training step with jax_debug_nans and checkify index/NaN checks")
+    o.add_argument("--no-compile-cache", action="store_true",
+                   help="do not use JAX's persistent compilation cache (~/.cache/jaxgcn)")
+
+
+def _add_job_args(g: argparse._ArgumentGroup, grid: bool) -> None:
+    if not grid:
+        g.add_argument("--shard-graph", action="store_true",
+                       help="split the graph's nodes into row blocks, one per device, and train the one "
+                            "full graph across them (on a CPU: --devices N CPU devices)")
+        g.add_argument("--exchange", choices=("auto", "all_gather", "halo"), default="auto",
+                       help="with --shard-graph: how a device gets the neighbour rows it needs: all of "
+                            "them (all_gather) or only those its edges read (halo); auto: halo when it "
+                            "receives fewer rows")
+    g.add_argument("--distributed", action="store_true",
+                   help="join a multi-process job (jax.distributed); train shards the graph's rows over "
+                        "every device of every process, sweep shares the runs out; only process 0 writes")
+    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="with --distributed: process 0's address (default: detected, e.g. from SLURM)")
+    g.add_argument("--num-processes", type=v.positive_int, default=None)
+    g.add_argument("--process-id", type=v.int_in(0, v.INT32_MAX), default=None)
+
+
+def add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
+    """Arguments shared by ``train`` and ``sweep``; with ``grid`` the swept ones take lists."""
+    add_data_args(p)
+    _add_model_args(p, grid)
+    _add_training_args(p, grid)
+    o = p.add_argument_group("output")
+    _add_output_args(o, grid)
+    _add_job_args(p.add_argument_group("several devices and processes (see the README's distributed section)"),
+                  grid)
+    _add_logging_args(o, grid)
+
+
+def _add_train_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a GCN and report test accuracy")
+    add_train_args(p)
+    p.set_defaults(func=train.run, setup=runtime.setup)
+
+
+def _add_sweep_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="a hyperparameter grid x seeds x splits in few compiled programs")
+    add_train_args(p, grid=True)
+    p.add_argument("--csv", type=Path, help="write one row per configuration to this CSV file")
+    p.add_argument("--memory-budget", type=v.byte_size, default=None,
+                   help="split groups into chunks that fit (e.g. 4G; default: half the available memory)")
+    p.set_defaults(func=sweep.run, setup=runtime.setup)
+
+
+def _add_partition_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("partition", help="split a dataset into per-device row blocks on disk, so each "
+                       "process of a --distributed job reads only its own (--dataset partitioned:DIR)")
+    add_data_args(p)
+    p.add_argument("--parts", type=v.positive_int, required=True, help="devices of the job that will train")
+    p.add_argument("--exchange", choices=("auto", "all_gather", "halo"), default="auto",
+                   help="the exchange the blocks are laid out for (auto: halo when it receives fewer rows)")
+    p.add_argument("--out", type=Path, required=True, help="the directory to write")
+    p.set_defaults(func=partition.run)
+
+
+def _add_plot_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plot", help="PNG figures: training curves (--log), node embeddings (--checkpoint), "
+                       "a sweep heatmap (--sweep-json)")
+    p.add_argument("kind", choices=("curves", "embeddings", "sweep"))
+    p.add_argument("--out", type=Path, required=True, help="the PNG file to write")
+    p.add_argument("--log", type=Path, help="curves: a file written by train --log")
+    p.add_argument("--checkpoint", type=Path, help="embeddings: a directory written by train --save")
+    p.add_argument("--method", choices=("pca", "tsne"), default="pca",
+                   help="embeddings: 2-D projection (tsne needs scikit-learn)")
+    p.add_argument("--sweep-json", type=Path, help="sweep: a file written by sweep --json")
+    p.add_argument("--x", default="lr", help="sweep: hyperparameter on the x axis (default lr)")
+    p.add_argument("--y", default="hidden", help="sweep: hyperparameter on the y axis (default hidden)")
+    p.add_argument("--title", default=None)
+    add_data_args(p)
+    p.set_defaults(func=plot.run)
+
+
+def _add_info_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="a dataset's statistics: size, cleaning, degrees, classes, features, "
+                       "memory estimate")
+    add_data_args(p)
+    p.add_argument("--hidden", type=v.positive_int, default=16, help="for the memory estimate (default 16)")
+    p.add_argument("--json", type=Path, help="also write the statistics to this JSON file")
+    p.set_defaults(func=info.run)
+
+
+def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
+    """``evaluate`` and ``predict``: a saved model on a dataset."""
+    for name, text, module in (("evaluate", "metrics of a saved model on a dataset's split", evaluate),
+                               ("predict", "class predictions of a saved model, written as CSV", predict)):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--checkpoint", type=Path, required=True, help="a directory written by train --save")
+        add_data_args(p)
+        if name == "predict":
+            p.add_argument("--out", type=Path, required=True, help="CSV node,label,prob_<class>...")
+        else:
+            p.add_argument("--on", choices=("test", "val", "train", "labelled"), default="test",
+                           help="the nodes to score (default: the test split)")
+            p.add_argument("--json", type=Path, help="write the metrics to this JSON file")
+        p.set_defaults(func=module.run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``jaxgcn`` parser: one subcommand per module of :mod:`jaxgcn.cli`."""
+    parser = Parser(prog="jaxgcn", description="Graph Convolutional Networks in JAX (Kipf & Welling 2017).")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    _add_train_command(sub)
+    _add_sweep_command(sub)
+    _add_partition_command(sub)
+    _add_plot_command(sub)
+    _add_info_command(sub)
+    sub.add_parser("datasets", help="list the datasets --dataset accepts").set_defaults(func=datasets.run)
+    _add_checkpoint_commands(sub)
+    return parser

@@ -1,0 +1,81 @@
+"""``jaxgcn sweep``: a hyperparameter grid x seeds x splits in few compiled programs
+(:func:`jaxgcn.sweep.run_grid`); with ``--distributed`` the runs are shared out over the processes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import jax
+
+from jaxgcn import outputs, reports
+from jaxgcn.cli.common import Say, plan, prelude
+from jaxgcn.cli.config import sweep_base, sweep_grid
+from jaxgcn.cli.data import Loaded, load, split_csv
+from jaxgcn.cli.runtime import is_writer
+from jaxgcn.models import GCNConfig
+from jaxgcn.progress import Progress
+from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json, run_grid
+from jaxgcn.train import TrainConfig
+
+
+
+def _share(args: argparse.Namespace, say: Say) -> dict[str, Any]:
+    """``run_grid`` keyword arguments that share the runs out over a --distributed job's processes."""
+    if not args.distributed:
+        return {}
+    from jax.experimental import multihost_utils
+
+    say(f"process {jax.process_index()} of {jax.process_count()}: 1 in {jax.process_count()} runs of each "
+        f"group, on {len(jax.local_devices())} local device(s); the results are combined")
+    return {"process_index": jax.process_index(), "process_count": jax.process_count(),
+            "combine": lambda local: multihost_utils.process_allgather(local).sum(axis=0)}
+
+
+def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int], model_config: GCNConfig,
+         train_config: TrainConfig, say: Say) -> list[Row]:
+    share = _share(args, say)
+    # a bar per group on a terminal; off a terminal the one-line-per-group log is the progress
+    bar = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet or not is_writer(),
+                   desc="sweep") if sys.stdout.isatty() else None
+    try:
+        return run_grid(loaded.prepared.data, loaded.prepared.n_classes, grid, seeds, n_splits=args.splits,
+                        model_config=model_config, config=train_config, memory_budget=args.memory_budget, log=say,
+                        progress=bar, **share)
+    finally:
+        if bar is not None:
+            bar.done()
+
+
+def _write(args: argparse.Namespace, loaded: Loaded, grid: Grid, train_config: TrainConfig, seeds: list[int],
+           rows: list[Row]) -> None:
+    """Together at the end, the split file last; nothing on an error."""
+    with outputs.Staged() as out:
+        if args.csv is not None:
+            out.add(args.csv, csv_text(rows), label=f"--csv {args.csv}")
+        if args.json is not None:
+            report = reports.sweep_report(reports.dataset_report(loaded.prepared.info, loaded.prepared.backend),
+                                          grid, train_config, seeds, args.splits, rows_to_json(rows))
+            out.add(args.json, reports.json_text(report), label=f"--json {args.json}")
+        if args.save_split is not None:
+            out.add(args.save_split, split_csv(loaded), label=f"--save-split {args.save_split}")
+
+
+def run(args: argparse.Namespace) -> int:
+    prelude(args)
+    say = (lambda msg: None) if args.quiet or not is_writer() else print
+    grid = sweep_grid(args)  # every configuration validated before any work
+    loaded = load(args, say)
+    model_config, train_config = sweep_base(args, loaded.prepared.backend)
+    model_config = plan(args, loaded.prepared, model_config, 1, say)  # one run; run_grid chunks by --memory-budget
+    seeds = [args.seed + i for i in range(args.seeds)]
+    n_configs = len(grid.configs())
+    say(f"sweep: {n_configs} configurations x {len(seeds)} seeds x {args.splits} split(s) = "
+        f"{n_configs * len(seeds) * args.splits} runs")
+    rows = _run(args, loaded, grid, seeds, model_config, train_config, say)
+    if not is_writer():
+        return 0
+    print(format_table(rows))
+    _write(args, loaded, grid, train_config, seeds, rows)
+    return 0

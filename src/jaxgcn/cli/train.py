@@ -1,0 +1,179 @@
+"""``jaxgcn train``: one run, several seeds/splits as one batched program, or (``--shard-graph``,
+``--distributed``) one run with the graph's rows over devices (:mod:`jaxgcn.cli.train_sharded`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxgcn import checkpoint, outputs, reports
+from jaxgcn.batched import concat_specs, fit_runs, make_specs
+from jaxgcn.cli import checkpointing, train_sharded
+from jaxgcn.cli.common import Say, plan, prelude, warn_tensorboard
+from jaxgcn.cli.config import configs
+from jaxgcn.cli.data import Loaded, load, one_split, split_csv
+from jaxgcn.cli.runtime import is_writer
+from jaxgcn.debug import CheckFailed, check_first_step
+from jaxgcn.models import GCNConfig
+from jaxgcn.progress import Progress
+from jaxgcn.reports import RunSummary
+from jaxgcn.train import FitResult, TrainConfig, divergence_hint, fit
+
+OVERFIT_GAP = 0.3  # train minus validation accuracy above which the CLI prints a hint
+
+
+class TrainOutcome(NamedTuple):
+    """What the runs of one ``train`` produced."""
+
+    runs: list[RunSummary]
+    compile_seconds: float
+    train_seconds: float
+    losses: np.ndarray  # the loss history: [epochs] of one run, [runs, epochs] of a batch
+    fitted: FitResult | None  # the one run's full result (what --save writes); None for a batch
+
+
+def _refuse_bad_combinations(args: argparse.Namespace) -> None:
+    if (args.save is not None or args.resume is not None) and (args.seeds > 1 or args.splits > 1):
+        raise ValueError(f"--save/--resume keep one model; they need one run, not --seeds {args.seeds} / "
+                         f"--splits {args.splits}")
+    if args.checkpoint_every is not None and args.save is None:
+        raise ValueError("--checkpoint-every K needs --save DIR (where the checkpoints go)")
+
+
+def run(args: argparse.Namespace) -> int:
+    _refuse_bad_combinations(args)
+    prelude(args)
+    warn_tensorboard(args)
+    say = (lambda msg: None) if args.quiet else print
+    lock: Any = contextlib.nullcontext()
+    if args.save is not None and (not args.distributed or is_writer()):
+        # a failed run removes the folder it created, unless --checkpoint-every put resumable state in it
+        lock = outputs.locked_dir("--save", args.save, remove_on_error=args.checkpoint_every is None)
+    with lock:
+        if args.shard_graph or args.distributed:
+            return train_sharded.run(args, say)
+        return _train_single(args, say)
+
+
+def debug_checks(loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, say: Say) -> None:
+    """--debug: one training step checked (:func:`jaxgcn.debug.check_first_step`) before the loop."""
+    try:
+        check_first_step(loaded.prepared.data, loaded.prepared.n_classes, model_config, train_config)
+    except CheckFailed as exc:
+        raise ValueError(f"--debug: {exc}") from None
+    say("debug: one training step ran with jax_debug_nans on and under checkify index/NaN/division checks: "
+        "no out-of-range index, no NaN (the compiled loop then runs without them)")
+
+
+def _fit_one(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
+             saved_facts: dict[str, Any] | None, progress: Progress, say: Say) -> TrainOutcome:
+    """One run through ``fit`` (with --checkpoint-every/--resume when given)."""
+    hooks = checkpointing.fit_hooks(args, loaded, model_config, train_config, saved_facts, say)
+    res = fit(one_split(loaded.prepared.data), loaded.prepared.n_classes, model_config=model_config,
+              config=train_config, key=jax.random.key(args.seed), log_every=args.log_every, log=None,
+              progress=progress, **hooks)
+    m = res.metrics
+    runs = [RunSummary(args.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early)]
+    return TrainOutcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], res)
+
+
+def _fit_batch(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
+               seeds: list[int], progress: Progress, say: Say) -> TrainOutcome:
+    """Every seed on every split as one batched program."""
+    spec = concat_specs([make_specs(seeds, lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout,
+                                    hidden=args.hidden, split=k) for k in range(args.splits)])
+    say(f"{spec.n_runs} runs ({len(seeds)} seeds x {args.splits} split(s)) in one compiled program")
+    res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, spec, model_config=model_config,
+                   config=train_config, log_every=args.log_every, log=None, n_devices=args.devices, progress=progress)
+    runs = [RunSummary(int(spec.seed[j]), int(spec.split[j]), float(res.metrics["test_acc"][j]),
+                       float(res.metrics["val_acc"][j]), int(res.epochs_run[j]), bool(res.stopped_early[j]))
+            for j in range(spec.n_runs)]
+    return TrainOutcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], None)
+
+
+def train_runs(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
+               saved_facts: dict[str, Any] | None, say: Say) -> TrainOutcome:
+    """One run through ``fit``; several seeds/splits as one batched program. ``saved_facts``:
+    :func:`jaxgcn.cli.checkpointing.facts`, with --save/--resume."""
+    seeds = [args.seed + i for i in range(args.seeds)]
+    progress = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet, log_file=args.log,
+                        tensorboard=args.tensorboard, seeds=[s for _ in range(args.splits) for s in seeds])
+    try:
+        if len(seeds) == 1 and args.splits == 1:
+            return _fit_one(args, loaded, model_config, train_config, saved_facts, progress, say)
+        return _fit_batch(args, loaded, model_config, train_config, seeds, progress, say)
+    finally:
+        progress.done()
+
+
+def overfitting_hint(train_acc: float, val_acc: float) -> str | None:
+    """A one-line hint when the final model fits the training nodes far better than the validation ones.
+
+    >>> overfitting_hint(1.0, 0.8) is None, overfitting_hint(1.0, 0.5)[:26]
+    (True, 'hint: train accuracy 1.000')
+    """
+    if train_acc - val_acc <= OVERFIT_GAP:
+        return None
+    return (f"hint: train accuracy {train_acc:.3f} but validation {val_acc:.3f}: the model overfits. Try more "
+            "regularization (--dropout, --weight-decay), early stopping (--early-stopping patience), fewer "
+            "--hidden units, or check that the split's classes are balanced (--train-per-class)")
+
+
+def summary_line(outcome: TrainOutcome) -> str:
+    """The line every train ends with: test/val accuracy over the runs, epochs, timings."""
+    test = np.array([r.test_acc for r in outcome.runs])
+    val = np.array([r.val_acc for r in outcome.runs])
+    epochs = [r.epochs_run for r in outcome.runs]
+    train_s = outcome.train_seconds
+    return (f"test accuracy {test.mean():.4f} ± {test.std():.4f} over {len(outcome.runs)} run(s) | val "
+            f"{val.mean():.4f} | epochs {min(epochs)}-{max(epochs)} | compile {outcome.compile_seconds:.2f}s | "
+            f"train {train_s:.2f}s ({1e3 * train_s / max(epochs):.2f} ms/epoch)")
+
+
+def _hint(outcome: TrainOutcome, loaded: Loaded, train_config: TrainConfig) -> str | None:
+    diverged = divergence_hint(outcome.losses, loaded.prepared.data, train_config)
+    fitted = outcome.fitted
+    return diverged or (overfitting_hint(fitted.metrics["train_acc"], fitted.metrics["val_acc"]) if fitted else None)
+
+
+def _write(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
+           outcome: TrainOutcome, saved_facts: dict[str, Any] | None, say: Say) -> None:
+    """The outputs appear together at the end, the split file last; a failure leaves none of them."""
+    prepared = loaded.prepared
+    with outputs.Staged() as out:
+        if args.json is not None:
+            report = reports.train_report(
+                reports.dataset_report(prepared.info, prepared.backend),
+                reports.config_report(model_config, train_config, args.norm, args.feature_norm),
+                outcome.runs, args.splits, outcome.compile_seconds, outcome.train_seconds)
+            out.add(args.json, reports.json_text(report), label=f"--json {args.json}")
+        if args.save_split is not None:
+            out.add(args.save_split, split_csv(loaded), label=f"--save-split {args.save_split}")
+        if args.save is not None:
+            res = outcome.fitted
+            checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
+                            info=prepared.info, epoch=res.epochs_run, metrics=res.metrics,
+                            **saved_facts)
+            say(f"saved the model to {args.save}")
+
+
+def _train_single(args: argparse.Namespace, say: Say) -> int:
+    """``train`` on one device: one run, or several seeds/splits as one batched program."""
+    model_config, train_config = configs(args, "segment" if args.chunk_edges else "csr")  # validates early
+    loaded = load(args, say)
+    model_config = plan(args, loaded.prepared, model_config, min(args.seeds * args.splits, 8), say)
+    if args.debug:
+        debug_checks(loaded, model_config, train_config, say)
+    # what a checkpoint records about the data (its SHA-256 fingerprint is computed once, here)
+    saved_facts = checkpointing.facts(args, loaded) if args.save is not None or args.resume is not None else None
+    outcome = train_runs(args, loaded, model_config, train_config, saved_facts, say)
+    print(summary_line(outcome))
+    hint = _hint(outcome, loaded, train_config)
+    if hint:
+        print(hint)
+    _write(args, loaded, model_config, train_config, outcome, saved_facts, say)
+    return 0

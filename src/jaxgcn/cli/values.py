@@ -1,0 +1,73 @@
+"""argparse value types: integers in a range, comma-separated lists, byte sizes, and their limits."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+INT32_MAX = 2**31 - 1  # counts, ids and training seeds reach the device as int32
+MAX_EPOCHS = 1_000_000  # --epochs/--window/--patience: per-epoch history and the window are held in memory
+MAX_LAYERS = 1_000  # every layer is unrolled into the one compiled program
+MAX_RUNS = 10_000  # --seeds/--splits: every run's spec and split masks are built up front
+
+
+def int_in(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi]; anything else is refused on one line."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a positive integer' if lo == 1 else 'an integer'}") \
+                from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{text} is not a positive integer" if lo == 1 else
+                                             f"{text} is below {lo}; give an integer from {lo} to {hi:,}{why}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"{text} is too large; give an integer from {lo} to {hi:,}{why}")
+        return value
+    return parse
+
+
+positive_int = int_in(1, INT32_MAX)
+epochs = int_in(1, MAX_EPOCHS, " (every epoch's metrics are kept)")
+layers = int_in(1, MAX_LAYERS)
+runs = int_in(1, MAX_RUNS)
+seed = int_in(0, INT32_MAX, " (seeds are int32 on the device; --seed + --seeds - 1 must fit too)")
+data_seed = int_in(0, 2**63 - 1)
+
+
+def list_of(kind: Any, what: str, each: Any = None) -> Callable[[str], tuple]:
+    """A comma-separated list of ``kind``; ``each`` (an argparse type) then checks every value's range."""
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: give at least one value")
+        return tuple(each(str(v)) for v in values) if each is not None else values
+    return parse
+
+
+def choice_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """An argparse type for one of ``choices`` (for lists, whose values ``choices=`` cannot check)."""
+    def parse(text: str) -> str:
+        value = text.strip()
+        if value not in choices:
+            raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from "
+                                             f"{', '.join(repr(c) for c in choices)})")
+        return value
+    return parse
+
+
+def byte_size(text: str) -> int:
+    """An argparse type: a positive size such as ``4G``, ``512M`` or ``1000``."""
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    body, unit = (text[:-1], text[-1].upper()) if text[-1:].upper() in units and text[-1:].isalpha() else (text, "")
+    try:
+        value = int(float(body) * units[unit])
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 4G or 512M") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value

@@ -1,0 +1,87 @@
+"""A prepared dataset's statistics: size, what cleaning did, degrees, classes, features (``jaxgcn info``).
+
+Host-side NumPy on a :class:`jaxgcn.datasets.Prepared` (prepared with ``on_device=False`` or not):
+nothing here trains or touches a device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from jaxgcn.datasets import Prepared
+
+
+def feature_nonzeros(features: Any) -> int:
+    """The non-zero entries of a [n_nodes, n_features] SciPy sparse or dense feature matrix.
+
+    >>> feature_nonzeros(np.array([[0.0, 1.0], [2.0, 0.0]])), feature_nonzeros(sp.eye(3, format="csr"))
+    (2, 3)
+    """
+    return int(features.nnz) if sp.issparse(features) else int(np.count_nonzero(features))
+
+
+def degrees(prepared: Prepared) -> np.ndarray:
+    """[n_nodes] entries per row of the normalized adjacency (self-loops included)."""
+    graph = prepared.data.graph
+    if graph.csr is not None:
+        return np.diff(np.asarray(graph.csr.indptr))
+    return np.bincount(np.asarray(graph.receivers), minlength=prepared.info["n_nodes"])
+
+
+def class_counts(prepared: Prepared) -> np.ndarray:
+    """[n_classes] labelled nodes per class (unlabelled nodes, label -1, are not counted)."""
+    labels = np.asarray(prepared.data.labels)
+    return np.bincount(labels[labels >= 0], minlength=prepared.n_classes)
+
+
+def dataset_stats(prepared: Prepared, feature_nnz: int) -> dict[str, Any]:
+    """The statistics ``jaxgcn info`` prints and writes, as a JSON-able dict.
+
+    Args:
+        prepared: the dataset as :func:`jaxgcn.datasets.prepare` made it.
+        feature_nnz: the non-zeros of the features as read, before normalization
+            (:func:`feature_nonzeros`).
+    """
+    info = prepared.info
+    n, n_features = info["n_nodes"], info["n_features"]
+    degree = degrees(prepared)
+    labels = np.asarray(prepared.data.labels)
+    names = info.get("class_names") or [str(c) for c in range(prepared.n_classes)]
+    counts = class_counts(prepared)
+    return {
+        "dataset": info["dataset"], "nodes": n, "edges": info["n_edges"], "input_edges": info["input_edges"],
+        "duplicates_merged": info["duplicates_merged"], "self_loops_removed": info["self_loops_found"],
+        "one_way_edges_symmetrized": info["edges_symmetrized"], "isolated_nodes": info["isolated_nodes"],
+        "degree": {"min": int(degree.min()), "median": float(np.median(degree)), "mean": float(degree.mean()),
+                   "p99": float(np.percentile(degree, 99)), "max": int(degree.max())},
+        "features": n_features, "feature_nonzeros": feature_nnz,
+        "feature_density": feature_nnz / max(1, n * n_features),
+        "classes": {str(names[c]): int(counts[c]) for c in range(prepared.n_classes)},
+        "unlabelled_nodes": int(np.sum(labels < 0)), "split_sizes": info["split_sizes"],
+        "backend": prepared.backend,
+    }
+
+
+def describe(stats: dict[str, Any]) -> list[str]:
+    """The lines ``jaxgcn info`` prints for :func:`dataset_stats`' result."""
+    d, classes = stats["degree"], stats["classes"]
+    counts = list(classes.values())
+    largest, smallest = max(counts), max(min(counts), 1)
+    return [
+        f"{stats['dataset']}: {stats['nodes']:,} nodes, {stats['edges']:,} edges (undirected, without self-loops)",
+        f"  input: {stats['input_edges']:,} edge entries; {stats['duplicates_merged']:,} duplicates merged, "
+        f"{stats['self_loops_removed']:,} self-loops removed (the GCN adds its own), "
+        f"{stats['one_way_edges_symmetrized']:,} one-way edges symmetrized",
+        f"  isolated nodes: {stats['isolated_nodes']:,}",
+        f"  degree: min {d['min']}, median {d['median']:g}, mean {d['mean']:.2f}, 99th percentile "
+        f"{d['p99']:g}, max {d['max']}",
+        f"  features: {stats['features']:,} per node, {stats['feature_nonzeros']:,} non-zeros "
+        f"({100 * stats['feature_density']:.2f}% dense)",
+        f"  classes: {len(classes)} (largest/smallest {largest / smallest:.1f}x); "
+        + ", ".join(f"{name} {count:,}" for name, count in classes.items())
+        + (f"; {stats['unlabelled_nodes']:,} unlabelled" if stats["unlabelled_nodes"] else ""),
+        "  split: " + ", ".join(f"{k} {v:,}" for k, v in stats["split_sizes"].items()),
+    ]
