@@ -211,11 +211,16 @@ def _keep(config: GCNConfig, key: jax.Array, runs: RunInputs, counter: Any, shap
     """Per-run keep masks of ``shape`` (which has the run axis at ``run_axis``), from the runs' keys
     [R]. ``hash``: the counter hash of :func:`jaxgcn.layers.keep_mask` (``counter`` broadcasts
     against ``shape``); ``jax``: ``jax.random.bernoulli`` per run, as a single run draws it."""
+    one_run = key.shape[0] == 1  # then no vmap: the same numbers, a smaller program to compile
     if config.dropout_rng == "jax":
         one = shape[:run_axis] + shape[run_axis + 1:]
-        p = runs.keep_scale
-        return jax.vmap(lambda k, q: jax.random.bernoulli(k, q, one), out_axes=run_axis)(key, p)
-    seeds = jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32))(key)  # [R, 2]
+        if one_run:
+            return jnp.expand_dims(jax.random.bernoulli(key[0], runs.keep_scale[0], one), run_axis)
+        return jax.vmap(lambda k, q: jax.random.bernoulli(k, q, one), out_axes=run_axis)(key, runs.keep_scale)
+    if one_run:
+        seeds = jax.random.bits(key[0], (2,), jnp.uint32)[None]
+    else:
+        seeds = jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32))(key)  # [R, 2]
     expand = [d for d in range(len(shape)) if d != run_axis]
     seeds = jnp.expand_dims(seeds, expand)  # the run axis in place, a trailing pair of seeds
     threshold = jnp.expand_dims(runs.keep_threshold, expand)
@@ -264,6 +269,8 @@ def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Arr
         vals = x.data[:, None, None] if values is None else values[:, :, None]
         msgs = w[cols] * vals.astype(w.dtype)  # one gather of R * out-wide rows
         return jax.ops.segment_sum(msgs, rows, num_segments=x.shape[0], indices_are_sorted=True)
+    if r == 1:  # one run: a plain matmul (a batched dot of one costs XLA more to compile)
+        return (x.reshape(x.shape[0], d_in) @ w.reshape(d_in, d_out))[:, None, :]
     if x.ndim == 2:
         return jnp.einsum("nf,fro->nro", x, w)
     return jnp.einsum("nrf,fro->nro", x, w)
