@@ -32,12 +32,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxgcn.data import SPLIT_CODES  # noqa: F401 - re-exported for split-<n>.npy readers
 from jaxgcn.version import __version__
 from jaxgcn.outputs import remove_stale_temps, write_atomic
 
 FORMAT = "jaxgcn-checkpoint-1"
 META = "checkpoint.json"
-SPLIT_CODES = {"train": 1, "val": 2, "test": 3}  # split-<n>.npy: 0 = in no split
 FINGERPRINT_PARTS = ("features", "labels", "graph", "split")
 
 
@@ -102,6 +102,26 @@ def data_fingerprint(data: Any) -> dict[str, str]:
 def fingerprint_changes(saved: dict[str, str] | None, now: dict[str, str]) -> list[str]:
     """The parts (features, labels, graph, split) whose fingerprint differs; all when none was saved."""
     return [k for k in FINGERPRINT_PARTS if not saved or saved.get(k) != now.get(k)]
+
+
+def check_resumable(meta: dict[str, Any], settings: dict[str, Any], fingerprint: dict[str, str],
+                    source: str) -> None:
+    """Refuse to resume a checkpoint (``meta``) that was started with other ``settings`` (model and
+    training configs, seed, dataset, node count: what was saved as ``extra``) or on other data (its
+    :func:`data_fingerprint` differs from ``fingerprint``). ``source`` names it in the message."""
+    saved = meta.get("extra", {})
+    changed = [k for k in settings if saved.get(k) != settings[k]]
+    if changed:
+        raise ValueError(f"{source}: the run was started with different {', '.join(changed)}; "
+                         "resume with the same data, seed and settings")
+    if meta.get("data_sha256") is None:
+        raise ValueError(f"{source}: the checkpoint records no fingerprint of its data (written "
+                         "by an older jaxgcn), so resuming cannot be checked; train again")
+    differ = fingerprint_changes(meta["data_sha256"], fingerprint)
+    if differ:
+        raise ValueError(f"{source}: the prepared {', '.join(differ)} differ from the data the run "
+                         "was started on (SHA-256 recorded in the checkpoint); resume with the same files, split "
+                         "and preprocessing flags")
 
 
 def state_arrays(state: Any) -> dict[str, np.ndarray]:

@@ -9,6 +9,9 @@ import jax
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features
 
+# Per-node split codes, as checkpoints store a split (split-<n>.npy) and split files are written.
+SPLIT_CODES = {"train": 1, "val": 2, "test": 3}  # 0 = in no split
+
 
 class TrainData(NamedTuple):
     """Everything a run reads, on the device.

@@ -50,19 +50,7 @@ def _resumer(args: argparse.Namespace, saved_facts: dict[str, Any], extra: dict[
     hook that restores its state."""
     ck = checkpoint.load(args.resume)
     arrays = checkpoint.load_state(args.resume, ck.meta)
-    saved = ck.meta.get("extra", {})
-    changed = [k for k in extra if saved.get(k) != extra[k]]
-    if changed:
-        raise ValueError(f"--resume {args.resume}: the run was started with different {', '.join(changed)}; "
-                         "resume with the same data, seed and settings")
-    if ck.meta.get("data_sha256") is None:
-        raise ValueError(f"--resume {args.resume}: the checkpoint records no fingerprint of its data (written "
-                         "by an older jaxgcn), so resuming cannot be checked; train again")
-    differ = checkpoint.fingerprint_changes(ck.meta["data_sha256"], saved_facts["fingerprint"])
-    if differ:
-        raise ValueError(f"--resume {args.resume}: the prepared {', '.join(differ)} differ from the data the run "
-                         "was started on (SHA-256 recorded in the checkpoint); resume with the same files, split "
-                         "and preprocessing flags")
+    checkpoint.check_resumable(ck.meta, extra, saved_facts["fingerprint"], f"--resume {args.resume}")
     say(f"resuming from epoch {ck.meta['epoch']} of {args.resume}")
     return lambda template: checkpoint.restore_state(template, arrays, str(args.resume))
 

@@ -10,11 +10,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxgcn.checkpoint import SPLIT_CODES
 from jaxgcn.cli.common import Say
-from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, with_random_splits
+from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits
 from jaxgcn.datasets.files import load_files
-from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file
+from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 
 REORDER_MIN_NODES = 100_000  # below this the features fit in cache and renumbering gains little
 
@@ -166,24 +165,7 @@ def one_split(data: Any) -> Any:
     return data
 
 
-def split_codes(prepared: Prepared) -> np.ndarray:
-    """The (first) split of the prepared data per INPUT node: [n] int8, 0 none, 1 train, 2 val, 3 test."""
-    n = prepared.info["n_nodes"]
-    codes = np.zeros(n, np.int8)
-    for name in ("train", "val", "test"):
-        mask = np.asarray(getattr(prepared.data, f"{name}_mask")).reshape(-1, n)[0]
-        codes[mask > 0] = SPLIT_CODES[name]
-    order = prepared.info.get("node_order")
-    if order is None:
-        return codes
-    out = np.zeros(n, np.int8)
-    out[np.asarray(order)] = codes  # node i of the prepared graph is input node order[i]
-    return out
-
-
 def split_csv(loaded: Loaded) -> str:
     """The split as ``node,split`` CSV text with the input's node ids (what --split-file reads)."""
     codes = split_codes(loaded.prepared)
-    ids = loaded.node_ids if loaded.node_ids is not None else np.arange(codes.size).astype(str)
-    rows = [f"{ids[i]},{name}" for name, code in SPLIT_CODES.items() for i in np.flatnonzero(codes == code)]
-    return "node,split\n" + "".join(row + "\n" for row in rows)
+    return split_table(codes, loaded.node_ids if loaded.node_ids is not None else np.arange(codes.size).astype(str))

@@ -26,7 +26,7 @@ from jaxgcn.graph import reorder as reorder_graph
 from jaxgcn.layers import sparse_features
 from jaxgcn.memory import GiB, available_bytes
 from jaxgcn.propagate import choose_backend
-from jaxgcn.data import TrainData
+from jaxgcn.data import SPLIT_CODES, TrainData
 from jaxgcn.validate import INT32_MAX, check_allocation, check_graph_size, check_sparse
 
 FEATURE_NORMS = ("row", "standardize", "none")
@@ -286,3 +286,19 @@ def with_random_splits(prepared: Prepared, labels: np.ndarray, n_splits: int, *,
     info = {**prepared.info, "split": f"{n_splits} random (seed {seed}..{seed + n_splits - 1})",
             "split_sizes": {k: int(v[0].sum()) for k, v in stacks.items()}}
     return prepared._replace(data=data, info=info)
+
+
+def split_codes(prepared: Prepared) -> np.ndarray:
+    """The (first) split of prepared data per INPUT node (the order of the files, before any
+    renumbering): [n] int8 codes of :data:`jaxgcn.datasets.splits.SPLIT_CODES` (0: in no split)."""
+    n = prepared.info["n_nodes"]
+    codes = np.zeros(n, np.int8)
+    for name, code in SPLIT_CODES.items():
+        mask = np.asarray(getattr(prepared.data, f"{name}_mask")).reshape(-1, n)[0]
+        codes[mask > 0] = code
+    order = prepared.info.get("node_order")
+    if order is None:
+        return codes
+    out = np.zeros(n, np.int8)
+    out[np.asarray(order)] = codes  # node i of the prepared graph is input node order[i]
+    return out

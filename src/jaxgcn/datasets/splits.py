@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxgcn.data import SPLIT_CODES
+
 
 def planetoid_split(labels: np.ndarray, per_class: int = 20, n_val: int = 500, n_test: int = 1000,
                     seed: int = 0, *, class_names: list[str] | None = None) -> dict[str, np.ndarray]:
@@ -100,3 +102,13 @@ def write_split_file(path: str, splits: dict[str, np.ndarray], node_ids: np.ndar
 
     rows = [f"{node_ids[i]},{k}\n" for k in SPLIT_NAMES for i in np.asarray(splits.get(k, []), np.int64)]
     write_atomic(path, "node,split\n" + "".join(rows))
+
+
+def split_table(codes: np.ndarray, node_ids: np.ndarray) -> str:
+    """``node,split`` CSV text (what ``--split-file`` reads) of per-node :data:`SPLIT_CODES`.
+
+    >>> split_table(np.array([1, 0, 3], np.int8), np.array(["a", "b", "c"]))
+    'node,split\\na,train\\nc,test\\n'
+    """
+    rows = [f"{node_ids[i]},{name}" for name, code in SPLIT_CODES.items() for i in np.flatnonzero(codes == code)]
+    return "node,split\n" + "".join(row + "\n" for row in rows)
