@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=4)
     args = ap.parse_args()
     prepared = prepare(load_dataset(args.dataset))
-    model_config, config = GCNConfig(backend=prepared.backend), TrainConfig(early_stopping="none")
+    model_config, config = GCNConfig(backend=prepared.backend), TrainConfig(early_stopping=None)
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in SETTINGS}
     accuracy: dict[str, np.ndarray] = {}
     for rep in range(args.repeats + 1):

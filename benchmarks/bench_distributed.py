@@ -110,7 +110,7 @@ def worker(args: argparse.Namespace) -> dict:
     rows = stats["halo_rows"] if args.exchange == "halo" else stats["all_gather_rows"]
     model_config = GCNConfig(hidden=128, aggregate_first=2 * 100 < 3 * 128)
     total = 1 + args.epochs
-    config = TrainConfig(epochs=total, early_stopping="none")
+    config = TrainConfig(epochs=total, early_stopping=None)
     runner = distributed.make_sharded_runner(model_config, config, 100, host.n_classes, mesh)
     key = jax.random.key(0)
     state = jax.jit(runner.init)(key, None)

@@ -77,7 +77,7 @@ def jax_worker(args: argparse.Namespace) -> dict:
     model_config = GCNConfig(hidden=128, backend=prepared.backend, chunk_edges=args.chunk_edges,
                              aggregate_first=2 * n_features < 3 * 128)
     total = 1 + args.epochs
-    config = TrainConfig(epochs=total, early_stopping="none")
+    config = TrainConfig(epochs=total, early_stopping=None)
     graph = prepared.data.graph
     est = estimate(prepared.info["n_nodes"], graph.n_edges, n_features, n_classes, hidden=128,
                    backend=prepared.backend, chunk_edges=args.chunk_edges,

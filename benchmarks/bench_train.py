@@ -33,7 +33,7 @@ def steady_state(dataset: str, repeats: int) -> dict[str, float]:
     from jaxgcn.train import TrainConfig, compile_runner
 
     prepared = prepare(load_dataset(dataset))
-    config = TrainConfig(early_stopping="none")
+    config = TrainConfig(early_stopping=None)
     compiled = compile_runner(GCNConfig(backend=prepared.backend), config, prepared.data, prepared.n_classes)
     per_epoch = []
     for rep in range(repeats + 1):

@@ -34,15 +34,15 @@ from jaxgcn.batched import (
 )
 from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.models import GCNConfig, gcn
-from jaxgcn.train import TrainConfig, fit
+from jaxgcn.train import Kipf, Patience, TrainConfig, fit
 
 SEEDS = [0, 1, 2]
 MODEL = GCNConfig(backend="csr")  # hidden 16, dropout 0.5, no bias: the paper's; auto picks csr here
 # On the weakly homophilous graph below, lr 0.1 makes Kipf's rule stop every seed well before 60
 # epochs, each at its own epoch (measured 33-35), so stopped runs sit frozen while others train.
-KIPF = TrainConfig(epochs=60, lr=0.1, window=5)
-PATIENCE = TrainConfig(epochs=60, lr=0.05, early_stopping="patience", patience=5)
-NONE = TrainConfig(epochs=40, early_stopping="none")  # run on the sparse-feature copy of the graph
+KIPF = TrainConfig(epochs=60, lr=0.1, early_stopping=Kipf(5))
+PATIENCE = TrainConfig(epochs=60, lr=0.05, early_stopping=Patience(5))
+NONE = TrainConfig(epochs=40, early_stopping=None)  # run on the sparse-feature copy of the graph
 HISTORY = ("loss", "train_acc", "val_loss", "val_acc")
 # Trained params agree to ~1e-6 here (measured max 3e-6). Should one weight ever differ by ~1e-4:
 # Adam divides by sqrt(second moment), so a weight whose gradient is almost zero amplifies float
@@ -156,7 +156,7 @@ def test_patience_batch_returns_each_runs_best_params(hard, single):
         assert float(res.metrics["val_acc"][r]) == pytest.approx(val_acc[best], abs=1e-6)
         assert float(res.metrics["val_loss"][r]) == pytest.approx(val_loss[best], rel=1e-5)
         if res.stopped_early[r]:
-            assert e - (best + 1) == PATIENCE.patience  # stopped `patience` epochs after the best one
+            assert e - (best + 1) == PATIENCE.early_stopping.patience  # stopped `patience` epochs after the best one
             assert float(res.metrics["val_loss"][r]) != pytest.approx(val_loss[-1], rel=1e-5)  # not the last
 
 
@@ -359,14 +359,14 @@ import numpy as np
 from jaxgcn import batched, datasets
 from jaxgcn.batched import fit_runs, make_specs
 from jaxgcn.models import GCNConfig
-from jaxgcn.train import TrainConfig
+from jaxgcn.train import Kipf, TrainConfig
 
 assert len(jax.devices()) == 4, jax.devices()
 prepared = datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1),
                             backend="segment")  # csr batches stay on one device: the kernel uses every core
 res = fit_runs(prepared.data, prepared.n_classes, make_specs([0, 1, 2], lr={lr}),
                model_config=GCNConfig(backend="segment"),
-               config=TrainConfig(epochs={epochs}, lr={lr}, window={window}), n_devices=4)
+               config=TrainConfig(epochs={epochs}, lr={lr}, early_stopping=Kipf({window})), n_devices=4)
 meshes = [key[-1] for key in batched._COMPILED]
 print(json.dumps({{
     "mesh_sizes": [None if m is None else int(m.size) for m in meshes],
@@ -380,7 +380,7 @@ print(json.dumps({{
 
 def test_run_axis_sharded_over_four_devices_gives_the_same_runs(tmp_path, kipf_batch):
     script = tmp_path / "sharded.py"
-    script.write_text(SHARDED_SCRIPT.format(lr=KIPF.lr, epochs=KIPF.epochs, window=KIPF.window))
+    script.write_text(SHARDED_SCRIPT.format(lr=KIPF.lr, epochs=KIPF.epochs, window=KIPF.early_stopping.window))
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
                           cwd=tmp_path)
@@ -417,7 +417,7 @@ def test_large_batches_run_in_slices_of_one_program(hard, kipf_batch):
 OPTIONS = {
     "clip_l2all_layernorm_residual_bias_3layers": (
         GCNConfig(backend="csr", layers=3, layer_norm=True, residual=True, bias=True),
-        TrainConfig(epochs=40, lr=0.05, window=5, clip_norm=0.5, l2="all")),
+        TrainConfig(epochs=40, lr=0.05, early_stopping=Kipf(5), clip_norm=0.5, l2="all")),
     "aggregate_first": (GCNConfig(backend="csr", aggregate_first=True), KIPF),
 }
 
@@ -435,7 +435,7 @@ def test_a_diverging_run_is_named_like_the_single_run_reports_it(hard):
     from jaxgcn.train import TrainingDiverged
 
     # the first Adam step puts weights near 1e20, whose squares overflow float32 in the L2 term
-    config = TrainConfig(epochs=10, lr=1e20, early_stopping="none")
+    config = TrainConfig(epochs=10, lr=1e20, early_stopping=None)
     with pytest.raises(TrainingDiverged) as single_err:
         fit(hard.data, hard.n_classes, model_config=MODEL, config=config, key=jax.random.key(1), log=None)
     spec = concat_specs([make_specs([0], lr=0.01), make_specs([1], lr=1e20)])

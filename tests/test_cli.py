@@ -60,7 +60,7 @@ def test_train_writes_consistent_json(tmp_path, capsys):
     prepared = prepare(synthetic(400, n_classes=3, n_features=16, seed=0))
     assert report["n_edges"] == prepared.info["undirected_edges"]
     model_config = GCNConfig(backend="csr")
-    config = TrainConfig(epochs=30, early_stopping="none")
+    config = TrainConfig(epochs=30, early_stopping=None)
     expected = [fit(prepared.data, 3, model_config=model_config, config=config, key=jax.random.key(s),
                     log=None).metrics["test_acc"] for s in (0, 1)]
     assert report["test_acc"] == pytest.approx(expected, abs=1e-6)
@@ -178,7 +178,7 @@ def test_installed_console_script(tmp_path):
 
 def _library_run(optimizer: str, seed: int = 0) -> dict:
     prepared = prepare(synthetic(400, n_classes=3, n_features=16, seed=0))
-    config = TrainConfig(epochs=30, early_stopping="none", optimizer=optimizer)
+    config = TrainConfig(epochs=30, early_stopping=None, optimizer=optimizer)
     return fit(prepared.data, 3, model_config=GCNConfig(backend="csr"), config=config, key=jax.random.key(seed),
                log=None).metrics
 

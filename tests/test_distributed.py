@@ -84,13 +84,13 @@ import jax, numpy as np
 from jaxgcn import datasets
 from jaxgcn.distributed import fit_sharded, node_mesh, shard_data
 from jaxgcn.models import GCNConfig
-from jaxgcn.train import TrainConfig, fit
+from jaxgcn.train import Patience, TrainConfig, fit
 
 raw = datasets.load_dataset("cora")
 host, dev = datasets.prepare(raw, on_device=False), datasets.prepare(raw)
 # Without dropout a run is deterministic: the sharded run must follow the single-device one epoch by
 # epoch (the same Adam steps from the same summed gradients), for both exchanges.
-model_config, config = GCNConfig(dropout=0.0), TrainConfig(early_stopping="none")
+model_config, config = GCNConfig(dropout=0.0), TrainConfig(early_stopping=None)
 single = fit(dev.data, dev.n_classes, model_config=model_config, config=config, key=jax.random.key(0), log=None)
 out = {"single": {"epochs": single.epochs_run, "test": single.metrics["test_acc"]}}
 for exchange in ("all_gather", "halo"):
@@ -103,7 +103,7 @@ for exchange in ("all_gather", "halo"):
                      "params": max(float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(b))
                                    for a, b in zip(jax.tree.leaves(res.params), jax.tree.leaves(single.params)))}
 # The optimizer comes from the same factory: momentum SGD, sharded, follows the single run.
-mom = TrainConfig(early_stopping="none", epochs=30, optimizer="momentum", lr=0.05)
+mom = TrainConfig(early_stopping=None, epochs=30, optimizer="momentum", lr=0.05)
 one = fit(dev.data, dev.n_classes, model_config=model_config, config=mom, key=jax.random.key(0), log=None)
 res = fit_sharded(shard_data(host.data, node_mesh(4)), host.n_classes, model_config=model_config, config=mom,
                   key=jax.random.key(0), log=None)
@@ -112,7 +112,7 @@ out["momentum"] = {"loss": float(np.abs(res.history["loss"] - one.history["loss"
 # Early stopping runs inside the sharded loop: with patience 20 the run must stop 20 epochs after its
 # best validation epoch (by its own history) and return that epoch's params.
 res = fit_sharded(shard_data(host.data, node_mesh(4)), host.n_classes, model_config=model_config,
-                  config=TrainConfig(early_stopping="patience", patience=20, epochs=1000), key=jax.random.key(0),
+                  config=TrainConfig(early_stopping=Patience(20), epochs=1000), key=jax.random.key(0),
                   log=None)
 h = res.history
 best = max(range(res.epochs_run), key=lambda e: (h["val_acc"][e], -h["val_loss"][e], -e))

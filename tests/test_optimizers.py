@@ -17,7 +17,7 @@ from jaxgcn import datasets
 from jaxgcn.batched import fit_runs, make_specs, unstack_params
 from jaxgcn.models import GCNConfig, gcn
 from jaxgcn.sweep import Grid, run_grid
-from jaxgcn.train import OPTIMIZERS, TrainConfig, fit, l2_penalty, masked_cross_entropy, optimizer_factory
+from jaxgcn.train import OPTIMIZERS, Kipf, TrainConfig, fit, l2_penalty, masked_cross_entropy, optimizer_factory
 
 MODEL = GCNConfig(backend="csr")
 
@@ -32,7 +32,7 @@ def test_one_sgd_step_is_the_hand_written_update(prepared):
     the gradient of the training loss (cross-entropy + L2 on the first layer) at the initial params."""
     d, lr, wd = prepared.data, 0.1, 5e-4
     model_config = GCNConfig(backend="csr", dropout=0.0)  # no dropout: the step is deterministic
-    config = TrainConfig(optimizer="sgd", lr=lr, weight_decay=wd, epochs=1, early_stopping="none")
+    config = TrainConfig(optimizer="sgd", lr=lr, weight_decay=wd, epochs=1, early_stopping=None)
     key = jax.random.key(7)
     res = fit(d, prepared.n_classes, model_config=model_config, config=config, key=key, log=None)
     model = gcn(model_config)
@@ -79,7 +79,7 @@ def test_adamw_decays_in_the_optimizer_not_in_the_loss(prepared):
     model_config = GCNConfig(backend="csr", dropout=0.0)
     losses = {}
     for name in ("adam", "adamw"):
-        config = TrainConfig(optimizer=name, weight_decay=0.5, epochs=1, early_stopping="none")
+        config = TrainConfig(optimizer=name, weight_decay=0.5, epochs=1, early_stopping=None)
         losses[name] = fit(d, prepared.n_classes, model_config=model_config, config=config, key=jax.random.key(0),
                            log=None).history["loss"][0]
     params = gcn(model_config).init(jax.random.split(jax.random.key(0))[0], d.x.shape[1], prepared.n_classes)
@@ -90,7 +90,7 @@ def test_adamw_decays_in_the_optimizer_not_in_the_loss(prepared):
 
 @pytest.mark.parametrize("name", [o for o in OPTIMIZERS if o != "adam"])  # adam: test_batched.py
 def test_batched_runs_equal_single_runs_for_each_optimizer(prepared, name):
-    config = TrainConfig(optimizer=name, epochs=40, lr=0.05, window=5, clip_norm=1.0)
+    config = TrainConfig(optimizer=name, epochs=40, lr=0.05, early_stopping=Kipf(5), clip_norm=1.0)
     res = fit_runs(prepared.data, prepared.n_classes, make_specs([0, 1], lr=config.lr), model_config=MODEL,
                    config=config)
     for r, seed in enumerate([0, 1]):
@@ -104,13 +104,13 @@ def test_batched_runs_equal_single_runs_for_each_optimizer(prepared, name):
 
 
 def test_a_sweep_over_optimizers_runs_each_as_its_single_runs(prepared):
-    config = TrainConfig(epochs=30, early_stopping="none")
+    config = TrainConfig(epochs=30, early_stopping=None)
     rows = run_grid(prepared.data, prepared.n_classes, Grid(lr=(0.05,), optimizer=("adam", "sgd")), [0],
                     model_config=MODEL, config=config, log=None)
     assert sorted(r.config["optimizer"] for r in rows) == ["adam", "sgd"]
     for row in rows:
         one = fit(prepared.data, prepared.n_classes, model_config=MODEL, log=None, key=jax.random.key(0),
-                  config=TrainConfig(epochs=30, early_stopping="none", lr=0.05, optimizer=row.config["optimizer"]))
+                  config=TrainConfig(epochs=30, early_stopping=None, lr=0.05, optimizer=row.config["optimizer"]))
         assert row.runs[0]["val_acc"] == pytest.approx(one.metrics["val_acc"], abs=1e-6)
         assert row.runs[0]["test_acc"] == pytest.approx(one.metrics["test_acc"], abs=1e-6)
     adam, sgd = sorted(rows, key=lambda r: r.config["optimizer"])

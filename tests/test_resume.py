@@ -9,10 +9,10 @@ import pytest
 
 from jaxgcn import checkpoint, datasets
 from jaxgcn.models import GCNConfig
-from jaxgcn.train import TrainConfig, fit
+from jaxgcn.train import Kipf, TrainConfig, fit
 
 # lr 0.1 on a weakly homophilous graph: Kipf's rule (window 5) stops the run at epoch ~35 of 60.
-CONFIG = TrainConfig(epochs=60, lr=0.1, window=5)
+CONFIG = TrainConfig(epochs=60, lr=0.1, early_stopping=Kipf(5))
 EVERY = 5
 
 

@@ -19,8 +19,11 @@ from jaxgcn import datasets
 from jaxgcn.graph import gcn_norm
 from jaxgcn.models import GCNConfig, gcn
 from jaxgcn.train import (
+    Kipf,
+    Patience,
     TrainConfig,
     TrainingDiverged,
+    early_stopping_from,
     fit,
     l2_penalty,
     make_optimizer,
@@ -136,9 +139,7 @@ def test_training_loss_gradients_match_finite_differences(graph, node_features):
     (dict(weight_decay=-1e-4), r"weight_decay=-0\.0001 must be >= 0"),
     (dict(l2="last"), r"l2='last' must be one of \('first', 'all'\)"),
     (dict(epochs=0), r"epochs=0 must be >= 1"),
-    (dict(early_stopping="loss"), r"early_stopping='loss' must be one of \('kipf', 'patience', 'none'\)"),
-    (dict(window=0), r"window=0 must be >= 1"),
-    (dict(patience=0), r"patience=0 must be >= 1"),
+    (dict(early_stopping="kipf"), r"early_stopping='kipf' must be Kipf\(window\), Patience\(patience\) or None"),
     (dict(clip_norm=0.0), r"clip_norm=0\.0 must be > 0"),
 ])
 def test_train_config_validation(kwargs, match):
@@ -146,9 +147,19 @@ def test_train_config_validation(kwargs, match):
         TrainConfig(**kwargs)
 
 
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda: Kipf(window=0), r"window=0 must be >= 1"),
+    (lambda: Patience(patience=0), r"patience=0 must be >= 1"),
+    (lambda: early_stopping_from("loss"), r"early_stopping='loss' must be one of \('kipf', 'patience', 'none'\)"),
+])
+def test_early_stopping_choices_are_validated(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
 def test_train_config_defaults_are_the_papers():
     c = TrainConfig()
-    assert (c.lr, c.weight_decay, c.l2, c.epochs, c.early_stopping, c.window) == (0.01, 5e-4, "first", 200, "kipf", 10)
+    assert (c.lr, c.weight_decay, c.l2, c.epochs, c.early_stopping) == (0.01, 5e-4, "first", 200, Kipf(window=10))
 
 
 @pytest.mark.parametrize("clip_norm", [None, 1.0])
@@ -176,7 +187,7 @@ def hard():
     return datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1))
 
 
-FULL_RUN = TrainConfig(epochs=100, early_stopping="none")
+FULL_RUN = TrainConfig(epochs=100, early_stopping=None)
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +262,7 @@ def replay_patience(val_acc, val_loss, patience):
 
 
 def test_patience_stops_early_and_returns_the_best_params(hard):
-    config = TrainConfig(epochs=200, early_stopping="patience", patience=10)
+    config = TrainConfig(epochs=200, early_stopping=Patience(10))
     res = fit(hard.data, hard.n_classes, config=config, key=jax.random.key(0), log=None)
     assert res.stopped_early and res.epochs_run < 200
     val_acc, val_loss = res.history["val_acc"], res.history["val_loss"]
@@ -270,7 +281,7 @@ def test_kipf_rule_stops_when_val_loss_exceeds_the_window_mean(hard):
     # rule can be replayed exactly: stop at the first epoch e (0-based) with e > window and
     # val_loss[e] > mean(val_loss[e - window : e]).
     window = 3
-    config = TrainConfig(epochs=100, lr=0.05, weight_decay=0.0, window=window)
+    config = TrainConfig(epochs=100, lr=0.05, weight_decay=0.0, early_stopping=Kipf(window))
     res = fit(hard.data, hard.n_classes, config=config, key=jax.random.key(0), log=None)
     assert res.stopped_early and res.epochs_run < 100
     vl = res.history["val_loss"].astype(np.float64)
@@ -282,7 +293,7 @@ def test_kipf_rule_stops_when_val_loss_exceeds_the_window_mean(hard):
 
 def test_fit_runs_under_strict_dtype_promotion(hard):
     # A configuration used nowhere else, so no program compiled under standard promotion is reused.
-    config = TrainConfig(epochs=3, window=7, early_stopping="none")
+    config = TrainConfig(epochs=3, lr=0.02, early_stopping=None)
     res = fit(hard.data, hard.n_classes, config=config, log=None)
     assert res.epochs_run == 3
 
@@ -290,7 +301,7 @@ def test_fit_runs_under_strict_dtype_promotion(hard):
 def test_weight_decay_is_added_to_the_loss(hard):
     # Without dropout the first recorded loss is exactly CE(train) + wd * l2 of the initial params.
     model_config = GCNConfig(dropout=0.0, backend=hard.backend)
-    config = TrainConfig(epochs=1, weight_decay=0.3, l2="all", early_stopping="none")
+    config = TrainConfig(epochs=1, weight_decay=0.3, l2="all", early_stopping=None)
     key = jax.random.key(4)
     res = fit(hard.data, hard.n_classes, model_config=model_config, config=config, key=key, log=None)
     k_init, _ = jax.random.split(key)
@@ -303,7 +314,7 @@ def test_weight_decay_is_added_to_the_loss(hard):
     assert abs((ce + 0.3 * l2_first) - res.history["loss"][0]) > 1e-3
 
 
-DIVERGING = TrainConfig(lr=1e20, epochs=20, early_stopping="none")
+DIVERGING = TrainConfig(lr=1e20, epochs=20, early_stopping=None)
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from jaxgcn.train import (
     DIVERGED,
     RUNNING,
     STOPPED_EARLY,
+    Patience,
     RunState,
     TrainConfig,
     TrainData,
@@ -209,7 +210,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
         raise ValueError("batched runs need dropout_rng='hash' (per-run masks from one counter hash)")
     factory = optimizer_factory(config)
     opt = factory(config.lr, config.weight_decay)  # its update reads each run's injected values
-    keep_best = config.early_stopping == "patience"
+    keep_best = isinstance(config.early_stopping, Patience)
 
     def masks(data: TrainData, runs: RunInputs) -> tuple[jax.Array, jax.Array, jax.Array]:
         def per_run(m: jax.Array) -> jax.Array:  # [n] or [n_splits, n] -> [R, n]
@@ -228,7 +229,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunn
                              out_axes=_opt_axes(config, params))(params, runs_in.lr, runs_in.weight_decay)
         runs = RunState(
             params=params, opt_state=opt_state, key=keys, epoch=jnp.zeros(r, jnp.int32),
-            reason=jnp.full(r, RUNNING, jnp.int32), val_window=jnp.zeros((r, config.window), jnp.float32),
+            reason=jnp.full(r, RUNNING, jnp.int32), val_window=jnp.zeros((r, config.kipf_window), jnp.float32),
             best_params=params, best_val_acc=jnp.full(r, -1.0, jnp.float32),
             best_val_loss=jnp.full(r, jnp.inf, jnp.float32), best_epoch=jnp.zeros(r, jnp.int32),
             history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},

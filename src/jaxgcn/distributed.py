@@ -300,13 +300,13 @@ def make_sharded_runner(model_config: Any, config: Any, n_features: int, n_class
     """
     import optax
 
-    from jaxgcn.train import (RUNNING, Evaluation, Runner, TrainData, l2_penalty, make_optimizer, make_runner,
-                              record_epoch)
+    from jaxgcn.train import (RUNNING, Evaluation, Patience, Runner, TrainData, l2_penalty, make_optimizer,
+                              make_runner, record_epoch)
 
     model = sharded_model(model_config)
     opt = make_optimizer(config)
     single = make_runner(model_config, config, n_features, n_classes)
-    keep_best = config.early_stopping == "patience"
+    keep_best = isinstance(config.early_stopping, Patience)
     spec, rep = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
 
     def l2(params: Any) -> jax.Array:

@@ -24,11 +24,49 @@ from jaxgcn.layers import Params
 from jaxgcn.models import GCNConfig, aggregate_input, gcn
 from jaxgcn.progress import epoch_line
 
-EARLY_STOPPING = ("kipf", "patience", "none")
 L2_SCOPES = ("first", "all")
 OPTIMIZERS = ("adam", "adamw", "sgd", "momentum")
 # Why a run ended, as stored in RunState.reason.
 RUNNING, FINISHED, STOPPED_EARLY, DIVERGED = 0, 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Kipf:
+    """Kipf's early stopping (the reference code's rule, the default): stop once the validation
+    loss, with its L2 term, exceeds the mean of the previous ``window`` epochs' (paper: 10). The
+    run keeps its last params."""
+
+    window: int = 10
+    kind: str = dataclasses.field(default="kipf", init=False)  # names the choice in saved configs
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"window={self.window} must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Patience:
+    """Stop ``patience`` epochs after the best validation accuracy (ties: lower validation loss)
+    and return that epoch's params (50 is common)."""
+
+    patience: int = 50
+    kind: str = dataclasses.field(default="patience", init=False)
+
+    def __post_init__(self) -> None:
+        if self.patience < 1:
+            raise ValueError(f"patience={self.patience} must be >= 1")
+
+
+def early_stopping_from(choice: str, *, window: int = 10, patience: int = 50) -> Kipf | Patience | None:
+    """The typed early-stopping choice from its name (``"kipf"``, ``"patience"`` or ``"none"``).
+
+    >>> early_stopping_from("patience", patience=20)
+    Patience(patience=20, kind='patience')
+    """
+    choices = {"kipf": lambda: Kipf(window), "patience": lambda: Patience(patience), "none": lambda: None}
+    if choice not in choices:
+        raise ValueError(f"early_stopping={choice!r} must be one of {tuple(choices)}")
+    return choices[choice]()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +79,8 @@ class TrainConfig:
             in the paper; not optax.adamw's decoupled decay). Paper: 5e-4.
         l2: ``"first"`` (paper: first layer's weights only) or ``"all"`` (every weight matrix).
         epochs: maximum number of epochs (paper: 200).
-        early_stopping: ``"kipf"`` stops when the validation loss exceeds the mean of the previous
-            ``window`` epochs (the reference code's rule; the default); ``"patience"`` stops after
-            ``patience`` epochs without a better validation accuracy and restores the best params;
-            ``"none"`` runs all epochs.
-        window: Kipf's early-stopping window (paper: 10).
-        patience: epochs without improvement for ``"patience"`` (50 is common).
+        early_stopping: ONE typed choice: :class:`Kipf` (the default, window 10), :class:`Patience`,
+            or ``None`` to run every epoch.
         clip_norm: optional global-norm gradient clipping threshold.
         optimizer: ``"adam"`` (the paper's), ``"adamw"`` (Adam with ``weight_decay`` applied
             DECOUPLED to the weights of the ``l2`` scope, instead of an L2 term in the loss),
@@ -60,12 +94,15 @@ class TrainConfig:
     weight_decay: float = 5e-4
     l2: str = "first"
     epochs: int = 200
-    early_stopping: str = "kipf"
-    window: int = 10
-    patience: int = 50
+    early_stopping: Kipf | Patience | None = Kipf()
     clip_norm: float | None = None
     optimizer: str = "adam"
     momentum: float = 0.9
+
+    @property
+    def kipf_window(self) -> int:
+        """Length of the validation-loss window a run carries (1 when the rule is not Kipf's)."""
+        return self.early_stopping.window if isinstance(self.early_stopping, Kipf) else 1
 
     @property
     def coupled_l2(self) -> float:
@@ -79,10 +116,8 @@ class TrainConfig:
             (self.weight_decay >= 0, f"weight_decay={self.weight_decay} must be >= 0"),
             (self.l2 in L2_SCOPES, f"l2={self.l2!r} must be one of {L2_SCOPES}"),
             (self.epochs >= 1, f"epochs={self.epochs} must be >= 1"),
-            (self.early_stopping in EARLY_STOPPING,
-             f"early_stopping={self.early_stopping!r} must be one of {EARLY_STOPPING}"),
-            (self.window >= 1, f"window={self.window} must be >= 1"),
-            (self.patience >= 1, f"patience={self.patience} must be >= 1"),
+            (self.early_stopping is None or isinstance(self.early_stopping, (Kipf, Patience)),
+             f"early_stopping={self.early_stopping!r} must be Kipf(window), Patience(patience) or None"),
             (self.clip_norm is None or self.clip_norm > 0, f"clip_norm={self.clip_norm} must be > 0"),
             (self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} must be one of {OPTIMIZERS}"),
             (0.0 <= self.momentum < 1.0, f"momentum={self.momentum} must be in [0, 1)"),
@@ -236,7 +271,7 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
     """Build the (uncompiled) functions of a training run for one architecture and optimizer."""
     model = gcn(model_config)
     opt = make_optimizer(config)
-    keep_best = config.early_stopping == "patience"
+    keep_best = isinstance(config.early_stopping, Patience)
 
     def objective(params: Params, logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
         return masked_cross_entropy(logits, labels, mask) + config.coupled_l2 * l2_penalty(params, config.l2)
@@ -247,7 +282,7 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
         nan = jnp.full((config.epochs,), jnp.nan, jnp.float32)
         return RunState(
             params=params, opt_state=opt.init(params), key=k_run, epoch=jnp.int32(0),
-            reason=jnp.int32(RUNNING), val_window=jnp.zeros((config.window,), jnp.float32),
+            reason=jnp.int32(RUNNING), val_window=jnp.zeros((config.kipf_window,), jnp.float32),
             best_params=params, best_val_acc=jnp.float32(-1.0), best_val_loss=jnp.float32(jnp.inf),
             best_epoch=jnp.int32(0),
             history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
@@ -290,19 +325,20 @@ def should_stop_early(config: TrainConfig, epoch: jax.Array, kipf_loss: jax.Arra
                       best_epoch: jax.Array) -> jax.Array:
     """THE early-stopping rule, after 0-based ``epoch`` (pure; per run under vmap).
 
-    ``"kipf"`` (Kipf's reference code): stop once ``epoch > window`` and this epoch's validation
+    :class:`Kipf` (Kipf's reference code): stop once ``epoch > window`` and this epoch's validation
     loss, with its L2 term as the reference computes it (``kipf_loss``), exceeds the mean of the
-    previous ``window`` epochs' (``val_window``). ``"patience"``: stop ``patience`` epochs after
-    the best validation accuracy (``best_epoch``, 1-based, this epoch included). ``"none"``: never.
+    previous ``window`` epochs' (``val_window``). :class:`Patience`: stop ``patience`` epochs after
+    the best validation accuracy (``best_epoch``, 1-based, this epoch included). ``None``: never.
 
-    >>> cfg = TrainConfig(window=2)
+    >>> cfg = TrainConfig(early_stopping=Kipf(window=2))
     >>> bool(should_stop_early(cfg, jnp.int32(3), jnp.float32(1.0), jnp.array([0.5, 0.7]), jnp.int32(3)))
     True
     """
-    if config.early_stopping == "kipf":
-        return (epoch > config.window) & (kipf_loss > jnp.mean(val_window))
-    if config.early_stopping == "patience":
-        return (epoch + 1 - best_epoch) >= config.patience
+    rule = config.early_stopping
+    if isinstance(rule, Kipf):
+        return (epoch > rule.window) & (kipf_loss > jnp.mean(val_window))
+    if isinstance(rule, Patience):
+        return (epoch + 1 - best_epoch) >= rule.patience
     return jnp.bool_(False)
 
 

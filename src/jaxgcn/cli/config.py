@@ -11,7 +11,7 @@ from typing import Any
 
 from jaxgcn.models import GCNConfig
 from jaxgcn.sweep import Grid
-from jaxgcn.train import TrainConfig
+from jaxgcn.train import TrainConfig, early_stopping_from
 
 # Library parameter -> the flag that sets it (every field the CLI maps below, and the engine's
 # keyword arguments the CLI passes through).
@@ -54,8 +54,9 @@ def model_config(args: argparse.Namespace, backend: str, **swept: Any) -> GCNCon
 def train_config(args: argparse.Namespace, **swept: Any) -> TrainConfig:
     """The training settings the flags describe (``swept``: one sweep configuration's values)."""
     pick = {k: swept.get(k, getattr(args, k)) for k in ("lr", "weight_decay", "optimizer")}
-    return TrainConfig(**pick, l2=args.l2, epochs=args.epochs, early_stopping=args.early_stopping,
-                       window=args.window, patience=args.patience, clip_norm=args.clip_norm)
+    return TrainConfig(**pick, l2=args.l2, epochs=args.epochs, clip_norm=args.clip_norm,
+                       early_stopping=early_stopping_from(args.early_stopping, window=args.window,
+                                                          patience=args.patience))
 
 
 def configs(args: argparse.Namespace, backend: str, **swept: Any) -> tuple[GCNConfig, TrainConfig]:
