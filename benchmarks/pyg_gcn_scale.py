@@ -1,6 +1,6 @@
 """PyTorch Geometric's GCN on a graph written by bench_scale.py (run with a torch_geometric Python).
 
-    /work/pyg-venv/bin/python benchmarks/pyg_gcn_scale.py --graph g.npz --adjacency csr
+    PYG_VENV/bin/python benchmarks/pyg_gcn_scale.py --graph g.npz --adjacency csr
 
 --adjacency edge_index: GCNConv's default path (gcn_norm with added self-loops and gather/scatter
 messages on every forward). --adjacency csr: the normalized adjacency computed once and stored as
