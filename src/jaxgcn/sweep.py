@@ -12,7 +12,6 @@ import csv
 import dataclasses
 import io
 import itertools
-import json
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -212,7 +211,3 @@ def rows_to_json(rows: list[Row]) -> list[dict[str, Any]]:
     return [{**r.config, "n_runs": r.n_runs, "val_acc_mean": r.val_mean, "val_acc_std": r.val_std,
              "test_acc_mean": r.test_mean, "test_acc_std": r.test_std, "epochs_mean": r.epochs_mean,
              "runs": r.runs} for r in rows]
-
-
-def write_json(payload: dict[str, Any], path: Path) -> None:
-    write_atomic(path, json.dumps(payload, indent=2) + "\n")

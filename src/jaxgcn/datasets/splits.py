@@ -95,15 +95,6 @@ def read_split_file(path: str, node_ids: np.ndarray) -> dict[str, np.ndarray]:
     return {k: np.sort(index[kinds == k]) for k in SPLIT_NAMES}
 
 
-def write_split_file(path: str, splits: dict[str, np.ndarray], node_ids: np.ndarray) -> None:
-    """Write ``node,split`` rows (original ids) atomically, so a run can be reproduced with
-    ``--split-file``."""
-    from jaxgcn.outputs import write_atomic
-
-    rows = [f"{node_ids[i]},{k}\n" for k in SPLIT_NAMES for i in np.asarray(splits.get(k, []), np.int64)]
-    write_atomic(path, "node,split\n" + "".join(rows))
-
-
 def split_table(codes: np.ndarray, node_ids: np.ndarray) -> str:
     """``node,split`` CSV text (what ``--split-file`` reads) of per-node :data:`SPLIT_CODES`.
 
