@@ -206,22 +206,21 @@ def make_run_inputs(*, dropout: Any, hidden: Any, lr: Any = None, weight_decay: 
                      jnp.asarray(scales), col(hidden, jnp.int32, 0), col(split, jnp.int32, 0))
 
 
-def _keep(config: GCNConfig, key: jax.Array, runs: RunInputs, counter: Any, shape: tuple[int, ...],
-          run_axis: int) -> jax.Array:
-    """Per-run keep masks of ``shape`` (which has the run axis at ``run_axis``), from the runs' keys
-    [R]. ``hash``: the counter hash of :func:`jaxgcn.layers.keep_mask` (``counter`` broadcasts
+def _keep(config: GCNConfig, key: jax.Array, runs: RunInputs, counter: Any, shape: tuple[int, ...]) -> jax.Array:
+    """Per-run keep masks of ``shape`` (``[n, R]`` or ``[n, R, width]``: the run axis second), from
+    the runs' keys [R]. ``hash``: the counter hash of :func:`jaxgcn.layers.keep_mask` (``counter`` broadcasts
     against ``shape``); ``jax``: ``jax.random.bernoulli`` per run, as a single run draws it."""
     one_run = key.shape[0] == 1  # then no vmap: the same numbers, a smaller program to compile
     if config.dropout_rng == "jax":
-        one = shape[:run_axis] + shape[run_axis + 1:]
+        one = shape[:1] + shape[2:]
         if one_run:
-            return jnp.expand_dims(jax.random.bernoulli(key[0], runs.keep_scale[0], one), run_axis)
-        return jax.vmap(lambda k, q: jax.random.bernoulli(k, q, one), out_axes=run_axis)(key, runs.keep_scale)
+            return jnp.expand_dims(jax.random.bernoulli(key[0], runs.keep_scale[0], one), 1)
+        return jax.vmap(lambda k, q: jax.random.bernoulli(k, q, one), out_axes=1)(key, runs.keep_scale)
     if one_run:
         seeds = jax.random.bits(key[0], (2,), jnp.uint32)[None]
     else:
         seeds = jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32))(key)  # [R, 2]
-    expand = [d for d in range(len(shape)) if d != run_axis]
+    expand = [d for d in range(len(shape)) if d != 1]
     seeds = jnp.expand_dims(seeds, expand)  # the run axis in place, a trailing pair of seeds
     threshold = jnp.expand_dims(runs.keep_threshold, expand)
     return hash_bits(counter, seeds) >= threshold
@@ -233,11 +232,11 @@ def _drop_input(config: GCNConfig, x: Features, key: jax.Array, runs: RunInputs)
     r = runs.keep_scale.shape[0]
     if is_sparse(x):
         counter = jax.lax.iota(jnp.uint32, x.nse)[:, None]
-        keep = _keep(config, key, runs, counter, (x.nse, r), 1)
+        keep = _keep(config, key, runs, counter, (x.nse, r))
         return jnp.where(keep, x.data[:, None] / runs.keep_scale[None, :], 0.0)
     n, f = x.shape
     counter = jax.lax.iota(jnp.uint32, n)[:, None, None] * jnp.uint32(f) + jax.lax.iota(jnp.uint32, f)[None, None, :]
-    keep = _keep(config, key, runs, counter, (n, r, f), 1)
+    keep = _keep(config, key, runs, counter, (n, r, f))
     return jnp.where(keep, x[:, None, :] / runs.keep_scale[None, :, None], 0.0)
 
 
@@ -247,7 +246,7 @@ def _drop_hidden(config: GCNConfig, h: jax.Array, key: jax.Array, runs: RunInput
     n, r, width = h.shape
     counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * runs.hidden.astype(jnp.uint32)[None, :, None]
                + jax.lax.iota(jnp.uint32, width)[None, None, :])
-    keep = _keep(config, key, runs, counter, (n, r, width), 1)
+    keep = _keep(config, key, runs, counter, (n, r, width))
     return jnp.where(keep, h / runs.keep_scale[None, :, None], 0.0)
 
 
