@@ -223,6 +223,23 @@ def npz_dir(**override: Any) -> Callable[[Path], None]:
 # --- the table ---------------------------------------------------------------------------------------
 
 
+def write_ogb(d: Path, splits: tuple[str, ...] = ("other", "time")) -> Path:
+    """A ``--dataset ogb:DIR`` folder (header-less gzip CSVs) with one split folder per name."""
+    root = d / "ogb"
+
+    def gz(path: Path, rows: Any) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(path, "wt") as f:
+            f.write("".join(",".join(str(v) for v in np.atleast_1d(row)) + "\n" for row in rows))
+
+    gz(root / "raw" / "edge.csv.gz", [(i, (i + 1) % N) for i in range(N)])
+    gz(root / "raw" / "node-label.csv.gz", np.arange(N) % 3)
+    for name in splits:
+        for part, ids in (("train", range(6)), ("valid", range(6, 12)), ("test", range(12, 24))):
+            gz(root / "split" / name / f"{part}.csv.gz", ids)
+    return root
+
+
 class Case(NamedTuple):
     id: str
     write: Callable[[Path], None] | None  # writes the bad file(s) into the case's folder
@@ -392,6 +409,15 @@ CASES = [
     Case("split-file-is-a-directory", folder("split_dir"), {}, ["--split-file", "{d}/split_dir"],
          r"split file .*split_dir: is a directory"),
     Case("edges-missing", None, {"--edges": "nope.csv"}, [], r"edges file .*nope\.csv: not found"),
+    # library errors name the parameter (data_dir=, split=); the CLI puts the flag that sets it in front
+    Case("planetoid-data-dir-missing", None, NO_FILES, ["--dataset", "tiny", "--data-dir", "{d}/nowhere"],
+         r"^jaxgcn: error: --data-dir: data_dir=.*nowhere: not a directory; pass the folder holding ind\.<name>\.x"),
+    Case("planetoid-data-dir-without-a-graph-file", None, NO_FILES, ["--dataset", "planetoid", "--data-dir", "{d}"],
+         r"^jaxgcn: error: --data-dir: data_dir=.*: expected exactly one ind\.<name>\.graph file, found none"),
+    Case("ogb-several-splits", write_ogb, NO_FILES, ["--dataset", "ogb:{d}/ogb"],
+         r"^jaxgcn: error: --ogb-split: split=None: .*ogb/split holds several splits \(other, time\); name the one"),
+    Case("ogb-unknown-split", write_ogb, NO_FILES, ["--dataset", "ogb:{d}/ogb", "--ogb-split", "nope"],
+         r"^jaxgcn: error: --ogb-split: split='nope': .*ogb/split has no such folder; it has other, time"),
 ]
 
 
@@ -443,6 +469,30 @@ def test_the_valid_planetoid_folder_loads(tmp_path):
     assert graph.features.shape == (P_ALLX + P_TEST, P_F) and graph.splits["test"].size == P_TEST
     prepared = prepare(graph, backend="segment", on_device=False)
     assert prepared.info["n_classes"] == 3
+
+
+def test_library_errors_name_the_parameter_and_the_cli_the_flag(tmp_path, capsys, monkeypatch):
+    """The library's message begins with its parameter; ``jaxgcn.cli.main`` prints it with the flag in front."""
+    from jaxgcn import csr as csr_mod
+    from jaxgcn.datasets import synthetic
+    from jaxgcn.datasets.ogb import load_ogb
+
+    with pytest.raises(ValueError, match=r"^data_dir=.*nowhere: not a directory"):
+        load_raw(tmp_path / "nowhere", "tiny")
+    root = write_ogb(tmp_path)
+    with pytest.raises(ValueError, match=r"^split=None: .*several splits \(other, time\)"):
+        load_ogb(root)
+    assert load_ogb(root, split="time").splits["train"].size == 6
+    monkeypatch.setattr(csr_mod, "_load", lambda: (False, "disabled by JAXGCN_NO_KERNELS"))
+    raw = synthetic(60, n_classes=3, n_features=4, train_per_class=2, seed=0)
+    with pytest.raises(ValueError, match=r"^backend='csr' needs the fused CPU kernel, .*; use backend='segment'"):
+        prepare(raw, backend="csr")
+    assert main(["train", "--dataset", "synthetic", "--nodes", "60", "--classes", "3", "--features", "4",
+                 "--backend", "csr", *TRAIN]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxgcn: error: --backend: backend='csr' needs the fused CPU kernel"), err
+    assert main(["train", "--dataset", f"ogb:{root}", *TRAIN]) == 2
+    assert capsys.readouterr().err.startswith("jaxgcn: error: --ogb-split: split=None: ")
 
 
 # --- inputs that used to fail and now load -----------------------------------------------------------

@@ -106,8 +106,8 @@ def test_unavailable_kernel_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("JAXGCN_NO_KERNELS", "1")
     monkeypatch.setattr(csr_mod, "_load", lambda: (False, "disabled by JAXGCN_NO_KERNELS"))
     assert not csr_mod.kernel_possible()
-    with pytest.raises(ValueError, match=r"backend 'csr' needs the fused CPU kernel, which is unavailable: "
-                                         r"disabled by JAXGCN_NO_KERNELS; use --backend segment"):
+    with pytest.raises(ValueError, match=r"^backend='csr' needs the fused CPU kernel, which is unavailable: "
+                                         r"disabled by JAXGCN_NO_KERNELS; use backend='segment'"):
         spmm(csr_from_scipy(sp.eye(2, format="csr")), jnp.ones((2, 1)))
 
 

@@ -173,7 +173,8 @@ def test_load_dataset_with_data_dir_reads_raw_files(planetoid_dir):
 
 
 def test_load_raw_needs_a_name_when_the_folder_holds_several(planetoid_dir):
-    with pytest.raises(ValueError, match=r"expected exactly one ind\.<name>\.graph file, found citeseer, cora"):
+    with pytest.raises(ValueError, match=r"^data_dir=.*: expected exactly one ind\.<name>\.graph file, found "
+                                         r"citeseer, cora; pass the dataset name \(e\.g\. name='pubmed'\)"):
         load_raw(planetoid_dir)
 
 
@@ -187,12 +188,12 @@ def test_load_raw_infers_the_only_name(planetoid_dir, tmp_path):
 def test_load_raw_names_missing_files(tmp_path):
     for part in ("x", "y", "tx", "allx", "ally", "graph"):
         (tmp_path / f"ind.mini.{part}").write_bytes(b"")
-    with pytest.raises(ValueError, match=r"missing ind\.mini\.ty, ind\.mini\.test\.index"):
+    with pytest.raises(ValueError, match=r"^data_dir=.*: missing ind\.mini\.ty, ind\.mini\.test\.index"):
         load_raw(tmp_path, "mini")
 
 
 def test_load_raw_rejects_a_missing_directory(tmp_path):
-    with pytest.raises(ValueError, match="not a directory"):
+    with pytest.raises(ValueError, match=r"^data_dir=.*nope: not a directory"):
         load_raw(tmp_path / "nope", "cora")
 
 

@@ -232,6 +232,19 @@ def test_embedding_projection_keeps_the_classes_apart():
     assert abs(xy[:50, 0].mean() - xy[50:, 0].mean()) > 10 * xy[:50, 0].std()  # PC 1 separates them
 
 
+def test_plot_library_errors_name_the_parameter(tmp_path):
+    from jaxgcn.plots import project_2d, read_log, sweep_heatmap
+
+    with pytest.raises(ValueError, match=r"^method='umap' must be pca or tsne$"):
+        project_2d(np.zeros((4, 3)), "umap")
+    configurations = [{"lr": 0.01, "hidden": 16, "val_acc_mean": 0.5}]
+    with pytest.raises(ValueError, match=r"^y='momentum' is not a swept hyperparameter; choose from \['lr', 'hidden"):
+        sweep_heatmap(configurations, "lr", "momentum", tmp_path / "x.png")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match=r"empty\.jsonl: no records; train with Progress\(log_file='.*empty\.jsonl'\)"):
+        read_log(tmp_path / "empty.jsonl")
+
+
 def test_sweep_heatmap_png(trained, tmp_path):
     out = tmp_path / "sweep.png"
     assert run_main(["plot", "sweep", "--sweep-json", str(trained / "sweep.json"), "--x", "lr", "--y", "hidden",
@@ -241,8 +254,9 @@ def test_sweep_heatmap_png(trained, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["plot", "curves"], "jaxgcn plot curves needs --log"),
-    (["plot", "sweep", "--sweep-json", "SWEEP", "--x", "momentum"], "'momentum' is not a swept hyperparameter"),
-    (["plot", "curves", "--log", "BAD"], r"bad.jsonl, line 1: not a jaxgcn --log record"),
+    (["plot", "sweep", "--sweep-json", "SWEEP", "--x", "momentum"], "--x: x='momentum' is not a swept hyperparameter"),
+    (["plot", "sweep", "--sweep-json", "SWEEP", "--y", "momentum"], "--y: y='momentum' is not a swept hyperparameter"),
+    (["plot", "curves", "--log", "BAD"], r"bad.jsonl, line 1: not a jaxgcn training-log record"),
     (["plot", "curves", "--log", "MISSING"], r"no such file; write it with `jaxgcn train --log"),
 ])
 def test_plot_errors_name_the_argument(tmp_path, capsys, trained, args, message):

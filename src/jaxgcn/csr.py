@@ -199,8 +199,8 @@ def require_kernel() -> None:
     """Raise a clear error when the ``csr`` backend is asked for but the kernel cannot run."""
     ok, reason = kernel_status()
     if not ok:
-        raise ValueError(f"backend 'csr' needs the fused CPU kernel, which is unavailable: {reason}; "
-                         "use --backend segment (or auto)")
+        raise ValueError(f"backend='csr' needs the fused CPU kernel, which is unavailable: {reason}; "
+                         "use backend='segment' (or 'auto')")
 
 
 # ----------------------------------------------------------------------------- the product

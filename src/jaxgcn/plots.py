@@ -60,15 +60,15 @@ def read_log(path: str | os.PathLike) -> dict[int, dict[str, np.ndarray]]:
                     continue
                 run, epoch = int(rec["run"]), int(rec["epoch"])
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                raise ValueError(f"{path}, line {number}: not a jaxgcn --log record ({line.strip()[:60]!r}); "
-                                 "give the file written by `jaxgcn train --log FILE`") from None
+                raise ValueError(f"{path}, line {number}: not a jaxgcn training-log record ({line.strip()[:60]!r}); "
+                                 "give the JSON-lines file that Progress(log_file=...) writes") from None
             rows = runs.setdefault(run, [])
             if rows and epoch <= rows[-1]["epoch"]:
                 rows.clear()  # a new training appended to the same file
                 stops.pop(run, None)
             rows.append(rec)
     if not runs:
-        raise ValueError(f"{path}: no records; train with --log {path} first")
+        raise ValueError(f"{path}: no records; train with Progress(log_file={str(path)!r}) first")
     keys = ("epoch", "loss", "train_acc", "val_loss", "val_acc")
     out = {run: {k: np.array([np.nan if r.get(k) is None else r[k] for r in rows], np.float64) for k in keys}
            for run, rows in sorted(runs.items())}
@@ -134,10 +134,10 @@ def project_2d(h: np.ndarray, method: str = "pca", seed: int = 0) -> np.ndarray:
         try:
             from sklearn.manifold import TSNE
         except ImportError:
-            raise ValueError("--method tsne needs scikit-learn (pip install scikit-learn); --method pca needs "
+            raise ValueError("method='tsne' needs scikit-learn (pip install scikit-learn); method='pca' needs "
                              "nothing more") from None
         return TSNE(n_components=2, random_state=seed, init="pca").fit_transform(h)
-    raise ValueError(f"--method {method!r} must be pca or tsne")
+    raise ValueError(f"method={method!r} must be pca or tsne")
 
 
 def embeddings(h: np.ndarray, labels: np.ndarray, out: str | os.PathLike, *, class_names: list[str] | None = None,
@@ -174,10 +174,10 @@ def sweep_heatmap(configurations: list[dict[str, Any]], x: str, y: str, out: str
     plt = _pyplot()
     if not configurations:
         raise ValueError("the sweep has no configurations")
-    for key in (x, y):
+    for param, key in (("x", x), ("y", y)):
         if key not in configurations[0]:
             known = [k for k in configurations[0] if k in ("lr", "weight_decay", "dropout", "hidden", "layers")]
-            raise ValueError(f"--x/--y {key!r} is not a swept hyperparameter; choose from {known}")
+            raise ValueError(f"{param}={key!r} is not a swept hyperparameter; choose from {known}")
     xs = sorted({c[x] for c in configurations})
     ys = sorted({c[y] for c in configurations})
     grid = np.full((len(ys), len(xs)), np.nan)

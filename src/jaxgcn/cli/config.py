@@ -13,8 +13,8 @@ from jaxgcn.models import GCNConfig
 from jaxgcn.sweep import Grid
 from jaxgcn.train import TrainConfig, early_stopping_from
 
-# Library parameter -> the flag that sets it (every field the CLI maps below, and the engine's
-# keyword arguments the CLI passes through).
+# Library parameter -> the flag that sets it (every field the CLI maps below, the engine's keyword
+# arguments the CLI passes through, and the data and plot functions' parameters their errors name).
 FLAGS = {
     "hidden": "--hidden", "layers": "--layers", "dropout": "--dropout", "bias": "--bias", "residual": "--residual",
     "layer_norm": "--layer-norm", "backend": "--backend", "dropout_rng": "--dropout-rng",
@@ -23,6 +23,9 @@ FLAGS = {
     "early_stopping": "--early-stopping", "window": "--window", "patience": "--patience",
     "clip_norm": "--clip-norm", "optimizer": "--optimizer",
     "n_devices": "--devices", "memory_budget": "--memory-budget", "n_splits": "--splits",
+    # load_raw's data_dir; load_ogb's split (the OGB split folder: the CLI's --split is public/random,
+    # which no library parameter of that name takes); plots' project_2d method and sweep_heatmap axes
+    "data_dir": "--data-dir", "split": "--ogb-split", "method": "--method", "x": "--x", "y": "--y",
 }
 SWEPT = ("hidden", "layers", "dropout", "lr", "weight_decay", "optimizer")  # per configuration in a sweep
 _PARAM = re.compile(r"^([a-z_][a-z0-9_]*)[=:]")

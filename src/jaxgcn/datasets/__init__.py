@@ -72,7 +72,7 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: st
     if key in BUNDLED:
         return load_bundled(key)
     known = ", ".join([*BUNDLED, "synthetic", "ogb:DIR", "npz:DIR"])
-    raise ValueError(f"unknown dataset {name!r}; choose one of {known}, or pass --data-dir DIR "
+    raise ValueError(f"unknown dataset {name!r}; choose one of {known}, or pass data_dir=DIR "
                      "with raw Planetoid files")
 
 
@@ -227,9 +227,9 @@ def prepare(
     if backend == "dense":
         dense_bytes = 4 * n_nodes * n_nodes
         if dense_bytes > available_bytes() // 2:
-            raise ValueError(f"{raw.name}: backend 'dense' needs a {n_nodes:,} x {n_nodes:,} adjacency, "
+            raise ValueError(f"backend='dense': {raw.name} needs a {n_nodes:,} x {n_nodes:,} adjacency, "
                              f"{dense_bytes / GiB:,.1f} GiB, more than half the {available_bytes() / GiB:.1f} GiB "
-                             "available; use --backend auto (sparse) instead")
+                             "available; use backend='auto' (sparse) instead")
         graph = with_dense(graph)
     if backend == "csr":
         require_kernel()
@@ -271,7 +271,7 @@ def with_random_splits(prepared: Prepared, labels: np.ndarray, n_splits: int, *,
     ((3, 2708), 140.0)
     """
     if n_splits < 1:
-        raise ValueError(f"--splits {n_splits}: give at least one split")
+        raise ValueError(f"n_splits={n_splits}: give at least one split")
     n = labels.shape[0]
     stacks: dict[str, list[np.ndarray]] = {"train": [], "val": [], "test": []}
     for k in range(n_splits):

@@ -48,13 +48,15 @@ def _pick_split(root: Path, split: str | None) -> Path:
     names = sorted(p.name for p in (root / "split").iterdir() if p.is_dir()) if (root / "split").is_dir() else []
     if not names:
         raise ValueError(f"{root}: no split/<name>/ folder with train/valid/test.csv.gz; OGB node-property "
-                         "datasets ship one (or use --split random)")
+                         "datasets ship one: copy split/ from the dataset's download (or save the graph as npz:DIR "
+                         "arrays, whose split is optional)")
     if split is None:
         if len(names) > 1:
-            raise ValueError(f"{root}/split holds several splits ({', '.join(names)}); choose one with --ogb-split")
+            raise ValueError(f"split=None: {root}/split holds several splits ({', '.join(names)}); name the one "
+                             "to use")
         split = names[0]
     if split not in names:
-        raise ValueError(f"{root}/split has no split {split!r}; it has {', '.join(names)}")
+        raise ValueError(f"split={split!r}: {root}/split has no such folder; it has {', '.join(names)}")
     return root / "split" / split
 
 

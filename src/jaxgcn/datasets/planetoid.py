@@ -161,19 +161,19 @@ def _labels_array(obj: Any, path: Path, rows: int) -> np.ndarray:
 
 def _find_prefix(data_dir: Path, name: str | None) -> tuple[Path, str]:
     if not data_dir.is_dir():
-        raise ValueError(f"--data-dir {data_dir}: not a directory; pass the folder holding ind.<name>.x etc.")
+        raise ValueError(f"data_dir={data_dir}: not a directory; pass the folder holding ind.<name>.x etc.")
     if name is None:
         names = sorted(p.name[len("ind.") : -len(".graph")] for p in data_dir.glob("ind.*.graph"))
         if len(names) != 1:
             found = ", ".join(names) or "none"
             raise ValueError(
-                f"--data-dir {data_dir}: expected exactly one ind.<name>.graph file, found {found}; "
-                "pass the dataset name (e.g. --dataset pubmed)"
+                f"data_dir={data_dir}: expected exactly one ind.<name>.graph file, found {found}; "
+                "pass the dataset name (e.g. name='pubmed')"
             )
         name = names[0]
     missing = [f"ind.{name}.{p}" for p in (*_RAW_PARTS, "test.index") if not (data_dir / f"ind.{name}.{p}").is_file()]
     if missing:
-        raise ValueError(f"--data-dir {data_dir}: missing {', '.join(missing)}; a raw Planetoid "
+        raise ValueError(f"data_dir={data_dir}: missing {', '.join(missing)}; a raw Planetoid "
                          "dataset needs ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index}")
     return data_dir, name
 

@@ -44,7 +44,7 @@ def synthetic(
     # dense float32 features (drawn, scaled, summed), 6 int64/float64 arrays per edge, per-node arrays
     check_allocation(12 * n_nodes * n_features + 48 * n_edges + 64 * n_nodes, "synthetic",
                      f"{n_nodes:,} nodes x {n_features:,} features with {n_edges:,} edges",
-                     "lower --nodes, --features or --avg-degree")
+                     "lower n_nodes, n_features or avg_degree")
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, n_classes, n_nodes).astype(np.int32)
     order = np.argsort(labels, kind="stable")
