@@ -19,8 +19,9 @@ import pytest
 from jaxgcn import datasets
 from jaxgcn.cli import main
 from jaxgcn.models import GCNConfig
-from jaxgcn.sweep import GRID_KEYS, Grid, estimate_bytes, format_table, rows_to_json, run_grid, write_csv
-from jaxgcn.train import TrainConfig, fit
+from jaxgcn.sweep import (GRID_KEYS, Entry, Grid, estimate_bytes, format_table, grid_values, lower, program_key,
+                          rows_to_json, run_entries, run_grid, write_csv)
+from jaxgcn.train import Patience, TrainConfig, fit
 
 MODEL = GCNConfig(backend="csr")  # what auto picks here
 BASE = TrainConfig(epochs=30)
@@ -183,6 +184,105 @@ def test_grid_configs_cross_every_value_and_reject_empty_lists():
     assert len({tuple(c.values()) for c in configs}) == 8
     with pytest.raises(ValueError, match="--weight-decay: give at least one value"):
         Grid(weight_decay=()).configs()
+
+
+# --- entries: lower and run_entries -------------------------------------------------------------------
+
+
+def test_lower_writes_every_grid_value_into_its_config_field():
+    base_model = dataclasses.replace(MODEL, residual=True)
+    base_train = dataclasses.replace(BASE, l2="all")
+    grid = Grid(lr=(0.01, 0.05), weight_decay=(0.0, 1e-3), dropout=(0.0, 0.3), hidden=(8,), layers=(2, 3),
+                optimizer=("adam", "sgd"))
+    entries = lower(grid, [4, 7], 3, model_config=base_model, config=base_train)
+    configs = grid.configs()
+    assert len(entries) == len(configs) * 2 * 3 == 192 and all(isinstance(e, Entry) for e in entries)
+    for i, values in enumerate(configs):  # configuration-major, then seed, then split
+        block = entries[6 * i:6 * i + 6]
+        assert [(e.seed, e.split) for e in block] == [(s, k) for s in (4, 7) for k in range(3)]
+        for e in block:
+            assert (e.train.lr, e.train.weight_decay, e.train.optimizer) == (
+                values["lr"], values["weight_decay"], values["optimizer"])
+            assert (e.model.dropout, e.model.hidden, e.model.layers) == (
+                values["dropout"], values["hidden"], values["layers"])
+            # everything else is the base configs'
+            assert e.model == dataclasses.replace(base_model, dropout=e.model.dropout, hidden=8, layers=e.model.layers)
+            assert e.train == dataclasses.replace(base_train, lr=e.train.lr, weight_decay=e.train.weight_decay,
+                                                  optimizer=e.train.optimizer)
+            assert grid_values(e) == values
+    assert base_model.hidden == 16 and base_train.lr == 0.01  # the bases are copied, not changed
+
+
+@pytest.mark.parametrize("grid, seeds, n_splits, match", [
+    (Grid(), [], 1, r"seeds: give at least one seed"),
+    (Grid(), [0], 0, r"n_splits=0: a sweep needs at least 1 split"),
+    (Grid(hidden=(16, 0)), [0], 1, r"hidden=0: the hidden width must be >= 1"),
+    (Grid(optimizer=("adam", "rmsprop")), [0], 1, r"optimizer='rmsprop' must be one of"),
+], ids=["no_seeds", "no_splits", "bad_hidden", "bad_optimizer"])
+def test_lower_rejects_what_no_run_can_use(grid, seeds, n_splits, match):
+    with pytest.raises(ValueError, match=match):
+        lower(grid, seeds, n_splits, model_config=MODEL, config=BASE)
+
+
+def test_program_key_ignores_only_the_per_run_fields():
+    (e,) = lower(Grid(), [0], model_config=MODEL, config=BASE)
+    same = [e._replace(model=dataclasses.replace(e.model, dropout=0.1, hidden=64)),
+            e._replace(train=dataclasses.replace(e.train, lr=0.2, weight_decay=0.0)), e._replace(seed=5, split=2)]
+    assert all(program_key(x) == program_key(e) for x in same)
+    other = [e._replace(train=dataclasses.replace(e.train, epochs=20)),
+             e._replace(train=dataclasses.replace(e.train, l2="all")),
+             e._replace(train=dataclasses.replace(e.train, early_stopping=Patience(5))),
+             e._replace(model=dataclasses.replace(e.model, layers=3)),
+             e._replace(model=dataclasses.replace(e.model, bias=True))]
+    assert len({program_key(x) for x in [e, *other]}) == 1 + len(other)
+    # With layer norm the width is part of the parameters' structure: other widths, other programs.
+    norm = e._replace(model=dataclasses.replace(e.model, layer_norm=True))
+    assert program_key(norm) != program_key(norm._replace(model=dataclasses.replace(norm.model, hidden=8)))
+    assert program_key(norm) == program_key(norm._replace(model=dataclasses.replace(norm.model, dropout=0.1)))
+
+
+def test_entries_differing_in_epochs_run_as_two_programs_each_equal_to_its_single_run(prepared, single):
+    (e,) = lower(Grid(), [0], model_config=MODEL, config=BASE)
+    entries = [e._replace(train=dataclasses.replace(e.train, epochs=12)), e]
+    lines = []
+    outcomes = run_entries(prepared.data, prepared.n_classes, entries, log=lines.append)
+    assert [(m.group(1), m.group(2), m.group(5)) for m in map(GROUP.match, lines)] == [("1", "2", "1"), ("2", "2", "1")]
+    assert outcomes[0].epochs_run <= 12  # the shorter run stopped at its own epochs
+    for entry, outcome in zip(entries, outcomes):  # in the order of the entries
+        one = single(entry.model, entry.train, entry.seed)
+        assert outcome.val_acc == pytest.approx(one.metrics["val_acc"], abs=1e-6)
+        assert outcome.test_acc == pytest.approx(one.metrics["test_acc"], abs=1e-6)
+        assert outcome.epochs_run == one.epochs_run
+
+
+def test_a_weight_decay_list_starting_at_zero_keeps_the_l2_term_of_the_other_runs(prepared, single):
+    # The program's own config used to carry the FIRST weight decay; at 0 the batched step left the
+    # L2 term out for every run of the program, 5e-2 included.
+    base = dataclasses.replace(BASE, weight_decay=0.0)
+    rows = run_grid(prepared.data, prepared.n_classes, Grid(weight_decay=(0.0, 5e-2)), [0], model_config=MODEL,
+                    config=base, log=None)
+    for r in rows:
+        one = single(MODEL, dataclasses.replace(base, weight_decay=r.config["weight_decay"]), 0)
+        assert r.runs[0]["val_acc"] == pytest.approx(one.metrics["val_acc"], abs=1e-6)
+        assert r.runs[0]["test_acc"] == pytest.approx(one.metrics["test_acc"], abs=1e-6)
+    assert len({r.runs[0]["val_acc"] for r in rows}) == 2
+
+
+def test_run_entries_on_part_of_a_cora_sweep_equals_the_sweep():
+    cora = datasets.prepare(datasets.load_dataset("cora"))
+    grid, config = Grid(lr=(0.01, 0.05), hidden=(8, 16)), TrainConfig(epochs=20)
+    model = GCNConfig(backend=cora.backend)
+    rows = run_grid(cora.data, cora.n_classes, grid, SEEDS, model_config=model, config=config, log=None)
+    entries = lower(grid, SEEDS, model_config=model, config=config)
+    part = [e for e in entries if e.model.hidden == 8][::-1]  # another padded width, in another order
+    outcomes = run_entries(cora.data, cora.n_classes, part, log=None)
+    assert len(outcomes) == 4
+    for e, o in zip(part, outcomes):
+        (run,) = [run for run in find(rows, **grid_values(e)).runs if run["seed"] == e.seed]
+        assert o.val_acc == pytest.approx(run["val_acc"], abs=1e-6)
+        assert o.test_acc == pytest.approx(run["test_acc"], abs=1e-6)
+        assert o.epochs_run == run["epochs_run"]
+    assert rows[0].val_mean > 0.5  # 7 classes: the runs learned something
 
 
 # --- reports ----------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Hyperparameter grids × seeds × splits, run as few compiled programs as possible.
 
-Learning rate, L2 factor, dropout and hidden width vary per run inside one program
-(:mod:`jaxgcn.batched`); configurations that cannot share a program (another layer count, or
-different widths with layer norm) form separate groups. A group too large for the memory budget
-is split into chunks.
+A grid is lowered to a list of entries (:func:`lower`), each the full configs of ONE run plus its
+seed and split, and the entries are run (:func:`run_entries`): learning rate, L2 factor, dropout
+and hidden width vary per run inside one program (:mod:`jaxgcn.batched`); entries whose configs
+differ in anything else (layer count, optimizer, epochs, widths with layer norm, ...) form separate
+groups. A group too large for the memory budget is split into chunks.
 """
 
 from __future__ import annotations
@@ -77,10 +78,182 @@ class Row(NamedTuple):
     runs: list[dict[str, Any]]
 
 
-def _group_key(cfg: dict[str, Any], layer_norm: bool) -> tuple:
-    """Configurations that can share one program: the same layer count and optimizer (the state's
-    structure), and with layer norm the same width."""
-    return (cfg["layers"], cfg["optimizer"], cfg["hidden"] if layer_norm else None)
+class Entry(NamedTuple):
+    """One run of a sweep: the full configs of that run, its seed and its split.
+
+    Every hyperparameter of the run lives in ``model`` and ``train`` (nothing is kept on the side);
+    ``split`` indexes the stacked split masks of the data (0 when there is one split).
+    """
+
+    model: GCNConfig
+    train: TrainConfig
+    seed: int
+    split: int
+
+
+class Outcome(NamedTuple):
+    """How one entry's run ended."""
+
+    val_acc: float
+    test_acc: float
+    epochs_run: int
+
+
+# Where each grid value is written: the model's config or the training config.
+_MODEL_KEYS = ("dropout", "hidden", "layers")
+_TRAIN_KEYS = ("lr", "weight_decay", "optimizer")
+
+
+def lower(
+    grid: Grid,
+    seeds: list[int],
+    n_splits: int = 1,
+    *,
+    model_config: GCNConfig = GCNConfig(),
+    config: TrainConfig = TrainConfig(),
+) -> list[Entry]:
+    """``grid`` crossed with ``seeds`` and splits ``0 .. n_splits - 1``: one entry per run, in the
+    order of :meth:`Grid.configs`, then seed, then split. Each entry's configs are copies of
+    ``model_config`` and ``config`` with that configuration's values written in (``lr``,
+    ``weight_decay``, ``optimizer`` into the :class:`TrainConfig`; ``dropout``, ``hidden``,
+    ``layers`` into the :class:`GCNConfig`), validated by their constructors.
+
+    >>> entries = lower(Grid(lr=(0.01, 0.05), layers=(2, 3)), [0, 1], 2)
+    >>> len(entries), entries[0].train.lr, entries[-1].train.lr, entries[-1].model.layers, entries[-1][2:]
+    (16, 0.01, 0.05, 3, (1, 1))
+    """
+    if not seeds:
+        raise ValueError("seeds: give at least one seed")
+    if n_splits < 1:
+        raise ValueError(f"n_splits={n_splits}: a sweep needs at least 1 split")
+    entries = []
+    for values in grid.configs():
+        model = dataclasses.replace(model_config, **{k: values[k] for k in _MODEL_KEYS})
+        train = dataclasses.replace(config, **{k: values[k] for k in _TRAIN_KEYS})
+        entries.extend(Entry(model, train, seed, split) for seed in seeds for split in range(n_splits))
+    return entries
+
+
+def grid_values(entry: Entry) -> dict[str, Any]:
+    """The :data:`GRID_KEYS` values of an entry, read back from its configs.
+
+    >>> grid_values(lower(Grid(hidden=(32,)), [0])[0])["hidden"]
+    32
+    """
+    where = {**{k: entry.model for k in _MODEL_KEYS}, **{k: entry.train for k in _TRAIN_KEYS}}
+    return {k: getattr(where[k], k) for k in GRID_KEYS}
+
+
+def program_key(entry: Entry) -> tuple[GCNConfig, TrainConfig]:
+    """The configs of the program an entry runs in: its own, with the per-run fields (learning
+    rate, weight decay, dropout, and the hidden width unless layer norm ties it to the parameters'
+    shapes) set to fixed values, since :class:`jaxgcn.batched.RunSpec` carries them per run. Entries
+    with equal keys share one program; any other difference (epochs, L2 scope, ...) separates them.
+
+    >>> entries = lower(Grid(lr=(0.01, 0.05), layers=(2, 3)), [0])  # (0.01, 2), (0.01, 3), (0.05, 2), ...
+    >>> [program_key(e) == program_key(entries[0]) for e in entries]
+    [True, False, True, False]
+    """
+    hidden = entry.model.hidden if entry.model.layer_norm else GCNConfig.hidden
+    model = dataclasses.replace(entry.model, dropout=GCNConfig.dropout, hidden=hidden)
+    return model, dataclasses.replace(entry.train, lr=TrainConfig.lr, weight_decay=TrainConfig.weight_decay)
+
+
+def run_entries(
+    data: TrainData,
+    n_classes: int,
+    entries: list[Entry],
+    *,
+    memory_budget: int | None = None,
+    log: Callable[[str], None] | None = print,
+    process_index: int = 0,
+    process_count: int = 1,
+    combine: Callable[[np.ndarray], np.ndarray] | None = None,
+    progress: Any = None,
+) -> list[Outcome]:
+    """Run every entry; return their outcomes in the order of ``entries``.
+
+    Entries with equal :func:`program_key` run in one compiled program (:func:`jaxgcn.batched.fit_runs`)
+    padded to the group's widest hidden layer; groups run fewest layers first, then by optimizer
+    name. A group over ``memory_budget`` bytes (default: half the free memory) runs in chunks.
+    ``data``'s masks are [n_splits, n_nodes] when there is more than one split.
+
+    In a job of ``process_count`` processes (``jax.distributed``), process ``process_index`` runs
+    every ``process_count``-th entry of each group on its own devices; ``combine`` sums the
+    processes' [n_entries, 4] result arrays (each fills only its own rows), e.g. with
+    ``multihost_utils.process_allgather(x).sum(0)``, so every process returns every outcome.
+    ``progress`` (a :class:`jaxgcn.progress.Progress`) shows each chunk's epochs.
+    """
+    groups = _groups(entries)
+    row = {j: r for r, j in enumerate(j for members in groups.values() for j in members)}  # result array rows
+    budget = memory_budget or available_bytes() // 2
+    results = np.zeros((len(entries), 4))  # val_acc, test_acc, epochs_run, done
+    for g, ((model, train), members) in enumerate(groups.items()):
+        mine = members[process_index::process_count]
+        if not mine:
+            continue
+        padded = dataclasses.replace(model, hidden=max(entries[j].model.hidden for j in members))
+        rows = [row[j] for j in mine]
+        results[rows, :3] = _run_group(data, n_classes, [entries[j] for j in mine], rows, padded, train,
+                                       name=(g + 1, len(groups)), budget=budget, log=log, progress=progress)
+        results[rows, 3] = 1.0
+    if combine is not None:
+        results = np.asarray(combine(results))
+    if not np.all(results[:, 3] == 1.0):
+        raise RuntimeError(f"sweep: {int(np.sum(results[:, 3] != 1.0))} of {len(entries)} runs have no result "
+                           f"(process {process_index} of {process_count}; was every process's share combined?)")
+    return [Outcome(float(v), float(t), int(e)) for v, t, e, _ in (results[row[j]] for j in range(len(entries)))]
+
+
+def _groups(entries: list[Entry]) -> dict[tuple[GCNConfig, TrainConfig], list[int]]:
+    """Entry indices by :func:`program_key`: fewest layers first, then by optimizer name, then in
+    order of first appearance."""
+    groups: dict[tuple[GCNConfig, TrainConfig], list[int]] = {}
+    for j, entry in enumerate(entries):
+        groups.setdefault(program_key(entry), []).append(j)
+    return dict(sorted(groups.items(), key=lambda kv: (kv[0][0].layers, kv[0][1].optimizer)))
+
+
+def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[int], model: GCNConfig,
+               train: TrainConfig, *, name: tuple[int, int], budget: int, log: Callable[[str], None] | None,
+               progress: Any) -> np.ndarray:
+    """[len(group), 3] val_acc, test_acc, epochs_run of one program's entries (``rows``: their rows
+    in the result array, which the progress display counts in), in chunks within ``budget``."""
+    g, n_groups = name
+    per_run_bytes = estimate_bytes(data, model, 1, n_classes)
+    chunk = max(1, min(len(group), budget // max(per_run_bytes, 1)))
+    if chunk < len(group) and log is not None:
+        log(f"group {g}: {len(group)} runs need ~{per_run_bytes * len(group) / 2**30:.1f} GiB, over the "
+            f"{budget / 2**30:.1f} GiB budget: running {-(-len(group) // chunk)} chunks of <= {chunk} runs")
+    out = np.zeros((len(group), 3))
+    for start in range(0, len(group), chunk):
+        part = group[start:start + chunk]
+        if progress is not None:
+            progress.start_slice(rows[start], f"group {g}/{n_groups}, {len(part)} runs")
+        result = fit_runs(data, n_classes, run_spec(part), model_config=model, config=train,
+                          log_every=progress.every if progress is not None else 0, progress=progress)
+        out[start:start + len(part)] = np.stack([result.metrics["val_acc"], result.metrics["test_acc"],
+                                                 result.epochs_run], axis=1)
+        if log is not None:
+            log(f"group {g}/{n_groups} (layers {model.layers}, {train.optimizer}, padded hidden {model.hidden}): "
+                f"{len(part)} runs in one program | compile {result.compile_seconds:.1f}s | train "
+                f"{result.train_seconds:.1f}s | val mean {np.mean(result.metrics['val_acc']):.4f}")
+    return out
+
+
+def run_spec(entries: list[Entry]) -> RunSpec:
+    """THE per-run settings of a batch, read from its entries' configs.
+
+    >>> spec = run_spec(lower(Grid(hidden=(8, 16)), [3, 4]))
+    >>> spec.hidden.tolist(), spec.seed.tolist()
+    ([8, 8, 16, 16], [3, 4, 3, 4])
+    """
+    return RunSpec(seed=np.asarray([e.seed for e in entries], np.int64),
+                   lr=np.asarray([e.train.lr for e in entries], np.float32),
+                   weight_decay=np.asarray([e.train.weight_decay for e in entries], np.float32),
+                   dropout=np.asarray([e.model.dropout for e in entries], np.float32),
+                   hidden=np.asarray([e.model.hidden for e in entries], np.int32),
+                   split=np.asarray([e.split for e in entries], np.int32))
 
 
 def run_grid(
@@ -100,70 +273,23 @@ def run_grid(
     progress: Any = None,
 ) -> list[Row]:
     """Run every configuration of ``grid`` for every seed and split; return rows sorted by mean
-    validation accuracy (best first).
+    validation accuracy (best first): :func:`lower`, then :func:`run_entries` (whose docstring
+    describes the other arguments), summarized per configuration.
 
     ``data``'s masks are [n_splits, n_nodes] when ``n_splits`` > 1.
-
-    In a job of ``process_count`` processes (``jax.distributed``), process ``process_index`` runs
-    every ``process_count``-th run of each group on its own devices; ``combine`` sums the
-    processes' [n_runs, 4] result arrays (each fills only its own rows), e.g. with
-    ``multihost_utils.process_allgather(x).sum(0)``, so every process returns the whole table.
-    ``progress`` (a :class:`jaxgcn.progress.Progress`) shows each chunk's epochs.
     """
-    configs = grid.configs()
-    budget = memory_budget or available_bytes() // 2
-    groups: dict[tuple, list[int]] = {}
-    for i, cfg in enumerate(configs):
-        groups.setdefault(_group_key(cfg, model_config.layer_norm), []).append(i)
-    ordered = sorted(groups.items(), key=lambda kv: kv[0][:2])
-    every = [(i, seed, split) for _, members in ordered for i in members for seed in seeds for split in range(n_splits)]
-    index = {run: j for j, run in enumerate(every)}
-    results = np.zeros((len(every), 4))  # val_acc, test_acc, epochs_run, done
-    for g, (key, members) in enumerate(ordered):
-        runs = [(i, seed, split) for i in members for seed in seeds for split in range(n_splits)]
-        runs = runs[process_index::process_count]
-        if not runs:
-            continue
-        group_config = dataclasses.replace(model_config, layers=key[0],
-                                           hidden=max(configs[i]["hidden"] for i in members))
-        per_run_bytes = estimate_bytes(data, group_config, 1, n_classes)
-        chunk = max(1, min(len(runs), budget // max(per_run_bytes, 1)))
-        if chunk < len(runs) and log is not None:
-            log(f"group {g + 1}: {len(runs)} runs need ~{per_run_bytes * len(runs) / 2**30:.1f} GiB, over the "
-                f"{budget / 2**30:.1f} GiB budget: running {-(-len(runs) // chunk)} chunks of <= {chunk} runs")
-        for start in range(0, len(runs), chunk):
-            part = runs[start:start + chunk]
-            if progress is not None:
-                progress.start_slice(index[part[0]], f"group {g + 1}/{len(groups)}, {len(part)} runs")
-            group_train = dataclasses.replace(config, optimizer=key[1])
-            result = fit_runs(data, n_classes, _spec(configs, part), model_config=group_config, config=group_train,
-                              log_every=progress.every if progress is not None else 0, progress=progress)
-            for j, run in enumerate(part):
-                results[index[run]] = (result.metrics["val_acc"][j], result.metrics["test_acc"][j],
-                                       result.epochs_run[j], 1.0)
-            if log is not None:
-                log(f"group {g + 1}/{len(groups)} (layers {key[0]}, {key[1]}, padded hidden {group_config.hidden}): "
-                    f"{len(part)} runs in one program | compile {result.compile_seconds:.1f}s | train "
-                    f"{result.train_seconds:.1f}s | val mean {np.mean(result.metrics['val_acc']):.4f}")
-    if combine is not None:
-        results = np.asarray(combine(results))
-    if not np.all(results[:, 3] == 1.0):
-        raise RuntimeError(f"sweep: {int(np.sum(results[:, 3] != 1.0))} of {len(every)} runs have no result "
-                           f"(process {process_index} of {process_count}; was every process's share combined?)")
-    per_config: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(configs))}
-    for (i, seed, split), (val, test, epochs, _) in zip(every, results):
-        per_config[i].append({"seed": seed, "split": split, "val_acc": float(val), "test_acc": float(test),
-                              "epochs_run": int(epochs)})
-    rows = [_summarize(configs[i], per_config[i]) for i in range(len(configs))]
+    entries = lower(grid, seeds, n_splits, model_config=model_config, config=config)
+    outcomes = run_entries(data, n_classes, entries, memory_budget=memory_budget, log=log,
+                           process_index=process_index, process_count=process_count, combine=combine,
+                           progress=progress)
+    per_config = len(seeds) * n_splits  # lower's order: configuration, then seed, then split
+    rows = []
+    for start in range(0, len(entries), per_config):
+        runs = [{"seed": e.seed, "split": e.split, "val_acc": o.val_acc, "test_acc": o.test_acc,
+                 "epochs_run": o.epochs_run}
+                for e, o in zip(entries[start:start + per_config], outcomes[start:start + per_config])]
+        rows.append(_summarize(grid_values(entries[start]), runs))
     return sorted(rows, key=lambda r: (-r.val_mean, -r.test_mean))
-
-
-def _spec(configs: list[dict[str, Any]], part: list[tuple[int, int, int]]) -> RunSpec:
-    def col(key: str, dtype: Any) -> np.ndarray:
-        return np.asarray([configs[i][key] for i, _, _ in part], dtype)
-    return RunSpec(np.asarray([s for _, s, _ in part], np.int64), col("lr", np.float32),
-                   col("weight_decay", np.float32), col("dropout", np.float32), col("hidden", np.int32),
-                   np.asarray([k for _, _, k in part], np.int32))
 
 
 def _summarize(cfg: dict[str, Any], runs: list[dict[str, Any]]) -> Row:
