@@ -23,17 +23,15 @@ import scipy.sparse as sp
 
 from jaxgcn import datasets
 from jaxgcn.batched import (
-    apply_runs,
     concat_specs,
     fit_runs,
     init_params,
-    make_batch_runner,
     make_specs,
     run_inputs,
     unstack_params,
 )
 from jaxgcn.datasets.splits import planetoid_split
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import GCNConfig, apply_runs, gcn
 from jaxgcn.train import Kipf, Patience, TrainConfig, fit
 
 SEEDS = [0, 1, 2]
@@ -213,6 +211,17 @@ def test_per_run_hyperparameters_equal_single_runs(hard, kipf_batch, single):
         assert not np.allclose(res.history["loss"][r, :5], kipf_batch.history["loss"][r, :5])
 
 
+def test_each_run_keeps_its_own_l2_factor_when_the_batch_config_has_none(hard, single):
+    # regression: the step once dropped the L2 term of every run when the program's own
+    # TrainConfig.weight_decay was 0 (a sweep whose --weight-decay list began with 0)
+    spec = concat_specs([make_specs([s], lr=lr, weight_decay=wd, dropout=d) for s, lr, wd, d in HYPER])
+    res = batch(hard, spec, config=dataclasses.replace(KIPF, weight_decay=0.0))
+    for r, (seed, lr, wd, d) in enumerate(HYPER):
+        one = single(hard, dataclasses.replace(MODEL, dropout=d),
+                     dataclasses.replace(KIPF, lr=lr, weight_decay=wd), seed)
+        assert_run_equals_fit(res, r, one)
+
+
 # --- 3. padded hidden widths ---------------------------------------------------------------------------
 
 
@@ -299,11 +308,6 @@ def test_init_params_rejects_widths_it_cannot_stack():
     spec = concat_specs([make_specs([0], hidden=8), make_specs([1], hidden=16)])
     with pytest.raises(ValueError, match="layer norm needs every run"):
         init_params(GCNConfig(hidden=16, layers=3, layer_norm=True), spec, 5, 3)
-
-
-def test_batch_runner_needs_hash_dropout():
-    with pytest.raises(ValueError, match="dropout_rng='hash'"):
-        make_batch_runner(GCNConfig(dropout_rng="jax"), TrainConfig())
 
 
 # --- 5. random splits -----------------------------------------------------------------------------------
@@ -419,6 +423,8 @@ OPTIONS = {
         GCNConfig(backend="csr", layers=3, layer_norm=True, residual=True, bias=True),
         TrainConfig(epochs=40, lr=0.05, early_stopping=Kipf(5), clip_norm=0.5, l2="all")),
     "aggregate_first": (GCNConfig(backend="csr", aggregate_first=True), KIPF),
+    # one step for every path: jax.random dropout masks, drawn per run, equal a single run's too
+    "jax_dropout_rng": (GCNConfig(backend="csr", dropout_rng="jax"), KIPF),
 }
 
 

@@ -24,35 +24,28 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from jaxgcn.compiler import jit
 from jaxgcn.layers import Params
-from jaxgcn.models import GCNConfig, RunInputs, aggregate_input, apply_runs, gcn, make_run_inputs
+from jaxgcn.models import GCNConfig, RunInputs, gcn, make_run_inputs
 from jaxgcn.progress import runs_line
 from jaxgcn.train import (
     DIVERGED,
     RUNNING,
     STOPPED_EARLY,
-    Patience,
-    RunState,
+    BatchState,
+    Chunk,
     TrainConfig,
     TrainData,
-    record_epoch,
-    Chunk,
     drive,
-    masked_cross_entropy,
-    optimizer_factory,
+    make_batch_runner,
+    TrainingDiverged,
+    divergence_message,
     progress_hook,
+    run_axis,
+    signature,
+    state_axes,
 )
-
-# Params in the stacked layout carry the run axis at position 1 ([in, runs, out] / [runs, out] for
-# biases and norms, whose run axis is 0); `run_axis` tells which.
-
-
-def run_axis(leaf: jax.Array) -> int:
-    return 1 if leaf.ndim == 3 else 0
-
 
 class RunSpec(NamedTuple):
     """Per-run settings of a batch of R runs (host arrays, length R).
@@ -128,166 +121,6 @@ def _init_stacked(config: GCNConfig, hidden: tuple[int, ...], n_features: int, n
     inverse = np.argsort(np.concatenate(order))
     stacked = jax.tree.map(lambda *g: jnp.concatenate(g, axis=0)[inverse], *groups)
     return jax.tree.map(lambda leaf: jnp.moveaxis(leaf, 0, 1) if leaf.ndim == 3 else leaf, stacked)
-
-
-def _run_axes(tree: Any) -> Any:
-    return jax.tree.map(run_axis, tree)
-
-
-def _select(running: jax.Array, new: Any, old: Any, axes: Any) -> Any:
-    """Per run: ``new`` where ``running`` else ``old``; each leaf's run axis given by ``axes``."""
-    def pick(a: jax.Array, b: jax.Array, axis: int | None) -> jax.Array:
-        if axis is None:
-            return a
-        shape = [1] * a.ndim
-        shape[axis] = running.shape[0]
-        return jnp.where(running.reshape(shape), a, b)
-    return jax.tree.map(pick, new, old, axes)
-
-
-class BatchState(NamedTuple):
-    """The carry of a batch of runs: a :class:`RunState` whose leaves have a run axis (each run's
-    optimizer state included) and the shared epoch counter."""
-
-    runs: RunState
-    step: jax.Array
-
-
-def _opt_axes(config: TrainConfig, params: Params) -> Any:
-    """Run axis of every leaf of the per-run optimizer states: the params' own for the subtrees
-    shaped like the params (Adam's moments, momentum traces), 0 for the rest (step counts and the
-    injected learning rate and weight decay, one per run)."""
-    axes = _run_axes(params)
-    one = jax.tree.map(lambda leaf, a: jax.ShapeDtypeStruct(leaf.shape[:a] + leaf.shape[a + 1:], leaf.dtype),
-                       params, axes)
-    shape = jax.eval_shape(lambda p: optimizer_factory(config)(0.0, 0.0).init(p), one)
-    like_params = jax.tree.structure(one)
-
-    def is_params(node: Any) -> bool:
-        return jax.tree.structure(node) == like_params
-    return jax.tree.map(lambda node: axes if is_params(node) else 0, shape, is_leaf=is_params)
-
-
-def _state_axes(params_axes: Any, opt_axes: Any) -> RunState:
-    """Run axis of every leaf of a batched :class:`RunState` (the params' own, else 0)."""
-    zero = 0
-    return RunState(params=params_axes, opt_state=opt_axes, key=zero, epoch=zero, reason=zero, val_window=zero,
-                    best_params=params_axes, best_val_acc=zero, best_val_loss=zero, best_epoch=zero,
-                    history={k: zero for k in ("loss", "train_acc", "val_loss", "val_acc")})
-
-
-class BatchRunner(NamedTuple):
-    """The pure functions of a batch of runs (see :func:`make_batch_runner`)."""
-
-    init: Callable[[Params, jax.Array, RunInputs], BatchState]
-    run_until: Callable[[BatchState, TrainData, RunInputs, jax.Array], BatchState]
-    evaluate: Callable[[Params, TrainData, RunInputs], dict[str, jax.Array]]
-    final_params: Callable[[BatchState], Params]
-
-
-def _per_run_l2(params: Params, scope: str) -> jax.Array:
-    """``sum(w**2) / 2`` per run ([R]) over the weights :func:`jaxgcn.train.l2_penalty` covers."""
-    layers = [params["layer_0"]] if scope == "first" else list(params.values())
-    terms = [jnp.sum(jnp.square(layer[k]), axis=(0, 2)) for layer in layers for k in ("w", "w_res") if k in layer]
-    return 0.5 * sum(terms[1:], terms[0])
-
-
-def _split_metrics(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Per-run masked cross-entropy and accuracy: logits [n, R, C], masks [R, n] -> ([R], [R])."""
-    loss = jax.vmap(masked_cross_entropy, in_axes=(1, None, 0))(logits, labels, masks)
-    hit = (jnp.argmax(logits, axis=-1) == labels[:, None]).astype(masks.dtype)  # [n, R]
-    acc = jnp.sum(hit.T * masks, axis=1) / jnp.maximum(jnp.sum(masks, axis=1), 1.0)
-    return loss, acc
-
-
-def make_batch_runner(model_config: GCNConfig, config: TrainConfig) -> BatchRunner:
-    """The pure functions of a batch of runs (compile them with ``jax.jit``).
-
-    Split masks are passed stacked, ``[n_splits, n_nodes]`` per split (``data.train_mask`` etc. may
-    be [n_nodes] for one split); each run reads the split its :class:`RunSpec` names.
-    """
-    if model_config.dropout_rng != "hash":
-        raise ValueError("batched runs need dropout_rng='hash' (per-run masks from one counter hash)")
-    factory = optimizer_factory(config)
-    opt = factory(config.lr, config.weight_decay)  # its update reads each run's injected values
-    keep_best = isinstance(config.early_stopping, Patience)
-
-    def masks(data: TrainData, runs: RunInputs) -> tuple[jax.Array, jax.Array, jax.Array]:
-        def per_run(m: jax.Array) -> jax.Array:  # [n] or [n_splits, n] -> [R, n]
-            return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
-        return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
-
-    def coupled_l2(runs: RunInputs) -> jax.Array:  # [R]; adamw decays in the optimizer instead
-        return runs.weight_decay if config.coupled_l2 else jnp.zeros_like(runs.weight_decay)
-
-    def init(params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
-        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
-        r, epochs = seeds.shape[0], config.epochs
-        nan = jnp.full((r, epochs), jnp.nan, jnp.float32)
-        axes = _run_axes(params)
-        opt_state = jax.vmap(lambda p, lr, wd: factory(lr, wd).init(p), in_axes=(axes, 0, 0),
-                             out_axes=_opt_axes(config, params))(params, runs_in.lr, runs_in.weight_decay)
-        runs = RunState(
-            params=params, opt_state=opt_state, key=keys, epoch=jnp.zeros(r, jnp.int32),
-            reason=jnp.full(r, RUNNING, jnp.int32), val_window=jnp.zeros((r, config.kipf_window), jnp.float32),
-            best_params=params, best_val_acc=jnp.full(r, -1.0, jnp.float32),
-            best_val_loss=jnp.full(r, jnp.inf, jnp.float32), best_epoch=jnp.zeros(r, jnp.int32),
-            history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
-        )
-        return BatchState(runs, jnp.int32(0))
-
-    def epoch_step(state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None) -> BatchState:
-        st = state.runs
-        axes = _run_axes(st.params)
-        train_m, val_m, _ = masks(data, runs)
-        split_keys = jax.vmap(jax.random.split)(st.key)
-        key, k_drop = split_keys[:, 0], split_keys[:, 1]
-        layer_keys = jax.vmap(lambda k: jax.random.split(k, model_config.layers))(k_drop)  # [R, L]
-        layer_keys = jnp.swapaxes(layer_keys, 0, 1)  # [L, R], as a single run splits its key
-
-        def loss_fn(params: Params) -> tuple[jax.Array, jax.Array]:
-            logits = apply_runs(model_config, params, data.graph, data.x, runs, keys=layer_keys, train=True)
-            ce, _ = _split_metrics(logits, data.labels, train_m)
-            per_run = ce + coupled_l2(runs) * _per_run_l2(params, config.l2)
-            return jnp.sum(per_run), per_run
-
-        (_, loss), grads = jax.value_and_grad(loss_fn, has_aux=True)(st.params)
-        # The single run's optimizer, vmapped over the run axis: each run's clipping, moments and
-        # injected learning rate / weight decay, exactly as a single run computes them.
-        opt_axes = _opt_axes(config, st.params)
-        updates, opt_state = jax.vmap(opt.update, in_axes=(axes, opt_axes, axes), out_axes=(axes, opt_axes))(
-            grads, st.opt_state, st.params)
-        params = optax.apply_updates(st.params, updates)
-        logits = apply_runs(model_config, params, data.graph, data.x, runs, aggregated=aggregated)
-        _, train_acc = _split_metrics(logits, data.labels, train_m)
-        val_loss, val_acc = _split_metrics(logits, data.labels, val_m)
-        kipf_loss = val_loss + coupled_l2(runs) * _per_run_l2(params, config.l2)
-        state_axes = _state_axes(axes, opt_axes)
-        advanced = jax.vmap(
-            lambda s, p, o, k, *m: record_epoch(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
-            in_axes=(state_axes, axes, opt_axes, 0, 0, 0, 0, 0, 0), out_axes=state_axes,
-        )(st, params, opt_state, key, loss, train_acc, val_loss, val_acc, kipf_loss)
-        running = st.reason == RUNNING
-        return BatchState(_select(running, advanced, st, state_axes), state.step + 1)
-
-    def run_until(state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
-        def cond(s: BatchState) -> jax.Array:
-            return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
-
-        aggregated = aggregate_input(model_config, data.graph, data.x)  # once per call, not per epoch
-        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, runs, aggregated), state)
-
-    def final_params(state: BatchState) -> Params:
-        return state.runs.best_params if keep_best else state.runs.params
-
-    def evaluate(params: Params, data: TrainData, runs: RunInputs) -> dict[str, jax.Array]:
-        logits = apply_runs(model_config, params, data.graph, data.x, runs)
-        out = {}
-        for name, m in zip(("train", "val", "test"), masks(data, runs)):
-            out[f"{name}_loss"], out[f"{name}_acc"] = _split_metrics(logits, data.labels, m)
-        return out
-
-    return BatchRunner(init, run_until, evaluate, final_params)
 
 
 # --- the host-side driver ---------------------------------------------------------------------------
@@ -367,8 +200,7 @@ def _state_shardings(state: BatchState, config: TrainConfig, mesh: jax.sharding.
     while loop's output can be fed back in), the shared Adam count and epoch counter replicated."""
     if mesh is None:
         return None
-    params_axes = _run_axes(state.runs.params)
-    axes = BatchState(runs=_state_axes(params_axes, _opt_axes(config, state.runs.params)), step=None)
+    axes = BatchState(runs=state_axes(config, state.runs.params), step=None)
 
     def spec(leaf: Any, axis: int | None) -> jax.sharding.NamedSharding | None:
         if leaf is None:
@@ -383,9 +215,7 @@ def _state_shardings(state: BatchState, config: TrainConfig, mesh: jax.sharding.
 def _compile(model_config: GCNConfig, config: TrainConfig, params: Params, data: TrainData,
              runs: RunInputs, seeds: jax.Array, mesh: Any) -> tuple[Any, BatchState, float]:
     """Compile (cached per configuration, shapes and mesh) and return the initial state."""
-    from jaxgcn.train import _signature
-
-    key = (model_config, config, _signature(data), jax.tree.structure(params),
+    key = (model_config, config, signature(data), jax.tree.structure(params),
            tuple(leaf.shape for leaf in jax.tree.leaves(params)), mesh)
     start = time.perf_counter()
     if key not in _COMPILED:
@@ -491,13 +321,11 @@ def fit_batch(
     Raises:
         TrainingDiverged: a run's loss became NaN/inf (the message names the runs and the causes).
     """
-    from jaxgcn.train import TrainingDiverged, divergence_message
-
     n_runs = spec.n_runs if keep is None else keep
     mesh = _batch_mesh(spec, model_config, n_devices, data.graph)
     padded = _pad_spec(spec, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
-    params = _shard_runs(params, mesh, _run_axes(params))
+    params = _shard_runs(params, mesh, jax.tree.map(run_axis, params))
     runs = _shard_runs(run_inputs(padded), mesh)
     seeds = _shard_runs(jnp.asarray(padded.seed, jnp.int32), mesh)
     data = _replicate(data, mesh)

@@ -21,7 +21,7 @@ import optax
 from jaxgcn.compiler import jit
 from jaxgcn.data import TrainData  # noqa: F401 - re-exported: jaxgcn.train.TrainData
 from jaxgcn.layers import Params
-from jaxgcn.models import GCNConfig, aggregate_input, gcn
+from jaxgcn.models import GCNConfig, Propagate, RunInputs, aggregate_input, apply_runs, gcn, make_run_inputs
 from jaxgcn.progress import epoch_line
 
 L2_SCOPES = ("first", "all")
@@ -147,6 +147,17 @@ class TrainingDiverged(ValueError):
     """The training loss became NaN or infinite."""
 
 
+def masked_sums(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """THE cross-entropy: per run, over the masked nodes, the summed softmax cross-entropy, the
+    correct predictions and the node count (logits [n, R, C], labels [n], masks [R, n] -> three [R]).
+    Sums, so that devices holding blocks of the nodes can add them up before dividing."""
+    logp = jax.nn.log_softmax(logits)
+    # a one-hot product, not take_along_axis: its gradient would be a scatter (slow on the CPU)
+    nll = -jnp.sum(jax.nn.one_hot(labels, logits.shape[-1], dtype=logp.dtype)[:, None, :] * logp, axis=-1)  # [n, R]
+    hit = (jnp.argmax(logits, axis=-1) == labels[:, None]).astype(masks.dtype)  # [n, R]
+    return jnp.sum(nll.T * masks, axis=1), jnp.sum(hit.T * masks, axis=1), jnp.sum(masks, axis=1)
+
+
 def masked_cross_entropy(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
     """Mean softmax cross-entropy over the nodes where ``mask`` is 1.
 
@@ -157,9 +168,8 @@ def masked_cross_entropy(logits: jax.Array, labels: jax.Array, mask: jax.Array) 
     >>> float(masked_cross_entropy(jnp.zeros((2, 4)), jnp.array([0, 3]), jnp.array([1.0, 0.0])))
     1.386294...
     """
-    logp = jax.nn.log_softmax(logits)
-    nll = -jnp.sum(jax.nn.one_hot(labels, logits.shape[-1], dtype=logp.dtype) * logp, axis=-1)
-    return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    nll, _, count = masked_sums(logits[:, None], labels, mask[None])
+    return nll[0] / jnp.maximum(count[0], 1.0)
 
 
 def masked_accuracy(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
@@ -168,8 +178,8 @@ def masked_accuracy(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> ja
     >>> float(masked_accuracy(jnp.eye(3), jnp.array([0, 2, 2]), jnp.ones(3)))
     0.666666...
     """
-    hit = (jnp.argmax(logits, axis=-1) == labels).astype(mask.dtype)
-    return jnp.sum(hit * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    _, hits, count = masked_sums(logits[:, None], labels, mask[None])
+    return hits[0] / jnp.maximum(count[0], 1.0)
 
 
 def l2_penalty(params: Params, scope: str = "first") -> jax.Array:
@@ -250,77 +260,6 @@ class Evaluation(NamedTuple):
     test_acc: jax.Array
 
 
-def evaluate_logits(logits: jax.Array, data: TrainData) -> Evaluation:
-    """Per-split loss/accuracy of [n_nodes, n_classes] logits."""
-    parts = []
-    for mask in (data.train_mask, data.val_mask, data.test_mask):
-        parts += [masked_cross_entropy(logits, data.labels, mask), masked_accuracy(logits, data.labels, mask)]
-    return Evaluation(*parts)
-
-
-class Runner(NamedTuple):
-    """The pure functions of one training configuration (see :func:`make_runner`)."""
-
-    init: Callable[[jax.Array, TrainData], RunState]
-    run_until: Callable[[RunState, TrainData, jax.Array], RunState]
-    evaluate: Callable[[Params, TrainData], Evaluation]
-    final_params: Callable[[RunState], Params]
-
-
-def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int) -> Runner:
-    """Build the (uncompiled) functions of a training run for one architecture and optimizer."""
-    model = gcn(model_config)
-    opt = make_optimizer(config)
-    keep_best = isinstance(config.early_stopping, Patience)
-
-    def objective(params: Params, logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
-        return masked_cross_entropy(logits, labels, mask) + config.coupled_l2 * l2_penalty(params, config.l2)
-
-    def init(key: jax.Array, data: TrainData) -> RunState:
-        k_init, k_run = jax.random.split(key)
-        params = model.init(k_init, n_features, n_classes)
-        nan = jnp.full((config.epochs,), jnp.nan, jnp.float32)
-        return RunState(
-            params=params, opt_state=opt.init(params), key=k_run, epoch=jnp.int32(0),
-            reason=jnp.int32(RUNNING), val_window=jnp.zeros((config.kipf_window,), jnp.float32),
-            best_params=params, best_val_acc=jnp.float32(-1.0), best_val_loss=jnp.float32(jnp.inf),
-            best_epoch=jnp.int32(0),
-            history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
-        )
-
-    def epoch_step(state: RunState, data: TrainData, aggregated: jax.Array | None) -> RunState:
-        key, k_drop = jax.random.split(state.key)
-
-        def loss_fn(params: Params) -> jax.Array:
-            logits = model.apply(params, data.graph, data.x, key=k_drop, train=True)
-            return objective(params, logits, data.labels, data.train_mask)
-
-        loss, grads = jax.value_and_grad(loss_fn)(state.params)
-        updates, opt_state = opt.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        logits = model.apply(params, data.graph, data.x, aggregated=aggregated)
-        train_acc = masked_accuracy(logits, data.labels, data.train_mask)
-        val_loss = masked_cross_entropy(logits, data.labels, data.val_mask)
-        val_acc = masked_accuracy(logits, data.labels, data.val_mask)
-        return record_epoch(state, config, keep_best, params, opt_state, key, loss, train_acc, val_loss, val_acc,
-                        kipf_loss=objective(params, logits, data.labels, data.val_mask))
-
-    def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array) -> RunState:
-        def cond(s: RunState) -> jax.Array:
-            return (s.reason == RUNNING) & (s.epoch < stop_epoch)
-
-        aggregated = aggregate_input(model_config, data.graph, data.x)  # once per call, not per epoch
-        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, aggregated), state)
-
-    def evaluate(params: Params, data: TrainData) -> Evaluation:
-        return evaluate_logits(model.apply(params, data.graph, data.x), data)
-
-    def final_params(state: RunState) -> Params:
-        return state.best_params if keep_best else state.params
-
-    return Runner(init, run_until, evaluate, final_params)
-
-
 def should_stop_early(config: TrainConfig, epoch: jax.Array, kipf_loss: jax.Array, val_window: jax.Array,
                       best_epoch: jax.Array) -> jax.Array:
     """THE early-stopping rule, after 0-based ``epoch`` (pure; per run under vmap).
@@ -366,6 +305,293 @@ def record_epoch(state: RunState, config: TrainConfig, keep_best: bool, params: 
     )
 
 
+# --- THE training step, on a run axis ----------------------------------------------------------------
+#
+# One epoch of one or many runs is written once (:func:`make_batch_runner`): a batch of R runs keeps
+# a RunState whose leaves carry a run axis (weights [in, R, out], biases and norms [R, d], everything
+# else [R, ...]). A single run is a batch of one (:func:`make_runner`), and sharded training is the
+# same step inside ``shard_map`` with its block propagation and a ``psum`` collective.
+
+
+def run_axis(leaf: jax.Array) -> int:
+    """The run axis of a stacked params leaf: 1 for weights [in, R, out], 0 for biases and norms [R, d]."""
+    return 1 if leaf.ndim == 3 else 0
+
+
+def _run_axes(tree: Any) -> Any:
+    return jax.tree.map(run_axis, tree)
+
+
+def _insert_axes(one: Params) -> Any:
+    """Where the run axis goes in each leaf of one run's params (weights: 1, biases and norms: 0)."""
+    return jax.tree.map(lambda leaf: 1 if leaf.ndim == 2 else 0, one)
+
+
+def _select(running: jax.Array, new: Any, old: Any, axes: Any) -> Any:
+    """Per run: ``new`` where ``running`` else ``old``; each leaf's run axis given by ``axes``."""
+    def pick(a: jax.Array, b: jax.Array, axis: int) -> jax.Array:
+        shape = [1] * a.ndim
+        shape[axis] = running.shape[0]
+        return jnp.where(running.reshape(shape), a, b)
+    return jax.tree.map(pick, new, old, axes)
+
+
+class BatchState(NamedTuple):
+    """The carry of a batch of runs: a :class:`RunState` whose leaves have a run axis (each run's
+    optimizer state included) and the shared epoch counter."""
+
+    runs: RunState
+    step: jax.Array
+
+
+def _opt_axes(config: TrainConfig, one: Params) -> Any:
+    """Run axis of every leaf of the stacked per-run optimizer states, from one run's params (or
+    their shapes): the params' own for the subtrees shaped like the params (Adam's moments,
+    momentum traces), 0 for the rest (step counts, the injected learning rate and weight decay)."""
+    axes = _insert_axes(one)
+    shape = jax.eval_shape(lambda p: optimizer_factory(config)(0.0, 0.0).init(p), one)
+    like_params = jax.tree.structure(one)
+
+    def is_params(node: Any) -> bool:
+        return jax.tree.structure(node) == like_params
+    return jax.tree.map(lambda node: axes if is_params(node) else 0, shape, is_leaf=is_params)
+
+
+def _unstacked(params: Params) -> Any:
+    """The shapes of one run's params, from stacked params."""
+    return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[:run_axis(leaf)] + leaf.shape[run_axis(leaf) + 1:],
+                                                          leaf.dtype), params)
+
+
+def _state_axes(params_axes: Any, opt_axes: Any) -> RunState:
+    """Run axis of every leaf of a batched :class:`RunState` (the params' own, else 0)."""
+    zero = 0
+    return RunState(params=params_axes, opt_state=opt_axes, key=zero, epoch=zero, reason=zero, val_window=zero,
+                    best_params=params_axes, best_val_acc=zero, best_val_loss=zero, best_epoch=zero,
+                    history={k: zero for k in ("loss", "train_acc", "val_loss", "val_acc")})
+
+
+def state_axes(config: TrainConfig, params: Params) -> RunState:
+    """Run axis of every leaf of a batched :class:`RunState` whose params are ``params`` (stacked)."""
+    return _state_axes(_run_axes(params), _opt_axes(config, _unstacked(params)))
+
+
+def _per_run_l2(params: Params, scope: str) -> jax.Array:
+    """``sum(w**2) / 2`` per run ([R]) over the weights :func:`l2_penalty` covers."""
+    layers = [params["layer_0"]] if scope == "first" else list(params.values())
+    terms = [jnp.sum(jnp.square(layer[k]), axis=(0, 2)) for layer in layers for k in ("w", "w_res") if k in layer]
+    return 0.5 * sum(terms[1:], terms[0])
+
+
+def _per_run(fn: Callable[..., Any], in_axes: tuple, out_axes: Any, n_runs: int) -> Callable[..., Any]:
+    """``jax.vmap(fn, in_axes, out_axes)`` over the run axis; for one run, ``fn`` itself on the
+    run's slices (dropping and re-adding the axis is free, while a vmap of one still turns
+    indexed updates into scatters: measured +0.9 ms per Cora epoch)."""
+    if n_runs > 1:
+        return jax.vmap(fn, in_axes=in_axes, out_axes=out_axes)
+
+    def one(*args: Any) -> Any:
+        sliced = [jax.tree.map(lambda leaf, a: jnp.squeeze(leaf, a), arg, ax) for arg, ax in zip(args, in_axes)]
+        return jax.tree.map(lambda leaf, a: jnp.expand_dims(leaf, a), fn(*sliced), out_axes)
+    return one
+
+
+class Collective(NamedTuple):
+    """What a step does across devices when each holds a block of the graph's rows (sharded
+    training, inside ``shard_map``); nothing on one device (:data:`LOCAL`).
+
+    Attributes:
+        total: sums a pytree over the devices (``psum``): the loss, metric sums and gradients.
+        device_key: this device's dropout key from the run's (``fold_in`` of the device index).
+    """
+
+    total: Callable[[Any], Any]
+    device_key: Callable[[jax.Array], jax.Array]
+
+
+LOCAL = Collective(total=lambda tree: tree, device_key=lambda key: key)
+
+
+class BatchRunner(NamedTuple):
+    """The pure functions of a batch of runs (see :func:`make_batch_runner`)."""
+
+    init: Callable[[Params, jax.Array, RunInputs], BatchState]
+    run_until: Callable[[BatchState, TrainData, RunInputs, jax.Array], BatchState]
+    evaluate: Callable[[Params, TrainData, RunInputs], dict[str, jax.Array]]
+    final_params: Callable[[BatchState], Params]
+
+
+def make_batch_runner(model_config: GCNConfig, config: TrainConfig, *, propagate: Propagate | None = None,
+                      collective: Collective = LOCAL) -> BatchRunner:
+    """THE training step, for R runs at once (compile the functions with ``jax.jit``): every path
+    (one run, many runs, sharded) runs these functions.
+
+    One epoch, per run: dropout forward, masked cross-entropy (+ the coupled L2 term), gradient,
+    :func:`optimizer_factory`'s update (vmapped over the run axis, with each run's injected learning
+    rate and weight decay), an evaluation forward, then :func:`record_epoch` (history, best params,
+    :func:`should_stop_early`). A run that has stopped is frozen by a per-run mask.
+
+    ``propagate`` replaces the aggregation (sharded training passes its block exchange) and
+    ``collective`` sums the loss, metrics and gradients over devices (:class:`Collective`). Split
+    masks may be stacked ``[n_splits, n_nodes]``; each run reads the split its
+    :class:`jaxgcn.models.RunInputs` names.
+    """
+    factory = optimizer_factory(config)
+    opt = factory(config.lr, config.weight_decay)  # its update reads each run's injected values
+    keep_best = isinstance(config.early_stopping, Patience)
+
+    def masks(data: TrainData, runs: RunInputs) -> tuple[jax.Array, jax.Array, jax.Array]:
+        def per_run(m: jax.Array) -> jax.Array:  # [n] or [n_splits, n] -> [R, n]
+            return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
+        return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
+
+    def penalty(params: Params, runs: RunInputs) -> jax.Array:  # [R]; adamw decays in the optimizer instead
+        return (0.0 if config.optimizer == "adamw" else runs.weight_decay) * _per_run_l2(params, config.l2)
+
+    def metrics(logits: jax.Array, labels: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
+        nll, hits, count = collective.total(masked_sums(logits, labels, m))
+        count = jnp.maximum(count, 1.0)
+        return nll / count, hits / count
+
+    def forward(params: Params, data: TrainData, runs: RunInputs, **kwargs: Any) -> jax.Array:
+        return apply_runs(model_config, params, data.graph, data.x, runs, propagate=propagate, **kwargs)
+
+    def init(params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
+        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
+        r, epochs = seeds.shape[0], config.epochs
+        nan = jnp.full((r, epochs), jnp.nan, jnp.float32)
+        opt_state = jax.vmap(lambda p, lr, wd: factory(lr, wd).init(p), in_axes=(_run_axes(params), 0, 0),
+                             out_axes=_opt_axes(config, _unstacked(params)))(params, runs_in.lr,
+                                                                              runs_in.weight_decay)
+        runs = RunState(
+            params=params, opt_state=opt_state, key=keys, epoch=jnp.zeros(r, jnp.int32),
+            reason=jnp.full(r, RUNNING, jnp.int32), val_window=jnp.zeros((r, config.kipf_window), jnp.float32),
+            best_params=params, best_val_acc=jnp.full(r, -1.0, jnp.float32),
+            best_val_loss=jnp.full(r, jnp.inf, jnp.float32), best_epoch=jnp.zeros(r, jnp.int32),
+            history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
+        )
+        return BatchState(runs, jnp.int32(0))
+
+    def epoch_step(state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None,
+                   n_train: jax.Array) -> BatchState:
+        st = state.runs
+        axes = _run_axes(st.params)
+        train_m, val_m, _ = masks(data, runs)
+        n_runs = st.reason.shape[0]
+
+        def keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:  # next key, each layer's dropout key
+            key, k_drop = jax.random.split(key)
+            return key, jax.random.split(collective.device_key(k_drop), model_config.layers)
+        key, layer_keys = _per_run(keys, (0,), (0, 1), n_runs)(st.key)  # [R], [L, R]
+
+        def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
+            logits = forward(params, data, runs, keys=layer_keys, train=True)
+            per_run = masked_sums(logits, data.labels, train_m)[0] / n_train  # this device's share
+            return jnp.sum(per_run), per_run
+
+        def regularizer(params: Params) -> tuple[jax.Array, jax.Array]:
+            per_run = penalty(params, runs)
+            return jnp.sum(per_run), per_run
+
+        (_, ce), grads = jax.value_and_grad(cross_entropy, has_aux=True)(st.params)
+        (_, reg), reg_grads = jax.value_and_grad(regularizer, has_aux=True)(st.params)
+        ce, grads = collective.total((ce, grads))
+        grads = jax.tree.map(jnp.add, grads, reg_grads)
+        # The one optimizer, vmapped over the run axis: each run's clipping, moments and injected
+        # learning rate / weight decay, exactly as it would compute them alone.
+        opt_axes = _opt_axes(config, _unstacked(st.params))
+        updates, opt_state = _per_run(opt.update, (axes, opt_axes, axes), (axes, opt_axes), n_runs)(
+            grads, st.opt_state, st.params)
+        params = optax.apply_updates(st.params, updates)
+        logits = forward(params, data, runs, aggregated=aggregated)
+        _, train_acc = metrics(logits, data.labels, train_m)
+        val_loss, val_acc = metrics(logits, data.labels, val_m)
+        kipf_loss = val_loss + penalty(params, runs)
+        state_ax = _state_axes(axes, opt_axes)
+        advanced = _per_run(
+            lambda s, p, o, k, *m: record_epoch(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
+            (state_ax, axes, opt_axes, 0, 0, 0, 0, 0, 0), state_ax, n_runs,
+        )(st, params, opt_state, key, ce + reg, train_acc, val_loss, val_acc, kipf_loss)
+        if n_runs > 1:  # one run needs no mask: the loop ends when it stops
+            advanced = _select(st.reason == RUNNING, advanced, st, state_ax)
+        return BatchState(advanced, state.step + 1)
+
+    def run_until(state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
+        def cond(s: BatchState) -> jax.Array:
+            return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
+
+        n_train = jnp.maximum(collective.total(jnp.sum(masks(data, runs)[0], axis=1)), 1.0)  # [R], every device's
+        aggregated = aggregate_input(model_config, data.graph, data.x, propagate=propagate)  # once per call
+        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, runs, aggregated, n_train), state)
+
+    def final_params(state: BatchState) -> Params:
+        return state.runs.best_params if keep_best else state.runs.params
+
+    def evaluate(params: Params, data: TrainData, runs: RunInputs) -> dict[str, jax.Array]:
+        logits = forward(params, data, runs)
+        out = {}
+        for name, m in zip(("train", "val", "test"), masks(data, runs)):
+            out[f"{name}_loss"], out[f"{name}_acc"] = metrics(logits, data.labels, m)
+        return out
+
+    return BatchRunner(init, run_until, evaluate, final_params)
+
+
+class Runner(NamedTuple):
+    """The pure functions of one training run (see :func:`make_runner`)."""
+
+    init: Callable[[jax.Array, TrainData], RunState]
+    run_until: Callable[[RunState, TrainData, jax.Array], RunState]
+    evaluate: Callable[[Params, TrainData], Evaluation]
+    final_params: Callable[[RunState], Params]
+
+
+def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int, *,
+                propagate: Propagate | None = None, collective: Collective = LOCAL) -> Runner:
+    """The (uncompiled) functions of ONE training run: :func:`make_batch_runner`'s step for a batch
+    of one. The state it carries is one run's :class:`RunState` (no run axis: what checkpoints
+    hold); each call adds the run axis on entry and drops it on exit (free reshapes).
+    ``propagate`` and ``collective`` as in :func:`make_batch_runner` (sharded training)."""
+    model = gcn(model_config)
+    opt = make_optimizer(config)
+    batch = make_batch_runner(model_config, config, propagate=propagate, collective=collective)
+    keep_best = isinstance(config.early_stopping, Patience)
+
+    def one() -> RunInputs:  # this run's settings, as a batch of one (constants of the program)
+        return make_run_inputs(dropout=[model_config.dropout], hidden=[model_config.hidden], lr=[config.lr],
+                               weight_decay=[config.weight_decay])
+
+    def axes(params: Params) -> RunState:
+        return _state_axes(_insert_axes(params), _opt_axes(config, params))
+
+    def init(key: jax.Array, data: TrainData) -> RunState:
+        k_init, k_run = jax.random.split(key)
+        params = model.init(k_init, n_features, n_classes)
+        nan = jnp.full((config.epochs,), jnp.nan, jnp.float32)
+        return RunState(
+            params=params, opt_state=opt.init(params), key=k_run, epoch=jnp.int32(0),
+            reason=jnp.int32(RUNNING), val_window=jnp.zeros((config.kipf_window,), jnp.float32),
+            best_params=params, best_val_acc=jnp.float32(-1.0), best_val_loss=jnp.float32(jnp.inf),
+            best_epoch=jnp.int32(0),
+            history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
+        )
+
+    def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array) -> RunState:
+        ax = axes(state.params)
+        runs = jax.tree.map(jnp.expand_dims, state, ax)
+        out = batch.run_until(BatchState(runs, state.epoch), data, one(), stop_epoch)
+        return jax.tree.map(jnp.squeeze, out.runs, ax)
+
+    def evaluate(params: Params, data: TrainData) -> Evaluation:
+        stacked = jax.tree.map(jnp.expand_dims, params, _insert_axes(params))
+        return Evaluation(**{k: v[0] for k, v in batch.evaluate(stacked, data, one()).items()})
+
+    def final_params(state: RunState) -> Params:
+        return state.best_params if keep_best else state.params
+
+    return Runner(init, run_until, evaluate, final_params)
+
+
 class Compiled(NamedTuple):
     """AOT-compiled :class:`Runner` functions for one configuration and one data signature."""
 
@@ -379,14 +605,14 @@ class Compiled(NamedTuple):
 _COMPILED: dict[Any, Compiled] = {}
 
 
-def _signature(data: TrainData) -> Any:
+def signature(data: TrainData) -> Any:
     leaves, treedef = jax.tree.flatten(data)
     return treedef, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
 
 def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int) -> Compiled:
     """Compile (once per configuration and data shapes; cached) the functions of a training run."""
-    cache_key = (model_config, config, n_classes, _signature(data))
+    cache_key = (model_config, config, n_classes, signature(data))
     if cache_key in _COMPILED:
         return _COMPILED[cache_key]._replace(compile_seconds=0.0)
     runner = make_runner(model_config, config, data.x.shape[1], n_classes)

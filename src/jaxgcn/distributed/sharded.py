@@ -1,0 +1,166 @@
+"""Sharded full-graph training: the one GCN with :func:`~jaxgcn.distributed.blocks.propagate_block`
+injected (:func:`sharded_model`), the loss and metrics summed over devices, the training
+:class:`jaxgcn.train.Runner` under ``shard_map`` (:func:`make_sharded_runner`) and the host driver
+(:func:`fit_sharded`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgcn.compiler import jit
+from jaxgcn.data import TrainData
+from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
+from jaxgcn.distributed.runtime import _local, to_global
+from jaxgcn.models import GCNConfig, Model, gcn
+from jaxgcn.train import (DIVERGED, STOPPED_EARLY, Collective, FitResult, Runner, TrainConfig, TrainingDiverged,
+                          drive, log_hook, make_runner, masked_sums, progress_hook, single_view)
+
+
+def sharded_model(model_config: GCNConfig) -> Model:
+    """The GCN whose propagation is :func:`propagate_block` (to be applied inside ``shard_map``)."""
+    return gcn(model_config, propagate=propagate_block)
+
+
+def sharded_apply(model_config: GCNConfig, mesh: jax.sharding.Mesh) -> Any:
+    """``apply(params, blocks, x) -> [P, L, n_classes]`` logits, each device computing its rows."""
+    spec = jax.sharding.PartitionSpec(AXIS)
+    model = sharded_model(model_config)
+
+    def local(params: Any, block: GraphBlock, x: jax.Array) -> jax.Array:
+        return model.apply(params, *_local((block, x)))[None]
+
+    # check_vma=False: the kernel's custom call carries no varying-axis type (the gradients of the
+    # replicated params are still summed over devices, as the equality tests check).
+    return jax.shard_map(local, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(), spec, spec), out_specs=spec,
+                         check_vma=False)
+
+
+def _device_total(tree: Any) -> Any:
+    """Sum over the devices of the node mesh (inside ``shard_map``)."""
+    return jax.lax.psum(tree, AXIS)
+
+
+def _device_key(key: jax.Array) -> jax.Array:
+    """This device's dropout key: device p draws its masks from ``fold_in(key, p)``."""
+    return jax.random.fold_in(key, jax.lax.axis_index(AXIS))
+
+
+# What the one training step does across the node mesh: psum the loss, metric sums and gradients.
+NODES = Collective(total=_device_total, device_key=_device_key)
+
+
+def sharded_loss(model_config: GCNConfig, mesh: jax.sharding.Mesh, *, train: bool = False) -> Any:
+    """``loss(params, key, blocks, x, labels, mask) -> scalar``: the masked mean cross-entropy of
+    the whole graph, computed with each device holding its row block (inputs stacked [P, ...]).
+    With ``train``, dropout is on; device p draws its masks from ``fold_in(key, p)``."""
+    spec = jax.sharding.PartitionSpec(AXIS)
+    model = sharded_model(model_config)
+
+    def local(params: Any, key: jax.Array, block: GraphBlock, x: jax.Array, labels: jax.Array,
+              mask: jax.Array) -> jax.Array:
+        block, x, labels, mask = _local((block, x, labels, mask))
+        logits = model.apply(params, block, x, key=_device_key(key) if train else None, train=train)
+        nll, _, count = _device_total(masked_sums(logits[:, None], labels, mask[None]))
+        return nll[0] / jnp.maximum(count[0], 1.0)
+
+    replicated = jax.sharding.PartitionSpec()
+    return jax.shard_map(local, mesh=mesh, in_specs=(replicated, replicated, spec, spec, spec, spec),
+                         out_specs=replicated, check_vma=False)
+
+
+def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
+                        mesh: jax.sharding.Mesh) -> Runner:
+    """The :class:`jaxgcn.train.Runner` of one configuration with the graph's rows sharded over
+    ``mesh``: :func:`jaxgcn.train.make_runner` (the one training step) with the block exchange as
+    its propagation and :data:`NODES` as its collective, under ``shard_map``; ``data`` is a
+    :class:`jaxgcn.train.TrainData` whose fields are stacked [P, L, ...] blocks.
+
+    Each device differentiates its own share of the loss (its nodes' summed cross-entropy over the
+    global train count); the gradients are summed with ``psum`` and every device applies the same
+    update, so the replicated params stay identical. Device p draws its dropout masks from
+    ``fold_in(key, p)``.
+    """
+    runner = make_runner(model_config, config, n_features, n_classes, propagate=propagate_block, collective=NODES)
+    spec, rep = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
+
+    def on_mesh(fn: Callable[..., Any], in_specs: tuple) -> Callable[..., Any]:
+        # check_vma=False: the kernel's custom call carries no varying-axis type
+        def local(first: Any, data: TrainData, *rest: Any) -> Any:
+            return fn(first, _local(data), *rest)
+        return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=rep, check_vma=False)
+
+    return runner._replace(run_until=on_mesh(runner.run_until, (rep, spec, rep)),
+                           evaluate=on_mesh(runner.evaluate, (rep, spec)))
+
+
+def _diverged_message(epoch: int, config: TrainConfig) -> str:
+    """Library wording for a NaN/inf loss. Not :func:`jaxgcn.train.divergence_message`: that reads
+    the adjacency's row sums from a :class:`~jaxgcn.graph.Graph` and the whole feature matrix, while
+    a sharded run holds :class:`GraphBlock` rows spread over processes."""
+    return (f"training diverged: the loss became NaN/inf at epoch {epoch}; lower the learning rate "
+            f"(TrainConfig.lr={config.lr:g}) or normalize the features (prepare(..., feature_norm='row' or "
+            "'standardize'))")
+
+
+class ShardedData(NamedTuple):
+    """A prepared dataset laid out for ``mesh``: ``data`` holds global arrays [P, L, ...]."""
+
+    data: Any
+    mesh: jax.sharding.Mesh
+    n_nodes: int
+    n_pad: int
+    n_features: int
+    exchange: str
+
+
+def shard_data(data: TrainData, mesh: jax.sharding.Mesh, *, exchange: str = "all_gather") -> ShardedData:
+    """Partition a host :class:`jaxgcn.train.TrainData` (from ``prepare(..., on_device=False)``)
+    into the mesh's row blocks; each process moves only its own devices' blocks."""
+    n_parts = mesh.devices.size
+    blocks, n_pad = partition(data.graph, n_parts, exchange=exchange)
+    shard = lambda a: shard_nodes(a, n_pad, n_parts)  # noqa: E731
+    stacked = data._replace(graph=blocks, x=shard(data.x), labels=shard(np.asarray(data.labels, np.int32)),
+                            train_mask=shard(data.train_mask), val_mask=shard(data.val_mask),
+                            test_mask=shard(data.test_mask))
+    return ShardedData(to_global(stacked, mesh), mesh, data.graph.n_nodes, n_pad, int(data.x.shape[1]), exchange)
+
+
+def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig, config: TrainConfig,
+                key: jax.Array, log_every: int = 20, log: Callable[[str], None] | None = print,
+                progress: Any = None) -> FitResult:
+    """Train full-batch with the graph's rows sharded over ``sharded.mesh`` (every process of a
+    ``jax.distributed`` job calls this with the same arguments). The epochs run in compiled chunks
+    of ``log_every`` with the single-device early-stopping rules. Returns a
+    :class:`jaxgcn.train.FitResult` whose params are host NumPy arrays."""
+    data = sharded.data
+    runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh)
+    start = time.perf_counter()
+    if progress is not None:
+        progress.compiling()
+    init = jit(runner.init).lower(key, None).compile()
+    state = init(key, None)
+    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0)).compile()
+    evaluate = jit(runner.evaluate).lower(state.params, data).compile()
+    compile_seconds = time.perf_counter() - start
+    if progress is not None:
+        progress.compiled(compile_seconds)
+    start = time.perf_counter()
+    hooks = [log_hook(log, log_every)] if log is not None and log_every > 0 else []
+    if progress is not None:
+        hooks.append(progress_hook(progress))
+    state, seen = drive(lambda s, stop: run_until(s, data, jnp.int32(stop)), state, single_view,
+                        epochs=config.epochs, chunk=log_every, hooks=hooks)
+    epoch, reason = seen.epoch, int(seen.reason[0])
+    if reason == DIVERGED:
+        raise TrainingDiverged(_diverged_message(epoch, config))
+    params = runner.final_params(state)
+    metrics = {k: float(v) for k, v in evaluate(params, data)._asdict().items()}
+    history = {k: np.asarray(v)[:epoch] for k, v in state.history.items()}
+    params = jax.tree.map(np.asarray, params)
+    return FitResult(params, metrics, epoch, reason == STOPPED_EARLY, history, compile_seconds,
+                     time.perf_counter() - start)
