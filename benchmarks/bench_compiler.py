@@ -19,7 +19,7 @@ import numpy as np
 from jaxgcn import batched, compiler, train
 from jaxgcn.batched import fit_batch, make_specs
 from jaxgcn.datasets import load_dataset, prepare
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
 
 SETTINGS = {"jaxgcn (YNNPACK fusions off)": dict(compiler._OPTIONS), "XLA defaults": {}}
@@ -31,7 +31,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=4)
     args = ap.parse_args()
     prepared = prepare(load_dataset(args.dataset))
-    model_config, config = GCNConfig(backend=prepared.backend), TrainConfig(early_stopping=None)
+    model_config, config = GCNConfig(), TrainConfig(early_stopping=None)
+    execution = Execution(backend=prepared.backend)
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in SETTINGS}
     accuracy: dict[str, np.ndarray] = {}
     for rep in range(args.repeats + 1):
@@ -40,10 +41,10 @@ def main() -> None:
             compiler.compiler_options.cache_clear()
             batched._COMPILED.clear()
             train._COMPILED.clear()
-            one = fit(prepared.data, prepared.n_classes, model_config=model_config, config=config,
-                      key=jax.random.key(rep), log=None)
+            one = fit(prepared.data, prepared.n_classes, model_config=model_config, execution=execution,
+                      config=config, key=jax.random.key(rep), log=None)
             eight = fit_batch(prepared.data, prepared.n_classes, make_specs(list(range(8))),
-                              model_config=model_config, config=config)
+                              model_config=model_config, execution=execution, config=config)
             accuracy[name] = eight.metrics["test_acc"]
             if rep:  # the first round warms caches
                 times[name].append((one.train_seconds, eight.train_seconds))

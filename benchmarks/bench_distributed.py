@@ -91,7 +91,7 @@ def worker(args: argparse.Namespace) -> dict:
     from jaxgcn import distributed
     from jaxgcn.datasets import RawGraph, prepare
     from jaxgcn.memory import estimate_sharded
-    from jaxgcn.models import GCNConfig
+    from jaxgcn.models import Execution, GCNConfig
     from jaxgcn.train import TrainConfig
 
     n_parts = args.devices
@@ -108,10 +108,10 @@ def worker(args: argparse.Namespace) -> dict:
     jax.block_until_ready(sharded.data)
     prep_s = time.perf_counter() - start
     rows = stats["halo_rows"] if args.exchange == "halo" else stats["all_gather_rows"]
-    model_config = GCNConfig(hidden=128, aggregate_first=2 * 100 < 3 * 128)
+    model_config, execution = GCNConfig(hidden=128), Execution(aggregate_first=2 * 100 < 3 * 128)
     total = 1 + args.epochs
     config = TrainConfig(epochs=total, early_stopping=None)
-    runner = distributed.make_sharded_runner(model_config, config, 100, host.n_classes, mesh)
+    runner = distributed.make_sharded_runner(model_config, config, 100, host.n_classes, mesh, execution)
     key = jax.random.key(0)
     state = jax.jit(runner.init)(key, None)
     t = time.perf_counter()

@@ -62,7 +62,7 @@ def jax_worker(args: argparse.Namespace) -> dict:
 
     from jaxgcn.datasets import RawGraph, prepare
     from jaxgcn.memory import estimate
-    from jaxgcn.models import GCNConfig
+    from jaxgcn.models import Execution, GCNConfig
     from jaxgcn.train import TrainConfig, compile_runner
 
     with np.load(args.graph) as z:
@@ -74,15 +74,16 @@ def jax_worker(args: argparse.Namespace) -> dict:
     host_s = time.perf_counter() - start
     del raw
     n_features, n_classes = 100, prepared.n_classes
-    model_config = GCNConfig(hidden=128, backend=prepared.backend, chunk_edges=args.chunk_edges,
-                             aggregate_first=2 * n_features < 3 * 128)
+    model_config = GCNConfig(hidden=128)
+    execution = Execution(backend=prepared.backend, chunk_edges=args.chunk_edges,
+                          aggregate_first=2 * n_features < 3 * 128)
     total = 1 + args.epochs
     config = TrainConfig(epochs=total, early_stopping=None)
     graph = prepared.data.graph
     est = estimate(prepared.info["n_nodes"], graph.n_edges, n_features, n_classes, hidden=128,
                    backend=prepared.backend, chunk_edges=args.chunk_edges,
                    symmetric=graph.csr is None or graph.csr.symmetric)
-    compiled = compile_runner(model_config, config, prepared.data, n_classes)
+    compiled = compile_runner(model_config, config, prepared.data, n_classes, execution)
     state = compiled.init(jax.random.key(0), prepared.data)
     state = compiled.run_until(state, prepared.data, jnp.int32(1))  # warm-up epoch, not timed
     jax.block_until_ready(state.epoch)

@@ -20,7 +20,7 @@ import numpy as np
 
 from jaxgcn.batched import fit_runs, make_specs
 from jaxgcn.datasets import load_dataset, prepare
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
 
 
@@ -33,12 +33,14 @@ def main() -> int:
     args = ap.parse_args()
 
     prepared = prepare(load_dataset(args.dataset), backend=args.backend)
-    model_config, config = GCNConfig(backend=prepared.backend), TrainConfig()
+    model_config, config = GCNConfig(), TrainConfig()
+    execution = Execution(backend=prepared.backend)
     print(f"{args.dataset}, paper settings, backend {prepared.backend}, {len(jax.devices())} device(s)")
 
     spec = make_specs(list(range(args.seeds)))
     start = time.perf_counter()
-    batch = fit_runs(prepared.data, prepared.n_classes, spec, model_config=model_config, config=config)
+    batch = fit_runs(prepared.data, prepared.n_classes, spec, model_config=model_config, execution=execution,
+                     config=config)
     total = time.perf_counter() - start
     acc = batch.metrics["test_acc"]
     print(f"one program, {args.seeds} runs: compile {batch.compile_seconds:.1f} s | run {batch.train_seconds:.1f} s "
@@ -50,7 +52,7 @@ def main() -> int:
     loop_acc, run_s, compile_s = [], 0.0, 0.0
     start = time.perf_counter()
     for seed in range(args.loop):
-        res = fit(prepared.data, prepared.n_classes, model_config=model_config, config=config,
+        res = fit(prepared.data, prepared.n_classes, model_config=model_config, execution=execution, config=config,
                   key=jax.random.key(seed), log=None)
         loop_acc.append(res.metrics["test_acc"])
         run_s += res.train_seconds

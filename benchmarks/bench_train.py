@@ -29,12 +29,13 @@ def steady_state(dataset: str, repeats: int) -> dict[str, float]:
     import jax.numpy as jnp
 
     from jaxgcn.datasets import load_dataset, prepare
-    from jaxgcn.models import GCNConfig
+    from jaxgcn.models import Execution, GCNConfig
     from jaxgcn.train import TrainConfig, compile_runner
 
     prepared = prepare(load_dataset(dataset))
     config = TrainConfig(early_stopping=None)
-    compiled = compile_runner(GCNConfig(backend=prepared.backend), config, prepared.data, prepared.n_classes)
+    compiled = compile_runner(GCNConfig(), config, prepared.data, prepared.n_classes,
+                              Execution(backend=prepared.backend))
     per_epoch = []
     for rep in range(repeats + 1):
         state = compiled.init(jax.random.key(rep), prepared.data)

@@ -31,11 +31,12 @@ from jaxgcn.batched import (
     unstack_params,
 )
 from jaxgcn.datasets.splits import planetoid_split
-from jaxgcn.models import GCNConfig, apply_runs, gcn
+from jaxgcn.models import Execution, GCNConfig, apply_runs, gcn
 from jaxgcn.train import Kipf, Patience, TrainConfig, fit
 
 SEEDS = [0, 1, 2]
-MODEL = GCNConfig(backend="csr")  # hidden 16, dropout 0.5, no bias: the paper's; auto picks csr here
+MODEL = GCNConfig()  # hidden 16, dropout 0.5, no bias: the paper's
+EXEC = Execution(backend="csr")  # what auto picks here
 # On the weakly homophilous graph below, lr 0.1 makes Kipf's rule stop every seed well before 60
 # epochs, each at its own epoch (measured 33-35), so stopped runs sit frozen while others train.
 KIPF = TrainConfig(epochs=60, lr=0.1, early_stopping=Kipf(5))
@@ -58,7 +59,7 @@ def raw_hard():
 @pytest.fixture(scope="module")
 def hard(raw_hard):
     prepared = datasets.prepare(raw_hard)
-    assert prepared.backend == MODEL.backend and isinstance(prepared.data.x, jax.Array)
+    assert prepared.backend == EXEC.backend and isinstance(prepared.data.x, jax.Array)
     return prepared
 
 
@@ -75,27 +76,28 @@ def sparse_version(raw_hard, backend):
 
 @pytest.fixture(scope="module")
 def sparse_hard(raw_hard):
-    return sparse_version(raw_hard, MODEL.backend)
+    return sparse_version(raw_hard, EXEC.backend)
 
 
 @pytest.fixture(scope="module")
 def single():
-    """``single(prepared, model_config, config, seed, data=None, tag="")`` -> memoized ``fit`` result
-    (``data`` replaces ``prepared.data``; ``tag`` names it in the memo key)."""
+    """``single(prepared, model_config, config, seed, data=None, tag="", execution=EXEC)`` -> memoized
+    ``fit`` result (``data`` replaces ``prepared.data``; ``tag`` names it in the memo key)."""
     cache = {}
 
-    def run(prepared, model_config, config, seed, data=None, tag=""):
-        key = (id(prepared), model_config, config, seed, tag)
+    def run(prepared, model_config, config, seed, data=None, tag="", execution=EXEC):
+        key = (id(prepared), model_config, config, seed, tag, execution)
         if key not in cache:
             cache[key] = fit(prepared.data if data is None else data, prepared.n_classes,
-                             model_config=model_config, config=config, key=jax.random.key(seed), log=None)
+                             model_config=model_config, execution=execution, config=config,
+                             key=jax.random.key(seed), log=None)
         return cache[key]
     return run
 
 
-def batch(prepared, spec, model_config=MODEL, config=KIPF, data=None, **kwargs):
+def batch(prepared, spec, model_config=MODEL, config=KIPF, data=None, execution=EXEC, **kwargs):
     return fit_runs(prepared.data if data is None else data, prepared.n_classes, spec,
-                    model_config=model_config, config=config, **kwargs)
+                    model_config=model_config, execution=execution, config=config, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -162,12 +164,12 @@ def test_patience_batch_returns_each_runs_best_params(hard, single):
 def test_sparse_features_no_early_stopping_batch_equals_single_runs(raw_hard, sparse_hard, single, backend):
     # csr: CSR features and the fused kernel with per-run values; segment: BCOO, gather + segment_sum.
     prepared = sparse_hard if backend == "csr" else sparse_version(raw_hard, backend)
-    model = GCNConfig(backend=backend)
-    res = batch(prepared, make_specs(SEEDS), config=NONE, model_config=model)  # paper's defaults
+    execution = Execution(backend=backend)
+    res = batch(prepared, make_specs(SEEDS), config=NONE, execution=execution)  # paper's defaults
     assert res.epochs_run.tolist() == [NONE.epochs] * 3 and not np.any(res.stopped_early)
     assert np.all(np.isfinite(res.history["loss"]))
     for r, seed in enumerate(SEEDS):
-        assert_run_equals_fit(res, r, single(prepared, model, NONE, seed))
+        assert_run_equals_fit(res, r, single(prepared, MODEL, NONE, seed, execution=execution))
     assert len({round(float(v), 6) for v in res.history["loss"][:, 0]}) == 3
     assert res.metrics["test_acc"].min() > 0.4  # 4 classes: chance is 0.25
 
@@ -259,7 +261,6 @@ ARCHS = {
 def test_init_and_apply_runs_equal_the_single_model_per_run(arch, hard, sparse_hard):
     config, features, widths = ARCHS[arch]
     data = (hard if features == "dense" else sparse_hard).data
-    config = dataclasses.replace(config, backend=MODEL.backend)
     seeds, dropouts = [3, 4, 5], [0.5, 0.3, 0.0]
     spec = concat_specs([make_specs([s], hidden=h, dropout=d) for s, h, d in zip(seeds, widths, dropouts)])
     n_features, n_classes = data.x.shape[1], hard.n_classes
@@ -272,16 +273,16 @@ def test_init_and_apply_runs_equal_the_single_model_per_run(arch, hard, sparse_h
     def batched_apply(params, runs, keys):
         # Training mode: run r's layer keys are split from its key as the single model splits them.
         layer_keys = jax.vmap(lambda k: jax.random.split(jax.random.wrap_key_data(k), config.layers))(keys)
-        return (apply_runs(config, params, data.graph, data.x, runs),
-                apply_runs(config, params, data.graph, data.x, runs, keys=jnp.swapaxes(layer_keys, 0, 1),
-                           train=True))
+        return (apply_runs(config, params, data.graph, data.x, runs, execution=EXEC),
+                apply_runs(config, params, data.graph, data.x, runs, execution=EXEC,
+                           keys=jnp.swapaxes(layer_keys, 0, 1), train=True))
 
     logits, train_logits = batched_apply(stacked, run_inputs(spec), keys)
     assert logits.shape == train_logits.shape == (data.x.shape[0], 3, n_classes)
     def nonzero(tree):
         return sum(int(np.count_nonzero(np.asarray(leaf))) for leaf in jax.tree.leaves(tree))
     for r, (seed, h, d) in enumerate(zip(seeds, widths, dropouts)):
-        model = gcn(dataclasses.replace(config, hidden=h, dropout=d))
+        model = gcn(dataclasses.replace(config, hidden=h, dropout=d), EXEC)
 
         @jax.jit
         def single_run(seed, key):  # the single run's init (its key's first half), eval and train logits
@@ -362,14 +363,14 @@ import jax
 import numpy as np
 from jaxgcn import batched, datasets
 from jaxgcn.batched import fit_runs, make_specs
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution
 from jaxgcn.train import Kipf, TrainConfig
 
 assert len(jax.devices()) == 4, jax.devices()
 prepared = datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1),
                             backend="segment")  # csr batches stay on one device: the kernel uses every core
 res = fit_runs(prepared.data, prepared.n_classes, make_specs([0, 1, 2], lr={lr}),
-               model_config=GCNConfig(backend="segment"),
+               execution=Execution(backend="segment"),
                config=TrainConfig(epochs={epochs}, lr={lr}, early_stopping=Kipf({window})), n_devices=4)
 meshes = [key[-1] for key in batched._COMPILED]
 print(json.dumps({{
@@ -420,21 +421,21 @@ def test_large_batches_run_in_slices_of_one_program(hard, kipf_batch):
 # epochs, accuracies, histories and params.
 OPTIONS = {
     "clip_l2all_layernorm_residual_bias_3layers": (
-        GCNConfig(backend="csr", layers=3, layer_norm=True, residual=True, bias=True),
+        GCNConfig(layers=3, layer_norm=True, residual=True, bias=True), EXEC,
         TrainConfig(epochs=40, lr=0.05, early_stopping=Kipf(5), clip_norm=0.5, l2="all")),
-    "aggregate_first": (GCNConfig(backend="csr", aggregate_first=True), KIPF),
+    "aggregate_first": (MODEL, Execution(backend="csr", aggregate_first=True), KIPF),
     # one step for every path: jax.random dropout masks, drawn per run, equal a single run's too
-    "jax_dropout_rng": (GCNConfig(backend="csr", dropout_rng="jax"), KIPF),
+    "jax_dropout_rng": (MODEL, Execution(backend="csr", dropout_rng="jax"), KIPF),
 }
 
 
 @pytest.mark.parametrize("option", sorted(OPTIONS))
 def test_training_options_batched_equal_single_runs(option, hard, single):
-    model_config, config = OPTIONS[option]
+    model_config, execution, config = OPTIONS[option]
     seeds = [0, 1]
-    res = batch(hard, make_specs(seeds, lr=config.lr), model_config=model_config, config=config)
+    res = batch(hard, make_specs(seeds, lr=config.lr), model_config=model_config, execution=execution, config=config)
     for r, seed in enumerate(seeds):
-        assert_run_equals_fit(res, r, single(hard, model_config, config, seed))
+        assert_run_equals_fit(res, r, single(hard, model_config, config, seed, execution=execution))
 
 
 def test_a_diverging_run_is_named_like_the_single_run_reports_it(hard):
@@ -443,7 +444,8 @@ def test_a_diverging_run_is_named_like_the_single_run_reports_it(hard):
     # the first Adam step puts weights near 1e20, whose squares overflow float32 in the L2 term
     config = TrainConfig(epochs=10, lr=1e20, early_stopping=None)
     with pytest.raises(TrainingDiverged) as single_err:
-        fit(hard.data, hard.n_classes, model_config=MODEL, config=config, key=jax.random.key(1), log=None)
+        fit(hard.data, hard.n_classes, model_config=MODEL, execution=EXEC, config=config, key=jax.random.key(1),
+            log=None)
     spec = concat_specs([make_specs([0], lr=0.01), make_specs([1], lr=1e20)])
     with pytest.raises(TrainingDiverged, match=r"run\(s\) \[1\] \(seed 1, lr 1e\+20\)") as batch_err:
         batch(hard, spec, config=config)

@@ -11,7 +11,7 @@ import pytest
 
 from jaxgcn import checkpoint
 from jaxgcn.cli import main
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig
 
 PARAMS = {"layer_0": {"w": np.arange(6, dtype=np.float32).reshape(3, 2)}, "layer_1": {"w": np.ones((2, 2), np.float32)}}
@@ -20,7 +20,8 @@ INFO = {"n_features": 3, "n_classes": 2, "class_names": ["a", "b"], "feature_nor
 
 def save(directory, params=PARAMS, **kwargs):
     return checkpoint.save(directory, params, model_config=GCNConfig(hidden=2), train_config=TrainConfig(), info=INFO,
-                           epoch=kwargs.get("epoch", 7), metrics={"test_acc": 0.5}, node_ids=kwargs.get("node_ids"))
+                           epoch=kwargs.get("epoch", 7), metrics={"test_acc": 0.5}, node_ids=kwargs.get("node_ids"),
+                           execution=kwargs.get("execution"))
 
 
 def test_round_trip_and_old_params_removed(tmp_path):
@@ -32,6 +33,31 @@ def test_round_trip_and_old_params_removed(tmp_path):
     assert ck.meta["version"] and ck.meta["train"]["lr"] == 0.01
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["checkpoint.json", "params-2.npz"]
     assert ck.node_ids is None
+
+
+def test_the_execution_is_recorded_beside_the_architecture(tmp_path):
+    save(tmp_path / "ck", execution=Execution(backend="csr", aggregate_first=True))
+    ck = checkpoint.load(tmp_path / "ck")
+    assert ck.meta["execution"] == {"backend": "csr", "dropout_rng": "hash", "chunk_edges": None,
+                                    "aggregate_first": True}
+    assert "backend" not in ck.meta["model"] and "aggregate_first" not in ck.meta["model"]
+    assert checkpoint.model_config(ck.meta) == GCNConfig(hidden=2)
+    save(tmp_path / "none")
+    assert checkpoint.load(tmp_path / "none").meta["execution"] is None
+
+
+def test_an_older_checkpoint_with_execution_settings_in_its_model_still_loads(tmp_path):
+    """Checkpoints written before the config split kept backend, dropout_rng, chunk_edges and
+    aggregate_first inside "model" (and had no "execution"): they load, giving the architecture."""
+    save(tmp_path / "ck")
+    meta_path = tmp_path / "ck" / "checkpoint.json"
+    meta = json.loads(meta_path.read_text())
+    meta.pop("execution")
+    meta["model"].update(backend="segment", dropout_rng="jax", chunk_edges=1000, aggregate_first=True)
+    meta_path.write_text(json.dumps(meta))
+    ck = checkpoint.load(tmp_path / "ck")
+    assert checkpoint.model_config(ck.meta) == GCNConfig(hidden=2)
+    np.testing.assert_array_equal(ck.params["layer_0"]["w"], PARAMS["layer_0"]["w"])
 
 
 def test_a_write_killed_before_the_metadata_leaves_the_previous_checkpoint(tmp_path, monkeypatch):

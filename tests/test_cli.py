@@ -15,7 +15,7 @@ import pytest
 
 from jaxgcn.cli import main
 from jaxgcn.datasets import prepare, synthetic
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
 
 # 400 sparse nodes -> the "csr" backend; "none" so every seed runs exactly --epochs epochs.
@@ -53,16 +53,17 @@ def test_train_writes_consistent_json(tmp_path, capsys):
     assert report["val_acc_mean"] == pytest.approx(np.mean(report["val_acc"]), abs=1e-9)
     assert report["compile_seconds"] >= 0 and report["train_seconds"] > 0
     assert report["config"]["train"]["epochs"] == 30 and report["config"]["train"]["lr"] == 0.01
-    assert report["config"]["model"]["backend"] == "csr" and report["config"]["model"]["dropout"] == 0.5
+    assert report["config"]["execution"]["backend"] == "csr" and report["config"]["model"]["dropout"] == 0.5
+    assert "backend" not in report["config"]["model"]  # the architecture only
     assert report["config"]["norm"] == "sym" and report["config"]["feature_norm"] == "row"
 
     # The numbers are what the library computes for the same data, configs and seeds.
     prepared = prepare(synthetic(400, n_classes=3, n_features=16, seed=0))
     assert report["n_edges"] == prepared.info["undirected_edges"]
-    model_config = GCNConfig(backend="csr")
+    model_config, execution = GCNConfig(), Execution(backend="csr")
     config = TrainConfig(epochs=30, early_stopping=None)
-    expected = [fit(prepared.data, 3, model_config=model_config, config=config, key=jax.random.key(s),
-                    log=None).metrics["test_acc"] for s in (0, 1)]
+    expected = [fit(prepared.data, 3, model_config=model_config, execution=execution, config=config,
+                    key=jax.random.key(s), log=None).metrics["test_acc"] for s in (0, 1)]
     assert report["test_acc"] == pytest.approx(expected, abs=1e-6)
     assert max(report["test_acc"]) > 0.6  # 3 classes: chance is 1/3
 
@@ -179,8 +180,8 @@ def test_installed_console_script(tmp_path):
 def _library_run(optimizer: str, seed: int = 0) -> dict:
     prepared = prepare(synthetic(400, n_classes=3, n_features=16, seed=0))
     config = TrainConfig(epochs=30, early_stopping=None, optimizer=optimizer)
-    return fit(prepared.data, 3, model_config=GCNConfig(backend="csr"), config=config, key=jax.random.key(seed),
-               log=None).metrics
+    return fit(prepared.data, 3, model_config=GCNConfig(), execution=Execution(backend="csr"), config=config,
+               key=jax.random.key(seed), log=None).metrics
 
 
 @pytest.mark.parametrize("seeds", [1, 2], ids=["single", "batched"])

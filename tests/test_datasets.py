@@ -20,7 +20,7 @@ from jaxgcn.datasets import load_dataset, load_raw, normalize_features, planetoi
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.planetoid import RestrictedUnpickler, safe_load_pickle
 from jaxgcn.layers import matmul
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.propagate import propagate
 
 RAW_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
@@ -115,7 +115,7 @@ def test_citeseer_isolated_nodes_give_finite_outputs(citeseer):
     assert isolated.size == p.info["isolated_nodes"] == 48
     # Their normalized self weight is 1/1: propagation passes their features through unchanged.
     np.testing.assert_allclose(np.asarray(g.self_weights)[isolated], 1.0, rtol=1e-6)
-    model = gcn(GCNConfig(backend=p.backend))
+    model = gcn(GCNConfig(), Execution(backend=p.backend))
     params = model.init(jax.random.key(0), 3703, p.n_classes)
     logits = np.asarray(model.apply(params, g, p.data.x))
     assert np.all(np.isfinite(logits))

@@ -30,7 +30,7 @@ from jaxgcn import datasets
 from jaxgcn.batched import fit_runs, make_specs, unstack_params
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.splits import planetoid_split
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.sweep import Grid, run_grid
 from jaxgcn.train import TrainConfig, fit
 
@@ -77,8 +77,8 @@ def _prepared(cache, raw, backend):
     return cache[backend]
 
 
-def _singles(p, model_config, seeds, lrs=None):
-    return [fit(p.data, p.n_classes, model_config=model_config, log=None, key=jax.random.key(s),
+def _singles(p, model_config, seeds, lrs=None, execution=Execution()):
+    return [fit(p.data, p.n_classes, model_config=model_config, execution=execution, log=None, key=jax.random.key(s),
                 config=CONFIG if lrs is None else TrainConfig(**{**CONFIG.__dict__, "lr": lr}))
             for s, lr in zip(seeds, lrs or [None] * len(seeds))]
 
@@ -98,10 +98,10 @@ def assert_equal_runs(epochs, stopped, metrics, history, params, one, r):
 @pytest.mark.parametrize("backend", ["csr", "segment", "bcoo"])
 def test_seeds_in_one_program_equal_single_runs_that_stop_at_different_epochs(raw, prepared, backend):
     p = _prepared(prepared, raw, backend)
-    model_config = GCNConfig(backend=backend)
+    execution = Execution(backend=backend)
     res = fit_runs(p.data, p.n_classes, make_specs(SEEDS, weight_decay=CONFIG.weight_decay),
-                   model_config=model_config, config=CONFIG)
-    singles = _singles(p, model_config, SEEDS)
+                   model_config=GCNConfig(), execution=execution, config=CONFIG)
+    singles = _singles(p, GCNConfig(), SEEDS, execution=execution)
     assert len({one.epochs_run for one in singles}) == 3, "the seeds must stop at different epochs"
     assert any(one.stopped_early for one in singles) and not all(one.stopped_early for one in singles)
     for r, one in enumerate(singles):
@@ -112,14 +112,14 @@ def test_seeds_in_one_program_equal_single_runs_that_stop_at_different_epochs(ra
 def test_sweep_rows_equal_single_runs(raw, prepared):
     """Two learning rates x two seeds: four runs of one program, each equal to its single run."""
     p = _prepared(prepared, raw, "csr")
-    model_config = GCNConfig(backend="csr")
+    model_config, execution = GCNConfig(), Execution(backend="csr")
     rows = run_grid(p.data, p.n_classes, Grid(lr=(0.01, 0.02), weight_decay=(CONFIG.weight_decay,)), [0, 1],
-                    model_config=model_config, config=CONFIG, log=None)
+                    model_config=model_config, execution=execution, config=CONFIG, log=None)
     assert len(rows) == 2
     epochs_seen = set()
     for row in rows:
         lr = row.config["lr"]
-        singles = _singles(p, model_config, [0, 1], lrs=[lr, lr])
+        singles = _singles(p, model_config, [0, 1], lrs=[lr, lr], execution=execution)
         for run, one in zip(sorted(row.runs, key=lambda r: r["seed"]), singles):
             assert run["epochs_run"] == one.epochs_run, (lr, run)
             assert run["test_acc"] == pytest.approx(one.metrics["test_acc"], abs=1e-6)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ import scipy.sparse as sp
 
 from jaxgcn.graph import gcn_norm, to_dense, with_dense
 from jaxgcn.layers import dropout, gcn_apply, gcn_init, keep_mask, matmul, sparse_features
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import Execution, GCNConfig, gcn
 
 RNGS = ("hash", "jax")
 
@@ -237,8 +239,7 @@ def test_gcn_init_depends_on_key():
 
 @pytest.mark.parametrize("backend", ["dense", "segment", "bcoo"])
 def test_two_layer_gcn_equals_kipf_formula(norm_graph, adj, node_features, backend):
-    config = GCNConfig(hidden=4, backend=backend)
-    model = gcn(config)
+    model = gcn(GCNConfig(hidden=4), Execution(backend=backend))
     params = model.init(jax.random.key(0), 3, 2)
     g = with_dense(norm_graph) if backend == "dense" else norm_graph
     logits = model.apply(params, g, jnp.asarray(node_features))
@@ -331,6 +332,32 @@ def test_dense_and_sparse_features_give_same_logits(norm_graph, config):
 def test_gcn_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         GCNConfig(**kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(backend="sparse"), r"backend='sparse' must be one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"),
+    (dict(dropout_rng="philox"), r"dropout_rng='philox' must be 'hash' or 'jax'"),
+    (dict(chunk_edges=0), r"chunk_edges=0 needs the segment backend and a value >= 1"),
+])
+def test_execution_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Execution(**kwargs)
+
+
+def test_execution_defaults():
+    e = Execution()
+    assert (e.backend, e.dropout_rng, e.chunk_edges, e.aggregate_first) == ("auto", "hash", None, False)
+    assert Execution(backend="segment", chunk_edges=10).chunk_edges == 10
+
+
+def test_gcn_config_holds_the_architecture_only():
+    """How a model runs lives in Execution: none of its fields may creep back into GCNConfig (a
+    checkpoint rebuilds the model from GCNConfig alone)."""
+    arch = {f.name for f in dataclasses.fields(GCNConfig)}
+    assert arch == {"hidden", "layers", "dropout", "bias", "residual", "layer_norm"}
+    assert not arch & {f.name for f in dataclasses.fields(Execution)}
+    with pytest.raises(TypeError):
+        GCNConfig(backend="csr")
 
 
 def test_gcn_config_defaults_are_the_papers():

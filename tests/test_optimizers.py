@@ -15,11 +15,12 @@ import pytest
 
 from jaxgcn import datasets
 from jaxgcn.batched import fit_runs, make_specs, unstack_params
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.sweep import Grid, run_grid
 from jaxgcn.train import OPTIMIZERS, Kipf, TrainConfig, fit, l2_penalty, masked_cross_entropy, optimizer_factory
 
-MODEL = GCNConfig(backend="csr")
+MODEL = GCNConfig()
+EXEC = Execution(backend="csr")  # what auto picks here
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +32,11 @@ def test_one_sgd_step_is_the_hand_written_update(prepared):
     """``--optimizer sgd``: the engine's first step is ``p - lr * g`` over the params pytree, with g
     the gradient of the training loss (cross-entropy + L2 on the first layer) at the initial params."""
     d, lr, wd = prepared.data, 0.1, 5e-4
-    model_config = GCNConfig(backend="csr", dropout=0.0)  # no dropout: the step is deterministic
+    model_config = GCNConfig(dropout=0.0)  # no dropout: the step is deterministic
     config = TrainConfig(optimizer="sgd", lr=lr, weight_decay=wd, epochs=1, early_stopping=None)
     key = jax.random.key(7)
-    res = fit(d, prepared.n_classes, model_config=model_config, config=config, key=key, log=None)
-    model = gcn(model_config)
+    res = fit(d, prepared.n_classes, model_config=model_config, execution=EXEC, config=config, key=key, log=None)
+    model = gcn(model_config, EXEC)
     params = model.init(jax.random.split(key)[0], d.x.shape[1], prepared.n_classes)
 
     def loss(p):
@@ -76,14 +77,14 @@ def test_the_factory_builds_the_textbook_optimizers(name, textbook):
 def test_adamw_decays_in_the_optimizer_not_in_the_loss(prepared):
     """With ``adamw`` the recorded loss has no L2 term (the decay is decoupled)."""
     d = prepared.data
-    model_config = GCNConfig(backend="csr", dropout=0.0)
+    model_config = GCNConfig(dropout=0.0)
     losses = {}
     for name in ("adam", "adamw"):
         config = TrainConfig(optimizer=name, weight_decay=0.5, epochs=1, early_stopping=None)
-        losses[name] = fit(d, prepared.n_classes, model_config=model_config, config=config, key=jax.random.key(0),
-                           log=None).history["loss"][0]
-    params = gcn(model_config).init(jax.random.split(jax.random.key(0))[0], d.x.shape[1], prepared.n_classes)
-    ce = float(masked_cross_entropy(gcn(model_config).apply(params, d.graph, d.x), d.labels, d.train_mask))
+        losses[name] = fit(d, prepared.n_classes, model_config=model_config, execution=EXEC, config=config,
+                           key=jax.random.key(0), log=None).history["loss"][0]
+    params = gcn(model_config, EXEC).init(jax.random.split(jax.random.key(0))[0], d.x.shape[1], prepared.n_classes)
+    ce = float(masked_cross_entropy(gcn(model_config, EXEC).apply(params, d.graph, d.x), d.labels, d.train_mask))
     assert losses["adamw"] == pytest.approx(ce, rel=1e-5)
     assert losses["adam"] == pytest.approx(ce + 0.5 * float(l2_penalty(params)), rel=1e-5)
 
@@ -92,10 +93,10 @@ def test_adamw_decays_in_the_optimizer_not_in_the_loss(prepared):
 def test_batched_runs_equal_single_runs_for_each_optimizer(prepared, name):
     config = TrainConfig(optimizer=name, epochs=40, lr=0.05, early_stopping=Kipf(5), clip_norm=1.0)
     res = fit_runs(prepared.data, prepared.n_classes, make_specs([0, 1], lr=config.lr), model_config=MODEL,
-                   config=config)
+                   execution=EXEC, config=config)
     for r, seed in enumerate([0, 1]):
-        one = fit(prepared.data, prepared.n_classes, model_config=MODEL, config=config, key=jax.random.key(seed),
-                  log=None)
+        one = fit(prepared.data, prepared.n_classes, model_config=MODEL, execution=EXEC, config=config,
+                  key=jax.random.key(seed), log=None)
         assert int(res.epochs_run[r]) == one.epochs_run
         np.testing.assert_allclose(res.history["val_loss"][r, :one.epochs_run], one.history["val_loss"],
                                    rtol=1e-5, atol=1e-6)
@@ -106,10 +107,11 @@ def test_batched_runs_equal_single_runs_for_each_optimizer(prepared, name):
 def test_a_sweep_over_optimizers_runs_each_as_its_single_runs(prepared):
     config = TrainConfig(epochs=30, early_stopping=None)
     rows = run_grid(prepared.data, prepared.n_classes, Grid(lr=(0.05,), optimizer=("adam", "sgd")), [0],
-                    model_config=MODEL, config=config, log=None)
+                    model_config=MODEL, execution=EXEC, config=config, log=None)
     assert sorted(r.config["optimizer"] for r in rows) == ["adam", "sgd"]
     for row in rows:
-        one = fit(prepared.data, prepared.n_classes, model_config=MODEL, log=None, key=jax.random.key(0),
+        one = fit(prepared.data, prepared.n_classes, model_config=MODEL, execution=EXEC, log=None,
+                  key=jax.random.key(0),
                   config=TrainConfig(epochs=30, early_stopping=None, lr=0.05, optimizer=row.config["optimizer"]))
         assert row.runs[0]["val_acc"] == pytest.approx(one.metrics["val_acc"], abs=1e-6)
         assert row.runs[0]["test_acc"] == pytest.approx(one.metrics["test_acc"], abs=1e-6)

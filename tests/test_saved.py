@@ -144,7 +144,7 @@ def test_the_saved_model_s_logits_are_the_dense_gcn_formula(tmp_path):
     np.testing.assert_allclose(np.asarray(inference.logits(saved, prepared)), a_hat @ h @ w1, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(inference.logits(saved, prepared, embed=True)), h, rtol=1e-5, atol=1e-6)
     config, params = inference.checkpoint_model(saved)
-    assert (config.hidden, config.layers, config.backend, config.chunk_edges) == (2, 2, "auto", None)
+    assert config == GCNConfig(hidden=2)  # the architecture only: the backend follows the graph as prepared here
     np.testing.assert_array_equal(np.asarray(params["layer_0"]["w"]), w0)
     with pytest.raises(ValueError, match=r"labels\.csv: classes \['q', 'p'\] differ from the checkpoint's "
                        r"\['p', 'q'\]"):

@@ -16,7 +16,7 @@ from jaxgcn import datasets
 from jaxgcn.cli import main
 from jaxgcn.datasets.ogb import load_arrays, load_ogb
 from jaxgcn.memory import GiB, MemoryEstimate, check_fits, estimate
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import Execution, GCNConfig, gcn
 
 
 def write_gz(path: Path, rows) -> None:
@@ -165,7 +165,7 @@ def test_aggregate_first_equals_transform_first(backend):
     key = jax.random.key(4)
     outs, grads = [], []
     for first in (False, True):
-        model = gcn(GCNConfig(hidden=16, backend=backend, aggregate_first=first))
+        model = gcn(GCNConfig(hidden=16), Execution(backend=backend, aggregate_first=first))
         params = model.init(jax.random.key(0), 6, 3)
 
         def loss(p):
@@ -180,8 +180,8 @@ def test_aggregate_first_equals_transform_first(backend):
 
 def test_chunk_edges_needs_the_segment_backend():
     with pytest.raises(ValueError, match=r"chunk_edges=10 needs the segment backend .* \(backend is 'csr'"):
-        GCNConfig(backend="csr", chunk_edges=10)
-    assert GCNConfig(backend="segment", chunk_edges=10).chunk_edges == 10
+        Execution(backend="csr", chunk_edges=10)
+    assert Execution(backend="segment", chunk_edges=10).chunk_edges == 10
 
 
 def test_cli_chunked_segment_run_equals_unchunked(capsys):

@@ -18,12 +18,13 @@ import pytest
 
 from jaxgcn import datasets
 from jaxgcn.cli import main
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.sweep import (GRID_KEYS, Entry, Grid, estimate_bytes, format_table, grid_values, lower, program_key,
                           rows_to_json, run_entries, run_grid, write_csv)
 from jaxgcn.train import Patience, TrainConfig, fit
 
-MODEL = GCNConfig(backend="csr")  # what auto picks here
+MODEL = GCNConfig()
+EXEC = Execution(backend="csr")  # what auto picks here
 BASE = TrainConfig(epochs=30)
 GRID = Grid(lr=(0.01, 0.05), hidden=(8, 16), layers=(2, 3))
 SEEDS = [0, 1]
@@ -46,7 +47,7 @@ def run_main(argv):
 @pytest.fixture(scope="module")
 def prepared():
     p = datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=16, seed=0))
-    assert p.backend == MODEL.backend and p.n_classes == 3
+    assert p.backend == EXEC.backend and p.n_classes == 3
     return p
 
 
@@ -58,8 +59,8 @@ def single(prepared):
     def run(model_config, config, seed):
         key = (model_config, config, seed)
         if key not in cache:
-            cache[key] = fit(prepared.data, prepared.n_classes, model_config=model_config, config=config,
-                             key=jax.random.key(seed), log=None)
+            cache[key] = fit(prepared.data, prepared.n_classes, model_config=model_config, execution=EXEC,
+                             config=config, key=jax.random.key(seed), log=None)
         return cache[key]
     return run
 
@@ -67,7 +68,7 @@ def single(prepared):
 @pytest.fixture(scope="module")
 def swept(prepared):
     lines = []
-    rows = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE,
+    rows = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
                     log=lines.append)
     return rows, lines
 
@@ -127,9 +128,9 @@ def test_run_grid_row_equals_single_runs(swept, single):
 def test_memory_budget_splits_a_group_into_chunks_with_the_same_results(prepared, swept):
     rows, _ = swept
     grid = Grid(lr=(0.01, 0.05), hidden=(8, 16))  # the layers-2 half of GRID: 8 runs
-    per_run = estimate_bytes(prepared.data, dataclasses.replace(MODEL, hidden=16), 1, prepared.n_classes)
+    per_run = estimate_bytes(prepared.data, dataclasses.replace(MODEL, hidden=16), 1, prepared.n_classes, EXEC)
     lines = []
-    chunked = run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, config=BASE,
+    chunked = run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
                        memory_budget=4 * per_run, log=lines.append)
     assert lines[0].startswith("group 1: 8 runs need ~") and lines[0].endswith("running 2 chunks of <= 4 runs")
     assert [m.group(5) for m in map(GROUP.match, lines[1:])] == ["4", "4"]
@@ -155,13 +156,13 @@ def test_processes_each_run_a_share_and_combine_to_the_whole_table(prepared, swe
         done[:, 3] = 1.0  # let this half return; its rows are checked through process 0 below
         return done
 
-    run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE, log=None,
+    run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, execution=EXEC, config=BASE, log=None,
              process_index=1, process_count=2, combine=first)
-    shared = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE,
+    shared = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
                       log=None, process_index=0, process_count=2, combine=lambda local: local + captured[1])
     with pytest.raises(RuntimeError, match=r"runs have no result \(process 0 of 2"):
-        run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, config=BASE, log=None,
-                 process_index=0, process_count=2, combine=lambda local: local)
+        run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
+                 log=None, process_index=0, process_count=2, combine=lambda local: local)
     n_runs = len(GRID.configs()) * len(SEEDS)
     assert captured[1][:, 3].sum() == n_runs // 2  # process 1 ran half of the runs
     assert len(shared) == len(rows)
@@ -173,9 +174,9 @@ def test_processes_each_run_a_share_and_combine_to_the_whole_table(prepared, swe
 
 
 def test_estimate_bytes_is_linear_in_runs_and_grows_with_width(prepared):
-    one = estimate_bytes(prepared.data, MODEL, 1, 3)
-    assert one > 0 and estimate_bytes(prepared.data, MODEL, 7, 3) == 7 * one
-    assert estimate_bytes(prepared.data, dataclasses.replace(MODEL, hidden=64), 1, 3) > one
+    one = estimate_bytes(prepared.data, MODEL, 1, 3, EXEC)
+    assert one > 0 and estimate_bytes(prepared.data, MODEL, 7, 3, EXEC) == 7 * one
+    assert estimate_bytes(prepared.data, dataclasses.replace(MODEL, hidden=64), 1, 3, EXEC) > one
 
 
 def test_grid_configs_cross_every_value_and_reject_empty_lists():
@@ -245,7 +246,7 @@ def test_entries_differing_in_epochs_run_as_two_programs_each_equal_to_its_singl
     (e,) = lower(Grid(), [0], model_config=MODEL, config=BASE)
     entries = [e._replace(train=dataclasses.replace(e.train, epochs=12)), e]
     lines = []
-    outcomes = run_entries(prepared.data, prepared.n_classes, entries, log=lines.append)
+    outcomes = run_entries(prepared.data, prepared.n_classes, entries, execution=EXEC, log=lines.append)
     assert [(m.group(1), m.group(2), m.group(5)) for m in map(GROUP.match, lines)] == [("1", "2", "1"), ("2", "2", "1")]
     assert outcomes[0].epochs_run <= 12  # the shorter run stopped at its own epochs
     for entry, outcome in zip(entries, outcomes):  # in the order of the entries
@@ -260,7 +261,7 @@ def test_a_weight_decay_list_starting_at_zero_keeps_the_l2_term_of_the_other_run
     # L2 term out for every run of the program, 5e-2 included.
     base = dataclasses.replace(BASE, weight_decay=0.0)
     rows = run_grid(prepared.data, prepared.n_classes, Grid(weight_decay=(0.0, 5e-2)), [0], model_config=MODEL,
-                    config=base, log=None)
+                    execution=EXEC, config=base, log=None)
     for r in rows:
         one = single(MODEL, dataclasses.replace(base, weight_decay=r.config["weight_decay"]), 0)
         assert r.runs[0]["val_acc"] == pytest.approx(one.metrics["val_acc"], abs=1e-6)
@@ -271,11 +272,12 @@ def test_a_weight_decay_list_starting_at_zero_keeps_the_l2_term_of_the_other_run
 def test_run_entries_on_part_of_a_cora_sweep_equals_the_sweep():
     cora = datasets.prepare(datasets.load_dataset("cora"))
     grid, config = Grid(lr=(0.01, 0.05), hidden=(8, 16)), TrainConfig(epochs=20)
-    model = GCNConfig(backend=cora.backend)
-    rows = run_grid(cora.data, cora.n_classes, grid, SEEDS, model_config=model, config=config, log=None)
+    model, execution = GCNConfig(), Execution(backend=cora.backend)
+    rows = run_grid(cora.data, cora.n_classes, grid, SEEDS, model_config=model, config=config, execution=execution,
+                    log=None)
     entries = lower(grid, SEEDS, model_config=model, config=config)
     part = [e for e in entries if e.model.hidden == 8][::-1]  # another padded width, in another order
-    outcomes = run_entries(cora.data, cora.n_classes, part, log=None)
+    outcomes = run_entries(cora.data, cora.n_classes, part, execution=execution, log=None)
     assert len(outcomes) == 4
     for e, o in zip(part, outcomes):
         (run,) = [run for run in find(rows, **grid_values(e)).runs if run["seed"] == e.seed]

@@ -17,7 +17,7 @@ from jax.test_util import check_grads
 
 from jaxgcn import datasets
 from jaxgcn.graph import gcn_norm
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.train import (
     Kipf,
     Patience,
@@ -212,7 +212,7 @@ def test_early_stopping_none_runs_exactly_epochs(full_run):
 
 
 def test_fit_metrics_equal_the_returned_params_evaluated_by_hand(easy, full_run):
-    logits = gcn(GCNConfig(backend=easy.backend)).apply(full_run.params, easy.data.graph, easy.data.x)
+    logits = gcn(GCNConfig(), Execution(backend=easy.backend)).apply(full_run.params, easy.data.graph, easy.data.x)
     d = easy.data
     for split, mask in (("train", d.train_mask), ("val", d.val_mask), ("test", d.test_mask)):
         acc = float(masked_accuracy(logits, d.labels, mask))
@@ -300,12 +300,13 @@ def test_fit_runs_under_strict_dtype_promotion(hard):
 
 def test_weight_decay_is_added_to_the_loss(hard):
     # Without dropout the first recorded loss is exactly CE(train) + wd * l2 of the initial params.
-    model_config = GCNConfig(dropout=0.0, backend=hard.backend)
+    model_config, execution = GCNConfig(dropout=0.0), Execution(backend=hard.backend)
     config = TrainConfig(epochs=1, weight_decay=0.3, l2="all", early_stopping=None)
     key = jax.random.key(4)
-    res = fit(hard.data, hard.n_classes, model_config=model_config, config=config, key=key, log=None)
+    res = fit(hard.data, hard.n_classes, model_config=model_config, execution=execution, config=config, key=key,
+              log=None)
     k_init, _ = jax.random.split(key)
-    model = gcn(model_config)
+    model = gcn(model_config, execution)
     params = model.init(k_init, hard.data.x.shape[1], hard.n_classes)
     ce = float(masked_cross_entropy(model.apply(params, hard.data.graph, hard.data.x), hard.data.labels,
                                     hard.data.train_mask))

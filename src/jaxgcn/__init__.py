@@ -13,14 +13,14 @@ from jaxgcn.batched import BatchResult, fit_runs, make_specs
 from jaxgcn.data import TrainData
 from jaxgcn.datasets import RawGraph, load_dataset, prepare, synthetic, with_random_splits
 from jaxgcn.graph import Graph, from_edges, from_scipy, gcn_norm
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.sweep import Grid, run_grid
 from jaxgcn.train import FitResult, TrainConfig, TrainingDiverged, fit
 from jaxgcn.version import __version__
 
 __all__ = [
     "__version__",
-    "BatchResult", "FitResult", "GCNConfig", "Graph", "Grid", "RawGraph", "TrainConfig", "TrainData",
+    "BatchResult", "Execution", "FitResult", "GCNConfig", "Graph", "Grid", "RawGraph", "TrainConfig", "TrainData",
     "TrainingDiverged", "fit", "fit_runs", "from_edges", "from_scipy", "gcn", "gcn_norm", "load_dataset",
     "make_specs", "prepare", "run_grid", "synthetic", "with_random_splits",
 ]

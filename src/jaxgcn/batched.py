@@ -27,7 +27,7 @@ import numpy as np
 
 from jaxgcn.compiler import jit
 from jaxgcn.layers import Params
-from jaxgcn.models import GCNConfig, RunInputs, gcn, make_run_inputs
+from jaxgcn.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
 from jaxgcn.progress import runs_line
 from jaxgcn.train import (
     DIVERGED,
@@ -158,12 +158,12 @@ def run_mesh(n_devices: int | None = None) -> jax.sharding.Mesh | None:
     return jax.sharding.Mesh(np.asarray(devices), ("runs",)) if len(devices) > 1 else None
 
 
-def _batch_mesh(spec: RunSpec, model_config: GCNConfig, n_devices: int | None,
+def _batch_mesh(spec: RunSpec, execution: Execution, n_devices: int | None,
                 graph: Any = None) -> jax.sharding.Mesh | None:
     """The run-axis mesh for a batch, or None. The ``csr`` kernel already uses every core of the
     CPU, and XLA cannot partition a custom call (it would replicate it on each device: measured
     0.79 s per run on 2 CPU devices against 0.55 s on one), so ``csr`` batches stay on one device."""
-    csr = model_config.backend == "csr" or (model_config.backend == "auto" and graph is not None
+    csr = execution.backend == "csr" or (execution.backend == "auto" and graph is not None
                                              and graph.csr is not None)
     if spec.n_runs <= 1 or csr:
         return None
@@ -212,14 +212,14 @@ def _state_shardings(state: BatchState, config: TrainConfig, mesh: jax.sharding.
     return jax.tree.map(spec, state, axes, is_leaf=lambda x: x is None)
 
 
-def _compile(model_config: GCNConfig, config: TrainConfig, params: Params, data: TrainData,
+def _compile(model_config: GCNConfig, config: TrainConfig, execution: Execution, params: Params, data: TrainData,
              runs: RunInputs, seeds: jax.Array, mesh: Any) -> tuple[Any, BatchState, float]:
     """Compile (cached per configuration, shapes and mesh) and return the initial state."""
-    key = (model_config, config, signature(data), jax.tree.structure(params),
+    key = (model_config, config, execution, signature(data), jax.tree.structure(params),
            tuple(leaf.shape for leaf in jax.tree.leaves(params)), mesh)
     start = time.perf_counter()
     if key not in _COMPILED:
-        runner = make_batch_runner(model_config, config)
+        runner = make_batch_runner(model_config, config, execution)
         shardings = _state_shardings(jax.eval_shape(runner.init, params, seeds, runs), config, mesh)
         init = jit(runner.init, out_shardings=shardings).lower(params, seeds, runs).compile()
         state = init(params, seeds, runs)
@@ -247,6 +247,7 @@ def fit_runs(
     spec: RunSpec,
     *,
     model_config: GCNConfig = GCNConfig(),
+    execution: Execution = Execution(),
     config: TrainConfig = TrainConfig(),
     log_every: int = 0,
     log: Callable[[str], None] | None = None,
@@ -260,10 +261,10 @@ def fit_runs(
     shapes (the last one is padded), so the program is compiled once and executed
     ``ceil(runs / slice)`` times. Arguments as :func:`fit_batch`.
     """
-    mesh = _batch_mesh(spec, model_config, n_devices, data.graph)
+    mesh = _batch_mesh(spec, execution, n_devices, data.graph)
     size = max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
     if spec.n_runs <= size:
-        return fit_batch(data, n_classes, spec, model_config=model_config, config=config,
+        return fit_batch(data, n_classes, spec, model_config=model_config, execution=execution, config=config,
                          log_every=log_every, log=log, n_devices=n_devices, progress=progress)
     parts = []
     for start in range(0, spec.n_runs, size):
@@ -272,7 +273,8 @@ def fit_runs(
             log(f"runs {start + 1}-{start + part.n_runs} of {spec.n_runs}")
         if progress is not None:
             progress.start_slice(start, f"runs {start + 1}-{start + part.n_runs} of {spec.n_runs}")
-        parts.append(fit_batch(data, n_classes, _pad_spec(part, size), model_config=model_config, config=config,
+        parts.append(fit_batch(data, n_classes, _pad_spec(part, size), model_config=model_config,
+                               execution=execution, config=config,
                                log_every=log_every, log=log, n_devices=n_devices, keep=part.n_runs,
                                progress=progress))
     return _concat_results(spec, parts)
@@ -300,6 +302,7 @@ def fit_batch(
     spec: RunSpec,
     *,
     model_config: GCNConfig = GCNConfig(),
+    execution: Execution = Execution(),
     config: TrainConfig = TrainConfig(),
     log_every: int = 0,
     log: Callable[[str], None] | None = None,
@@ -322,7 +325,7 @@ def fit_batch(
         TrainingDiverged: a run's loss became NaN/inf (the message names the runs and the causes).
     """
     n_runs = spec.n_runs if keep is None else keep
-    mesh = _batch_mesh(spec, model_config, n_devices, data.graph)
+    mesh = _batch_mesh(spec, execution, n_devices, data.graph)
     padded = _pad_spec(spec, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
     params = _shard_runs(params, mesh, jax.tree.map(run_axis, params))
@@ -331,7 +334,7 @@ def fit_batch(
     data = _replicate(data, mesh)
     if progress is not None:
         progress.compiling()
-    (_, run_until, evaluate, final), state, compile_s = _compile(model_config, config, params, data, runs,
+    (_, run_until, evaluate, final), state, compile_s = _compile(model_config, config, execution, params, data, runs,
                                                                  seeds, mesh)
     if progress is not None:
         progress.compiled(compile_s)

@@ -172,11 +172,14 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 
 
 def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, train_config: Any,
-         info: dict[str, Any], epoch: int, metrics: dict[str, float], node_ids: np.ndarray | None = None,
+         execution: Any = None, info: dict[str, Any], epoch: int, metrics: dict[str, float],
+         node_ids: np.ndarray | None = None,
          state: Any = None, extra: dict[str, Any] | None = None, split: np.ndarray | None = None,
          fingerprint: dict[str, str] | None = None, identity_features: bool = False) -> Path:
     """Write a checkpoint into ``directory`` (created if needed), atomically; returns the JSON path.
 
+    ``model_config`` (the architecture) is what :func:`model_config` rebuilds the model from;
+    ``execution`` (how it ran: backend, dropout stream) is recorded beside it.
     ``state`` (a run state, for ``--resume``) and ``extra`` (JSON-able settings) are stored too;
     ``split`` ([n_nodes] codes of :data:`SPLIT_CODES`, input node order), ``fingerprint``
     (:func:`data_fingerprint`) and ``identity_features`` (the features were one-hot node ids, so
@@ -206,6 +209,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         "params_file": params_path.name, "params_sha256": hashlib.sha256(blob).hexdigest(),
         "params_bytes": len(blob), "node_ids_file": names["node_ids_file"],
         "model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
+        "execution": dataclasses.asdict(execution) if execution is not None else None,
         "n_features": int(info["n_features"]), "n_classes": int(info["n_classes"]),
         "class_names": info.get("class_names"), "feature_norm": info.get("feature_norm"),
         "feature_stats": info.get("feature_stats"),
@@ -240,9 +244,12 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
     "norm": ((str, type(None)), False), "dataset": ((str, type(None)), False),
     "extra": ((dict,), False), "split": ((str, type(None)), False),
     "data_sha256": ((dict, type(None)), False), "identity_features": ((bool,), False),
+    "execution": ((dict, type(None)), False),
 }
 # the model fields that decide the params' names and shapes must be recorded; the rest default
 _MODEL_REQUIRED = ("hidden", "layers", "bias", "residual", "layer_norm")
+# how a model ran, which earlier checkpoints recorded inside "model": not needed to rebuild it
+_EXECUTION_KEYS = ("backend", "dropout_rng", "chunk_edges", "aggregate_first")
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "an object",
                list: "a list", type(None): "null"}
 
@@ -311,13 +318,14 @@ def _check_feature_stats(meta: dict[str, Any], path: Path) -> None:
 
 
 def model_config(meta: dict[str, Any], path: str | Path = META) -> Any:
-    """The :class:`~jaxgcn.models.GCNConfig` a checkpoint's metadata records, checked field by field."""
+    """The :class:`~jaxgcn.models.GCNConfig` (architecture) a checkpoint's metadata records, checked
+    field by field. Execution settings that older checkpoints kept in ``model`` are skipped."""
     import typing
 
     from jaxgcn.models import GCNConfig
 
     path = Path(path)
-    saved = meta["model"]
+    saved = {k: v for k, v in meta["model"].items() if k not in _EXECUTION_KEYS}
     hints = typing.get_type_hints(GCNConfig)
     for key in _MODEL_REQUIRED:
         if key not in saved:

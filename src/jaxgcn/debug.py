@@ -13,7 +13,7 @@ from typing import Any
 import jax
 from jax.experimental import checkify
 
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.train import TrainConfig, TrainData, l2_penalty, masked_cross_entropy
 
 
@@ -21,7 +21,8 @@ class CheckFailed(ValueError):
     """The checked step made a NaN or failed an index/division check."""
 
 
-def check_first_step(data: TrainData, n_classes: int, model_config: GCNConfig, config: TrainConfig) -> None:
+def check_first_step(data: TrainData, n_classes: int, model_config: GCNConfig, config: TrainConfig,
+                     execution: Execution = Execution()) -> None:
     """Run one training step (forward, loss, gradients) and an evaluation forward under checks.
 
     Args:
@@ -29,11 +30,12 @@ def check_first_step(data: TrainData, n_classes: int, model_config: GCNConfig, c
         n_classes: the model's output width.
         model_config: the architecture to check.
         config: the training settings (the L2 term of the loss).
+        execution: backend, dropout stream and first-layer order to check.
 
     Raises:
         CheckFailed: naming the first NaN-producing op or the failed check.
     """
-    model = gcn(model_config)
+    model = gcn(model_config, execution)
     params = model.init(jax.random.key(0), int(data.x.shape[1]), n_classes)
 
     def step(p: Any, data: TrainData) -> Any:  # data as an argument: closed-over arrays would be constant-folded

@@ -9,7 +9,6 @@ whose fix the caller words in its own terms is a specific :class:`ValueError` su
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -181,10 +180,9 @@ def prepare_as_trained(ck: Checkpoint, raw: RawGraph, *, require_split: bool,
 
 
 def checkpoint_model(ck: Checkpoint) -> tuple[GCNConfig, Any]:
-    """The saved model's config (checked when the checkpoint was loaded) and params (device arrays)."""
-    # the backend follows the graph as prepared here; chunking is a memory knob, not the model
-    config = dataclasses.replace(checkpoint.model_config(ck.meta), backend="auto", chunk_edges=None)
-    return config, jax.tree.map(jax.numpy.asarray, ck.params)
+    """The saved model's architecture (checked when the checkpoint was loaded) and params (device
+    arrays). How it ran is not needed: here the backend follows the graph as prepared."""
+    return checkpoint.model_config(ck.meta), jax.tree.map(jax.numpy.asarray, ck.params)
 
 
 def logits(ck: Checkpoint, prepared: Prepared, *, embed: bool = False) -> Any:

@@ -23,9 +23,10 @@ Propagate = Callable[[Any, jax.Array], jax.Array]
 
 @dataclasses.dataclass(frozen=True)
 class GCNConfig:
-    """Architecture of a GCN. Defaults are the paper's: 2 layers, 16 hidden units, dropout 0.5, and
-    no bias (Kipf's reference code; measured here on Cora over 20 seeds: 81.7% without bias, 80.6%
-    with it, because with a bias the early-stopping rule fires ~50 epochs sooner).
+    """The ARCHITECTURE of a GCN: everything a checkpoint needs to rebuild the model, nothing about
+    how it runs (that is :class:`Execution`). Defaults are the paper's: 2 layers, 16 hidden units,
+    dropout 0.5, and no bias (Kipf's reference code; measured here on Cora over 20 seeds: 81.7%
+    without bias, 80.6% with it, because with a bias the early-stopping rule fires ~50 epochs sooner).
 
     Attributes:
         hidden: width of every hidden layer.
@@ -34,14 +35,6 @@ class GCNConfig:
         bias: add a bias after each propagation (off by default, as in the reference code).
         residual: hidden layers add their input (through a linear projection when widths differ).
         layer_norm: layer normalization before each hidden activation (for deeper stacks).
-        backend: propagation backend: ``dense``, ``segment``, ``bcoo``, ``csr``, or ``auto`` (the
-            default): whatever layout the graph was prepared with (see :func:`jaxgcn.prepare`).
-        dropout_rng: ``"hash"`` (fast counter-based masks) or ``"jax"`` (``jax.random.bernoulli``).
-        chunk_edges: edge block of the ``segment`` backend (bounds its message buffer); None: all.
-        aggregate_first: the first layer computes ``(Â · drop(X)) · W`` instead of ``Â · (drop(X) · W)``
-            when its input is dense. Equal in exact arithmetic; cheaper when the input is narrower
-            than the layer (the input needs no gradient, so the propagation runs forward only:
-            ``--aggregate-first auto`` turns it on when 2 x features < 3 x hidden).
     """
 
     hidden: int = 16
@@ -50,10 +43,6 @@ class GCNConfig:
     bias: bool = False
     residual: bool = False
     layer_norm: bool = False
-    backend: str = "auto"
-    dropout_rng: str = "hash"
-    chunk_edges: int | None = None
-    aggregate_first: bool = False
 
     def __post_init__(self) -> None:
         if self.layers < 1:
@@ -62,6 +51,32 @@ class GCNConfig:
             raise ValueError(f"hidden={self.hidden}: the hidden width must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout}: the drop probability must be in [0, 1)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """HOW a model runs: choices that leave the model, and (except ``dropout_rng``) its results up to
+    float rounding, unchanged. A checkpoint records them for ``--resume`` but does not need them to
+    rebuild the model.
+
+    Attributes:
+        backend: propagation backend: ``dense``, ``segment``, ``bcoo``, ``csr``, or ``auto`` (the
+            default): whatever layout the graph was prepared with (see :func:`jaxgcn.prepare`).
+        dropout_rng: ``"hash"`` (fast counter-based masks) or ``"jax"`` (``jax.random.bernoulli``):
+            another random stream, so other (equally valid) dropout masks.
+        chunk_edges: edge block of the ``segment`` backend (bounds its message buffer); None: all.
+        aggregate_first: the first layer computes ``(Â · drop(X)) · W`` instead of ``Â · (drop(X) · W)``
+            when its input is dense. Equal in exact arithmetic; cheaper when the input is narrower
+            than the layer (the input needs no gradient, so the propagation runs forward only:
+            ``--aggregate-first auto`` turns it on when 2 x features < 3 x hidden).
+    """
+
+    backend: str = "auto"
+    dropout_rng: str = "hash"
+    chunk_edges: int | None = None
+    aggregate_first: bool = False
+
+    def __post_init__(self) -> None:
         if self.backend not in ("auto", *BACKENDS):
             raise ValueError(f"backend={self.backend!r} must be one of {('auto', *BACKENDS)}")
         if self.chunk_edges is not None and (self.chunk_edges < 1 or self.backend not in ("segment", "auto")):
@@ -82,11 +97,13 @@ def _widths(config: GCNConfig, in_dim: int, n_classes: int) -> list[int]:
     return [in_dim] + [config.hidden] * (config.layers - 1) + [n_classes]
 
 
-def gcn(config: GCNConfig = GCNConfig(), *, propagate: Propagate | None = None) -> Model:
+def gcn(config: GCNConfig = GCNConfig(), execution: Execution = Execution(), *,
+        propagate: Propagate | None = None) -> Model:
     """Build the GCN's pure init/apply functions.
 
     ``apply`` is :func:`apply_runs` (the one forward pass, written on a run axis) for a batch of
-    one run. ``propagate`` replaces the aggregation ``Â·x`` (default: the config's backend).
+    one run, run as ``execution`` says. ``propagate`` replaces the aggregation ``Â·x`` (default:
+    the execution's backend).
 
     Params are ``{"layer_0": {"w", "b", ["w_res"], ["ln"]}, ..., "layer_{L-1}": {"w", "b"}}``;
     ``w_res`` (residual projection) exists in the first layer, whose input may be sparse, and where
@@ -143,20 +160,20 @@ def gcn(config: GCNConfig = GCNConfig(), *, propagate: Propagate | None = None) 
                 raise ValueError("training with dropout needs a PRNG key: pass key=jax.random.key(seed)")
             keys = jax.random.split(key, config.layers)[:, None]  # [layers, 1 run]
         stacked = jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 1 if leaf.ndim == 2 else 0), params)
-        out = apply_runs(config, stacked, graph, x, one, keys=keys, train=train, aggregated=aggregated,
-                         embed=embed, propagate=propagate)
+        out = apply_runs(config, stacked, graph, x, one, execution=execution, keys=keys, train=train,
+                         aggregated=aggregated, embed=embed, propagate=propagate)
         return out[:, 0]
 
     return Model(init, apply)
 
 
-def aggregate_input(config: GCNConfig, graph: Graph, x: Features, *,
+def aggregate_input(execution: Execution, graph: Graph, x: Features, *,
                     propagate: Propagate | None = None) -> jax.Array | None:
-    """``Â · x`` for a model whose first layer aggregates first (dense ``x``), else None: computed
-    once per training loop and reused by every evaluation forward, which then skips a propagation."""
-    if not config.aggregate_first or is_sparse(x):
+    """``Â · x`` when the first layer aggregates first (dense ``x``), else None: computed once per
+    training loop and reused by every evaluation forward, which then skips a propagation."""
+    if not execution.aggregate_first or is_sparse(x):
         return None
-    return (propagate or _default_propagate(config))(graph, x)
+    return (propagate or _default_propagate(execution))(graph, x)
 
 
 # --- the one forward pass, on a run axis ---------------------------------------------------------
@@ -206,12 +223,12 @@ def make_run_inputs(*, dropout: Any, hidden: Any, lr: Any = None, weight_decay: 
                      jnp.asarray(scales), col(hidden, jnp.int32, 0), col(split, jnp.int32, 0))
 
 
-def _keep(config: GCNConfig, key: jax.Array, runs: RunInputs, counter: Any, shape: tuple[int, ...]) -> jax.Array:
+def _keep(execution: Execution, key: jax.Array, runs: RunInputs, counter: Any, shape: tuple[int, ...]) -> jax.Array:
     """Per-run keep masks of ``shape`` (``[n, R]`` or ``[n, R, width]``: the run axis second), from
     the runs' keys [R]. ``hash``: the counter hash of :func:`jaxgcn.layers.keep_mask` (``counter`` broadcasts
     against ``shape``); ``jax``: ``jax.random.bernoulli`` per run, as a single run draws it."""
     one_run = key.shape[0] == 1  # then no vmap: the same numbers, a smaller program to compile
-    if config.dropout_rng == "jax":
+    if execution.dropout_rng == "jax":
         one = shape[:1] + shape[2:]
         if one_run:
             return jnp.expand_dims(jax.random.bernoulli(key[0], runs.keep_scale[0], one), 1)
@@ -226,27 +243,27 @@ def _keep(config: GCNConfig, key: jax.Array, runs: RunInputs, counter: Any, shap
     return hash_bits(counter, seeds) >= threshold
 
 
-def _drop_input(config: GCNConfig, x: Features, key: jax.Array, runs: RunInputs) -> Features:
+def _drop_input(execution: Execution, x: Features, key: jax.Array, runs: RunInputs) -> Features:
     """Per-run dropout of the shared input: sparse (BCOO/CSR) -> per-run values [nnz, R] (only the
     stored non-zeros, as Kipf's reference drops them); dense [n, F] -> [n, R, F]."""
     r = runs.keep_scale.shape[0]
     if is_sparse(x):
         counter = jax.lax.iota(jnp.uint32, x.nse)[:, None]
-        keep = _keep(config, key, runs, counter, (x.nse, r))
+        keep = _keep(execution, key, runs, counter, (x.nse, r))
         return jnp.where(keep, x.data[:, None] / runs.keep_scale[None, :], 0.0)
     n, f = x.shape
     counter = jax.lax.iota(jnp.uint32, n)[:, None, None] * jnp.uint32(f) + jax.lax.iota(jnp.uint32, f)[None, None, :]
-    keep = _keep(config, key, runs, counter, (n, r, f))
+    keep = _keep(execution, key, runs, counter, (n, r, f))
     return jnp.where(keep, x[:, None, :] / runs.keep_scale[None, :, None], 0.0)
 
 
-def _drop_hidden(config: GCNConfig, h: jax.Array, key: jax.Array, runs: RunInputs) -> jax.Array:
+def _drop_hidden(execution: Execution, h: jax.Array, key: jax.Array, runs: RunInputs) -> jax.Array:
     """Per-run dropout of hidden activations [n, R, H]; element (i, j) of run r uses counter
     ``i * hidden_r + j``, as a single run of width ``hidden_r`` does."""
     n, r, width = h.shape
     counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * runs.hidden.astype(jnp.uint32)[None, :, None]
                + jax.lax.iota(jnp.uint32, width)[None, None, :])
-    keep = _keep(config, key, runs, counter, (n, r, width))
+    keep = _keep(execution, key, runs, counter, (n, r, width))
     return jnp.where(keep, h / runs.keep_scale[None, :, None], 0.0)
 
 
@@ -283,8 +300,9 @@ def _layer_norm_runs(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Arr
 
 
 def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs: RunInputs, *,
-               keys: jax.Array | None = None, train: bool = False, aggregated: jax.Array | None = None,
-               embed: bool = False, propagate: Propagate | None = None) -> jax.Array:
+               execution: Execution = Execution(), keys: jax.Array | None = None, train: bool = False,
+               aggregated: jax.Array | None = None, embed: bool = False,
+               propagate: Propagate | None = None) -> jax.Array:
     """The GCN forward pass (Kipf & Welling 2017, arXiv:1609.02907, eq. 9) for R stacked runs.
 
     Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]`` and
@@ -296,18 +314,19 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         graph: the normalized graph (whatever ``propagate`` takes).
         x: shared [n, F] input features (dense, BCOO or CSR).
         runs: per-run inputs (dropout rate and hidden width of each run).
+        execution: backend, dropout random stream and first-layer order (:class:`Execution`).
         keys: [layers, R] PRNG keys of each layer's dropout (training only). Each run drops with its
             own rate (``runs``); ``config.dropout`` is not used here.
         train: dropout on.
         aggregated: ``Â · x`` precomputed for an ``aggregate_first`` first layer (:func:`aggregate_input`).
         embed: return the input of the last layer ([n, R, hidden]) instead of the logits.
-        propagate: the aggregation; default :func:`jaxgcn.propagate.propagate` with the config's backend.
+        propagate: the aggregation; default :func:`jaxgcn.propagate.propagate` with the execution's backend.
 
     Returns:
         [n, R, n_classes] logits.
     """
     if propagate is None:
-        propagate = _default_propagate(config)
+        propagate = _default_propagate(execution)
     n = x.shape[0]
     dropping = train and keys is not None  # per-run rates; a rate of 0 keeps everything
     h, values = x, None
@@ -316,12 +335,12 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             return h  # the last hidden representation (the node embeddings a plot shows)
         layer = params[f"layer_{i}"]
         if dropping and i == 0:
-            dropped = _drop_input(config, x, keys[i], runs)
+            dropped = _drop_input(execution, x, keys[i], runs)
             h, values = (x, dropped) if is_sparse(x) else (dropped, None)
         elif dropping:
-            h = _drop_hidden(config, h, keys[i], runs)
-        if i == 0 and config.aggregate_first and values is None and not is_sparse(h):
-            # (Â · drop(X)) · W for dense inputs (see GCNConfig); Â·X precomputed when X is undropped
+            h = _drop_hidden(execution, h, keys[i], runs)
+        if i == 0 and execution.aggregate_first and values is None and not is_sparse(h):
+            # (Â · drop(X)) · W for dense inputs (see Execution); Â·X precomputed when X is undropped
             agg = aggregated if aggregated is not None and h is x else propagate(graph, h.reshape(n, -1))
             out = _matmul_runs(agg.reshape(h.shape), None, layer["w"])  # shared [n, F] or per run [n, R, F]
         else:
@@ -341,5 +360,5 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
     raise AssertionError("unreachable")
 
 
-def _default_propagate(config: GCNConfig) -> Propagate:
-    return functools.partial(propagate, backend=config.backend, chunk_edges=config.chunk_edges)
+def _default_propagate(execution: Execution) -> Propagate:
+    return functools.partial(propagate, backend=execution.backend, chunk_edges=execution.chunk_edges)

@@ -75,10 +75,15 @@ def train_report(data: dict[str, Any], config: dict[str, Any], runs: Sequence[Ru
     return report
 
 
-def config_report(model_config: Any, train_config: Any, norm: str, feature_norm: str) -> dict[str, Any]:
-    """The ``config`` of a training report: both config dataclasses and the data normalizations."""
-    return {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
-            "norm": norm, "feature_norm": feature_norm}
+def config_report(model_config: Any, train_config: Any, norm: str, feature_norm: str,
+                  execution: Any = None) -> dict[str, Any]:
+    """The ``config`` of a training report: the three config dataclasses (architecture, training,
+    execution) and the data normalizations."""
+    report = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
+              "norm": norm, "feature_norm": feature_norm}
+    if execution is not None:
+        report["execution"] = dataclasses.asdict(execution)
+    return report
 
 
 def sweep_report(data: dict[str, Any], grid: Any, train_config: Any, seeds: list[int], n_splits: int,

@@ -20,7 +20,7 @@ import numpy as np
 
 from jaxgcn.batched import RunSpec, fit_runs
 from jaxgcn.memory import available_bytes, estimate
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.outputs import write_atomic
 from jaxgcn.propagate import graph_backend
 from jaxgcn.train import TrainConfig, TrainData
@@ -51,15 +51,16 @@ class Grid:
         return [dict(zip(GRID_KEYS, combo)) for combo in itertools.product(*values)]
 
 
-def estimate_bytes(data: TrainData, model_config: GCNConfig, n_runs: int, n_classes: int) -> int:
+def estimate_bytes(data: TrainData, model_config: GCNConfig, n_runs: int, n_classes: int,
+                   execution: Execution = Execution()) -> int:
     """Peak bytes that ``n_runs`` runs of a batch add on top of the shared data: the per-run parts of
     :func:`jaxgcn.memory.estimate` (activations, message buffers, params with optimizer state)."""
     n, f = data.x.shape
     csr = data.graph.csr
     kwargs = dict(hidden=model_config.hidden, layers=model_config.layers,
-                  backend=graph_backend(data.graph) if model_config.backend == "auto" else model_config.backend,
+                  backend=graph_backend(data.graph) if execution.backend == "auto" else execution.backend,
                   feature_nnz=int(data.x.nse) if hasattr(data.x, "nse") else None,
-                  chunk_edges=model_config.chunk_edges, symmetric=csr is None or csr.symmetric)
+                  chunk_edges=execution.chunk_edges, symmetric=csr is None or csr.symmetric)
     one = estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=1, **kwargs)
     two = estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=2, **kwargs)
     return (two.total - one.total) * n_runs
@@ -164,6 +165,7 @@ def run_entries(
     n_classes: int,
     entries: list[Entry],
     *,
+    execution: Execution = Execution(),
     memory_budget: int | None = None,
     log: Callable[[str], None] | None = print,
     process_index: int = 0,
@@ -182,7 +184,8 @@ def run_entries(
     every ``process_count``-th entry of each group on its own devices; ``combine`` sums the
     processes' [n_entries, 4] result arrays (each fills only its own rows), e.g. with
     ``multihost_utils.process_allgather(x).sum(0)``, so every process returns every outcome.
-    ``progress`` (a :class:`jaxgcn.progress.Progress`) shows each chunk's epochs.
+    ``progress`` (a :class:`jaxgcn.progress.Progress`) shows each chunk's epochs. Every program runs
+    as ``execution`` says (backend, dropout stream, first-layer order: shared by all entries).
     """
     groups = _groups(entries)
     row = {j: r for r, j in enumerate(j for members in groups.values() for j in members)}  # result array rows
@@ -194,7 +197,7 @@ def run_entries(
             continue
         padded = dataclasses.replace(model, hidden=max(entries[j].model.hidden for j in members))
         rows = [row[j] for j in mine]
-        results[rows, :3] = _run_group(data, n_classes, [entries[j] for j in mine], rows, padded, train,
+        results[rows, :3] = _run_group(data, n_classes, [entries[j] for j in mine], rows, padded, train, execution,
                                        name=(g + 1, len(groups)), budget=budget, log=log, progress=progress)
         results[rows, 3] = 1.0
     if combine is not None:
@@ -215,12 +218,13 @@ def _groups(entries: list[Entry]) -> dict[tuple[GCNConfig, TrainConfig], list[in
 
 
 def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[int], model: GCNConfig,
-               train: TrainConfig, *, name: tuple[int, int], budget: int, log: Callable[[str], None] | None,
+               train: TrainConfig, execution: Execution, *, name: tuple[int, int], budget: int,
+               log: Callable[[str], None] | None,
                progress: Any) -> np.ndarray:
     """[len(group), 3] val_acc, test_acc, epochs_run of one program's entries (``rows``: their rows
     in the result array, which the progress display counts in), in chunks within ``budget``."""
     g, n_groups = name
-    per_run_bytes = estimate_bytes(data, model, 1, n_classes)
+    per_run_bytes = estimate_bytes(data, model, 1, n_classes, execution)
     chunk = max(1, min(len(group), budget // max(per_run_bytes, 1)))
     if chunk < len(group) and log is not None:
         log(f"group {g}: {len(group)} runs need ~{per_run_bytes * len(group) / 2**30:.1f} GiB, over the "
@@ -230,7 +234,7 @@ def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[i
         part = group[start:start + chunk]
         if progress is not None:
             progress.start_slice(rows[start], f"group {g}/{n_groups}, {len(part)} runs")
-        result = fit_runs(data, n_classes, run_spec(part), model_config=model, config=train,
+        result = fit_runs(data, n_classes, run_spec(part), model_config=model, execution=execution, config=train,
                           log_every=progress.every if progress is not None else 0, progress=progress)
         out[start:start + len(part)] = np.stack([result.metrics["val_acc"], result.metrics["test_acc"],
                                                  result.epochs_run], axis=1)
@@ -265,6 +269,7 @@ def run_grid(
     n_splits: int = 1,
     model_config: GCNConfig = GCNConfig(),
     config: TrainConfig = TrainConfig(),
+    execution: Execution = Execution(),
     memory_budget: int | None = None,
     log: Callable[[str], None] | None = print,
     process_index: int = 0,
@@ -279,7 +284,7 @@ def run_grid(
     ``data``'s masks are [n_splits, n_nodes] when ``n_splits`` > 1.
     """
     entries = lower(grid, seeds, n_splits, model_config=model_config, config=config)
-    outcomes = run_entries(data, n_classes, entries, memory_budget=memory_budget, log=log,
+    outcomes = run_entries(data, n_classes, entries, execution=execution, memory_budget=memory_budget, log=log,
                            process_index=process_index, process_count=process_count, combine=combine,
                            progress=progress)
     per_config = len(seeds) * n_splits  # lower's order: configuration, then seed, then split

@@ -21,7 +21,16 @@ import optax
 from jaxgcn.compiler import jit
 from jaxgcn.data import TrainData  # noqa: F401 - re-exported: jaxgcn.train.TrainData
 from jaxgcn.layers import Params
-from jaxgcn.models import GCNConfig, Propagate, RunInputs, aggregate_input, apply_runs, gcn, make_run_inputs
+from jaxgcn.models import (
+    Execution,
+    GCNConfig,
+    Propagate,
+    RunInputs,
+    aggregate_input,
+    apply_runs,
+    gcn,
+    make_run_inputs,
+)
 from jaxgcn.progress import epoch_line
 
 L2_SCOPES = ("first", "all")
@@ -421,7 +430,8 @@ class BatchRunner(NamedTuple):
     final_params: Callable[[BatchState], Params]
 
 
-def make_batch_runner(model_config: GCNConfig, config: TrainConfig, *, propagate: Propagate | None = None,
+def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: Execution = Execution(), *,
+                      propagate: Propagate | None = None,
                       collective: Collective = LOCAL) -> BatchRunner:
     """THE training step, for R runs at once (compile the functions with ``jax.jit``): every path
     (one run, many runs, sharded) runs these functions.
@@ -454,7 +464,8 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, *, propagate
         return nll / count, hits / count
 
     def forward(params: Params, data: TrainData, runs: RunInputs, **kwargs: Any) -> jax.Array:
-        return apply_runs(model_config, params, data.graph, data.x, runs, propagate=propagate, **kwargs)
+        return apply_runs(model_config, params, data.graph, data.x, runs, execution=execution, propagate=propagate,
+                          **kwargs)
 
     def init(params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
         keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
@@ -521,7 +532,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, *, propagate
             return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
 
         n_train = jnp.maximum(collective.total(jnp.sum(masks(data, runs)[0], axis=1)), 1.0)  # [R], every device's
-        aggregated = aggregate_input(model_config, data.graph, data.x, propagate=propagate)  # once per call
+        aggregated = aggregate_input(execution, data.graph, data.x, propagate=propagate)  # once per call
         return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, runs, aggregated, n_train), state)
 
     def final_params(state: BatchState) -> Params:
@@ -546,7 +557,8 @@ class Runner(NamedTuple):
     final_params: Callable[[RunState], Params]
 
 
-def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int, *,
+def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
+                execution: Execution = Execution(), *,
                 propagate: Propagate | None = None, collective: Collective = LOCAL) -> Runner:
     """The (uncompiled) functions of ONE training run: :func:`make_batch_runner`'s step for a batch
     of one. The state it carries is one run's :class:`RunState` (no run axis: what checkpoints
@@ -554,7 +566,7 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
     ``propagate`` and ``collective`` as in :func:`make_batch_runner` (sharded training)."""
     model = gcn(model_config)
     opt = make_optimizer(config)
-    batch = make_batch_runner(model_config, config, propagate=propagate, collective=collective)
+    batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective)
     keep_best = isinstance(config.early_stopping, Patience)
 
     def one() -> RunInputs:  # this run's settings, as a batch of one (constants of the program)
@@ -610,12 +622,13 @@ def signature(data: TrainData) -> Any:
     return treedef, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
 
-def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int) -> Compiled:
+def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int,
+                   execution: Execution = Execution()) -> Compiled:
     """Compile (once per configuration and data shapes; cached) the functions of a training run."""
-    cache_key = (model_config, config, n_classes, signature(data))
+    cache_key = (model_config, config, execution, n_classes, signature(data))
     if cache_key in _COMPILED:
         return _COMPILED[cache_key]._replace(compile_seconds=0.0)
-    runner = make_runner(model_config, config, data.x.shape[1], n_classes)
+    runner = make_runner(model_config, config, data.x.shape[1], n_classes, execution)
     start = time.perf_counter()
     key = jax.random.key(0)
     init = jit(runner.init).lower(key, data).compile()
@@ -715,6 +728,7 @@ def fit(
     n_classes: int,
     *,
     model_config: GCNConfig = GCNConfig(),
+    execution: Execution = Execution(),
     config: TrainConfig = TrainConfig(),
     key: jax.Array | None = None,
     log_every: int = 20,
@@ -740,7 +754,7 @@ def fit(
     key = jax.random.key(0) if key is None else key
     if progress is not None:
         progress.compiling()
-    compiled = compile_runner(model_config, config, data, n_classes)
+    compiled = compile_runner(model_config, config, data, n_classes, execution)
     if progress is not None:
         progress.compiled(compiled.compile_seconds)
     state = compiled.init(key, data)

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from jaxgcn import checkpoint
 from jaxgcn.cli.common import Say
 from jaxgcn.cli.data import Loaded, split_codes
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig
 
 
@@ -26,20 +26,22 @@ def facts(args: argparse.Namespace, loaded: Loaded, *, fingerprint: bool = True,
     return out
 
 
-def settings(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig,
-             train_config: TrainConfig) -> dict[str, Any]:
+def settings(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
+             execution: Execution) -> dict[str, Any]:
     """The settings a resumed run must share with the run it continues (as JSON values)."""
     info = loaded.prepared.info
     return {"model": json.loads(json.dumps(dataclasses.asdict(model_config))),
-            "train": json.loads(json.dumps(dataclasses.asdict(train_config))), "seed": args.seed,
+            "train": json.loads(json.dumps(dataclasses.asdict(train_config))),
+            "execution": json.loads(json.dumps(dataclasses.asdict(execution))), "seed": args.seed,
             "dataset": info["dataset"], "n_nodes": info["n_nodes"]}
 
 
 def _saver(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
-           saved_facts: dict[str, Any], extra: dict[str, Any]) -> Callable[[Any], None]:
+           execution: Execution, saved_facts: dict[str, Any], extra: dict[str, Any]) -> Callable[[Any], None]:
     def save_state(state: Any) -> None:
         checkpoint.save(args.save, state.params, model_config=model_config, train_config=train_config,
-                        info=loaded.prepared.info, epoch=int(state.epoch), metrics={}, state=state, extra=extra,
+                        execution=execution, info=loaded.prepared.info, epoch=int(state.epoch), metrics={},
+                        state=state, extra=extra,
                         **saved_facts)
     return save_state
 
@@ -56,17 +58,17 @@ def _resumer(args: argparse.Namespace, saved_facts: dict[str, Any], extra: dict[
 
 
 def fit_hooks(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
-              saved_facts: dict[str, Any] | None, say: Say) -> dict[str, Any]:
+              execution: Execution, saved_facts: dict[str, Any] | None, say: Say) -> dict[str, Any]:
     """``fit`` keyword arguments for --checkpoint-every and --resume (``saved_facts``: :func:`facts`,
     computed here when not given)."""
     out: dict[str, Any] = {}
     if args.checkpoint_every is None and args.resume is None:
         return out
     saved_facts = saved_facts if saved_facts is not None else facts(args, loaded)
-    extra = settings(args, loaded, model_config, train_config)
+    extra = settings(args, loaded, model_config, train_config, execution)
     if args.checkpoint_every is not None:
         out.update(checkpoint_every=args.checkpoint_every,
-                   on_checkpoint=_saver(args, loaded, model_config, train_config, saved_facts, extra))
+                   on_checkpoint=_saver(args, loaded, model_config, train_config, execution, saved_facts, extra))
     if args.resume is not None:
         out["resume"] = _resumer(args, saved_facts, extra, say)
     return out

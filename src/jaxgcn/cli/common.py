@@ -18,7 +18,7 @@ from jaxgcn.cli.runtime import is_writer
 from jaxgcn.cli.values import INT32_MAX
 from jaxgcn.datasets import Prepared
 from jaxgcn.layers import is_sparse
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
 # checkpoint/partitions: a directory jaxgcn owns (replaced only when it holds that kind of output); dir: any.
@@ -168,17 +168,19 @@ def os_error(args: argparse.Namespace, exc: OSError) -> str:
     return f"{flag}{name}: {reason}; check the path, its permissions and the free space of its disk"
 
 
-def plan(args: argparse.Namespace, prepared: Prepared, model_config: GCNConfig, runs: int, say: Say) -> GCNConfig:
-    """The model config for the prepared data (its backend, --aggregate-first resolved); its peak
+def plan(args: argparse.Namespace, prepared: Prepared, model_config: GCNConfig, execution: Execution, runs: int,
+         say: Say) -> Execution:
+    """The execution for the prepared data (its backend, --aggregate-first resolved); the peak
     memory estimate printed, and a run that cannot fit refused."""
     x, graph = prepared.data.x, prepared.data.graph
     n_features, dense = int(x.shape[1]), not is_sparse(x)
-    model_config = first_layer(args, dataclasses.replace(model_config, backend=prepared.backend), n_features, dense)
+    execution = first_layer(args, dataclasses.replace(execution, backend=prepared.backend), model_config.hidden,
+                            n_features, dense)
     est = memory.estimate(prepared.info["n_nodes"], graph.n_edges, n_features, prepared.n_classes,
                    hidden=model_config.hidden, layers=model_config.layers, backend=prepared.backend,
-                   feature_nnz=None if dense else int(x.nse), chunk_edges=model_config.chunk_edges,
+                   feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,
                    symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
     available = memory.available_bytes()  # looked up on the module at each call (tests replace it)
     say(f"memory estimate {est.describe()} of {available / 2**30:.1f} GiB available")
     memory.check_fits(est, available)
-    return model_config
+    return execution

@@ -1,6 +1,7 @@
-"""Arguments -> library configs, in one place: :class:`GCNConfig`, :class:`TrainConfig` and
-:class:`Grid` from the flags, the ``--aggregate-first`` rule, and the translation of a library
-error that names a config parameter (``lr=...``) to the flag that sets it."""
+"""Arguments -> library configs, in one place: :class:`GCNConfig` (architecture),
+:class:`TrainConfig`, :class:`Execution` and :class:`Grid` from the flags, the ``--aggregate-first``
+rule, and the translation of a library error that names a config parameter (``lr=...``) to the flag
+that sets it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import dataclasses
 import re
 from typing import Any
 
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.sweep import Grid
 from jaxgcn.train import TrainConfig, early_stopping_from
 
@@ -47,11 +48,15 @@ def to_flags(message: str) -> str:
     return f"{FLAGS[match.group(1)]}: {message}"
 
 
-def model_config(args: argparse.Namespace, backend: str, **swept: Any) -> GCNConfig:
+def model_config(args: argparse.Namespace, **swept: Any) -> GCNConfig:
     """The architecture the flags describe (``swept``: one sweep configuration's values)."""
     pick = {k: swept.get(k, getattr(args, k)) for k in ("hidden", "layers", "dropout")}
-    return GCNConfig(**pick, bias=args.bias, residual=args.residual, layer_norm=args.layer_norm,
-                     backend=backend, dropout_rng=args.dropout_rng, chunk_edges=args.chunk_edges)
+    return GCNConfig(**pick, bias=args.bias, residual=args.residual, layer_norm=args.layer_norm)
+
+
+def execution(args: argparse.Namespace, backend: str) -> Execution:
+    """How the flags say to run (``--aggregate-first`` is resolved later, by :func:`first_layer`)."""
+    return Execution(backend=backend, dropout_rng=args.dropout_rng, chunk_edges=args.chunk_edges)
 
 
 def train_config(args: argparse.Namespace, **swept: Any) -> TrainConfig:
@@ -62,9 +67,10 @@ def train_config(args: argparse.Namespace, **swept: Any) -> TrainConfig:
                                                           patience=args.patience))
 
 
-def configs(args: argparse.Namespace, backend: str, **swept: Any) -> tuple[GCNConfig, TrainConfig]:
-    """Both configs (see :func:`model_config`, :func:`train_config`); validates every value."""
-    return model_config(args, backend, **swept), train_config(args, **swept)
+def configs(args: argparse.Namespace, backend: str, **swept: Any) -> tuple[GCNConfig, TrainConfig, Execution]:
+    """The three configs (:func:`model_config`, :func:`train_config`, :func:`execution`); validates
+    every value."""
+    return model_config(args, **swept), train_config(args, **swept), execution(args, backend)
 
 
 def grid(args: argparse.Namespace) -> Grid:
@@ -80,7 +86,7 @@ def sweep_grid(args: argparse.Namespace) -> Grid:
     return the_grid
 
 
-def sweep_base(args: argparse.Namespace, backend: str) -> tuple[GCNConfig, TrainConfig]:
+def sweep_base(args: argparse.Namespace, backend: str) -> tuple[GCNConfig, TrainConfig, Execution]:
     """The configs a sweep's groups start from: the widest hidden and dropout, the first value of
     every other list."""
     first = {k: getattr(args, k)[0] for k in ("layers", "lr", "weight_decay", "optimizer")}
@@ -100,7 +106,8 @@ def aggregate_first(choice: str, n_features: int, hidden: int, dense: bool) -> b
     return dense and {"on": True, "off": False, "auto": 2 * n_features < 3 * hidden}[choice]
 
 
-def first_layer(args: argparse.Namespace, config: GCNConfig, n_features: int, dense: bool) -> GCNConfig:
-    """``config`` with --aggregate-first resolved for an input of ``n_features`` columns."""
-    return dataclasses.replace(config, aggregate_first=aggregate_first(args.aggregate_first, n_features,
-                                                                       config.hidden, dense))
+def first_layer(args: argparse.Namespace, execution: Execution, hidden: int, n_features: int,
+                dense: bool) -> Execution:
+    """``execution`` with --aggregate-first resolved for an input of ``n_features`` columns."""
+    return dataclasses.replace(execution, aggregate_first=aggregate_first(args.aggregate_first, n_features,
+                                                                          hidden, dense))

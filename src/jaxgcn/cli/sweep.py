@@ -14,7 +14,7 @@ from jaxgcn.cli.common import Say, plan, prelude
 from jaxgcn.cli.config import sweep_base, sweep_grid
 from jaxgcn.cli.data import Loaded, load, split_csv
 from jaxgcn.cli.runtime import is_writer
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
 from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json, run_grid
 from jaxgcn.train import TrainConfig
@@ -34,15 +34,15 @@ def _share(args: argparse.Namespace, say: Say) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int], model_config: GCNConfig,
-         train_config: TrainConfig, say: Say) -> list[Row]:
+         train_config: TrainConfig, execution: Execution, say: Say) -> list[Row]:
     share = _share(args, say)
     # a bar per group on a terminal; off a terminal the one-line-per-group log is the progress
     bar = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet or not is_writer(),
                    desc="sweep") if sys.stdout.isatty() else None
     try:
         return run_grid(loaded.prepared.data, loaded.prepared.n_classes, grid, seeds, n_splits=args.splits,
-                        model_config=model_config, config=train_config, memory_budget=args.memory_budget, log=say,
-                        progress=bar, **share)
+                        model_config=model_config, config=train_config, execution=execution,
+                        memory_budget=args.memory_budget, log=say, progress=bar, **share)
     finally:
         if bar is not None:
             bar.done()
@@ -67,13 +67,13 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda msg: None) if args.quiet or not is_writer() else print
     grid = sweep_grid(args)  # every configuration validated before any work
     loaded = load(args, say)
-    model_config, train_config = sweep_base(args, loaded.prepared.backend)
-    model_config = plan(args, loaded.prepared, model_config, 1, say)  # one run; run_grid chunks by --memory-budget
+    model_config, train_config, execution = sweep_base(args, loaded.prepared.backend)
+    execution = plan(args, loaded.prepared, model_config, execution, 1, say)  # one run; run_grid chunks by memory
     seeds = [args.seed + i for i in range(args.seeds)]
     n_configs = len(grid.configs())
     say(f"sweep: {n_configs} configurations x {len(seeds)} seeds x {args.splits} split(s) = "
         f"{n_configs * len(seeds) * args.splits} runs")
-    rows = _run(args, loaded, grid, seeds, model_config, train_config, say)
+    rows = _run(args, loaded, grid, seeds, model_config, train_config, execution, say)
     if not is_writer():
         return 0
     print(format_table(rows))

@@ -18,7 +18,7 @@ from jaxgcn.cli.config import configs
 from jaxgcn.cli.data import Loaded, load, one_split, split_csv
 from jaxgcn.cli.runtime import is_writer
 from jaxgcn.debug import CheckFailed, check_first_step
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
 from jaxgcn.reports import RunSummary
 from jaxgcn.train import FitResult, TrainConfig, divergence_hint, fit
@@ -59,10 +59,11 @@ def run(args: argparse.Namespace) -> int:
         return _train_single(args, say)
 
 
-def debug_checks(loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, say: Say) -> None:
+def debug_checks(loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,
+                 say: Say) -> None:
     """--debug: one training step checked (:func:`jaxgcn.debug.check_first_step`) before the loop."""
     try:
-        check_first_step(loaded.prepared.data, loaded.prepared.n_classes, model_config, train_config)
+        check_first_step(loaded.prepared.data, loaded.prepared.n_classes, model_config, train_config, execution)
     except CheckFailed as exc:
         raise ValueError(f"--debug: {exc}") from None
     say("debug: one training step ran with jax_debug_nans on and under checkify index/NaN/division checks: "
@@ -70,11 +71,12 @@ def debug_checks(loaded: Loaded, model_config: GCNConfig, train_config: TrainCon
 
 
 def _fit_one(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
-             saved_facts: dict[str, Any] | None, progress: Progress, say: Say) -> TrainOutcome:
+             execution: Execution, saved_facts: dict[str, Any] | None, progress: Progress, say: Say) -> TrainOutcome:
     """One run through ``fit`` (with --checkpoint-every/--resume when given)."""
-    hooks = checkpointing.fit_hooks(args, loaded, model_config, train_config, saved_facts, say)
+    hooks = checkpointing.fit_hooks(args, loaded, model_config, train_config, execution, saved_facts, say)
     res = fit(one_split(loaded.prepared.data), loaded.prepared.n_classes, model_config=model_config,
-              config=train_config, key=jax.random.key(args.seed), log_every=args.log_every, log=None,
+              execution=execution, config=train_config, key=jax.random.key(args.seed), log_every=args.log_every,
+              log=None,
               progress=progress, **hooks)
     m = res.metrics
     runs = [RunSummary(args.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early)]
@@ -82,13 +84,14 @@ def _fit_one(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, 
 
 
 def _fit_batch(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
-               seeds: list[int], progress: Progress, say: Say) -> TrainOutcome:
+               execution: Execution, seeds: list[int], progress: Progress, say: Say) -> TrainOutcome:
     """Every seed on every split as one batched program."""
     spec = concat_specs([make_specs(seeds, lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout,
                                     hidden=args.hidden, split=k) for k in range(args.splits)])
     say(f"{spec.n_runs} runs ({len(seeds)} seeds x {args.splits} split(s)) in one compiled program")
     res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, spec, model_config=model_config,
-                   config=train_config, log_every=args.log_every, log=None, n_devices=args.devices, progress=progress)
+                   execution=execution, config=train_config, log_every=args.log_every, log=None, n_devices=args.devices,
+                   progress=progress)
     runs = [RunSummary(int(spec.seed[j]), int(spec.split[j]), float(res.metrics["test_acc"][j]),
                        float(res.metrics["val_acc"][j]), int(res.epochs_run[j]), bool(res.stopped_early[j]))
             for j in range(spec.n_runs)]
@@ -96,7 +99,7 @@ def _fit_batch(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig
 
 
 def train_runs(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
-               saved_facts: dict[str, Any] | None, say: Say) -> TrainOutcome:
+               execution: Execution, saved_facts: dict[str, Any] | None, say: Say) -> TrainOutcome:
     """One run through ``fit``; several seeds/splits as one batched program. ``saved_facts``:
     :func:`jaxgcn.cli.checkpointing.facts`, with --save/--resume."""
     seeds = [args.seed + i for i in range(args.seeds)]
@@ -104,8 +107,8 @@ def train_runs(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig
                         tensorboard=args.tensorboard, seeds=[s for _ in range(args.splits) for s in seeds])
     try:
         if len(seeds) == 1 and args.splits == 1:
-            return _fit_one(args, loaded, model_config, train_config, saved_facts, progress, say)
-        return _fit_batch(args, loaded, model_config, train_config, seeds, progress, say)
+            return _fit_one(args, loaded, model_config, train_config, execution, saved_facts, progress, say)
+        return _fit_batch(args, loaded, model_config, train_config, execution, seeds, progress, say)
     finally:
         progress.done()
 
@@ -141,14 +144,14 @@ def _hint(outcome: TrainOutcome, loaded: Loaded, train_config: TrainConfig) -> s
 
 
 def _write(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
-           outcome: TrainOutcome, saved_facts: dict[str, Any] | None, say: Say) -> None:
+           execution: Execution, outcome: TrainOutcome, saved_facts: dict[str, Any] | None, say: Say) -> None:
     """The outputs appear together at the end, the split file last; a failure leaves none of them."""
     prepared = loaded.prepared
     with outputs.Staged() as out:
         if args.json is not None:
             report = reports.train_report(
                 reports.dataset_report(prepared.info, prepared.backend),
-                reports.config_report(model_config, train_config, args.norm, args.feature_norm),
+                reports.config_report(model_config, train_config, args.norm, args.feature_norm, execution),
                 outcome.runs, args.splits, outcome.compile_seconds, outcome.train_seconds)
             out.add(args.json, reports.json_text(report), label=f"--json {args.json}")
         if args.save_split is not None:
@@ -156,24 +159,24 @@ def _write(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, tr
         if args.save is not None:
             res = outcome.fitted
             checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
-                            info=prepared.info, epoch=res.epochs_run, metrics=res.metrics,
+                            execution=execution, info=prepared.info, epoch=res.epochs_run, metrics=res.metrics,
                             **saved_facts)
             say(f"saved the model to {args.save}")
 
 
 def _train_single(args: argparse.Namespace, say: Say) -> int:
     """``train`` on one device: one run, or several seeds/splits as one batched program."""
-    model_config, train_config = configs(args, "segment" if args.chunk_edges else "csr")  # validates early
+    model_config, train_config, execution = configs(args, "segment" if args.chunk_edges else "csr")  # validates
     loaded = load(args, say)
-    model_config = plan(args, loaded.prepared, model_config, min(args.seeds * args.splits, 8), say)
+    execution = plan(args, loaded.prepared, model_config, execution, min(args.seeds * args.splits, 8), say)
     if args.debug:
-        debug_checks(loaded, model_config, train_config, say)
+        debug_checks(loaded, model_config, train_config, execution, say)
     # what a checkpoint records about the data (its SHA-256 fingerprint is computed once, here)
     saved_facts = checkpointing.facts(args, loaded) if args.save is not None or args.resume is not None else None
-    outcome = train_runs(args, loaded, model_config, train_config, saved_facts, say)
+    outcome = train_runs(args, loaded, model_config, train_config, execution, saved_facts, say)
     print(summary_line(outcome))
     hint = _hint(outcome, loaded, train_config)
     if hint:
         print(hint)
-    _write(args, loaded, model_config, train_config, outcome, saved_facts, say)
+    _write(args, loaded, model_config, train_config, execution, outcome, saved_facts, say)
     return 0

@@ -20,7 +20,7 @@ from jaxgcn.cli.runtime import is_writer
 from jaxgcn.csr import require_kernel
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
-from jaxgcn.models import GCNConfig
+from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
 from jaxgcn.reports import RunSummary
 from jaxgcn.train import TrainConfig
@@ -34,7 +34,8 @@ class Layout(NamedTuple):
     loaded: Loaded  # from partition files: a stand-in with the saved info (no host copy of the data)
     sharded: Any  # distributed.ShardedData, or None until the host data is sharded
     data: Any  # the host TrainData to shard (None for partition files)
-    model_config: GCNConfig  # --aggregate-first resolved
+    model_config: GCNConfig
+    execution: Execution  # --aggregate-first resolved
     stats: dict[str, Any]  # distributed.partition_stats
     exchange: str
     n_edges: int
@@ -56,7 +57,8 @@ def _refuse(args: argparse.Namespace) -> None:
         require_kernel()
 
 
-def _from_partitions(args: argparse.Namespace, mesh: Any, model_config: GCNConfig, say: Say) -> Layout:
+def _from_partitions(args: argparse.Namespace, mesh: Any, model_config: GCNConfig, execution: Execution,
+                     say: Say) -> Layout:
     """--dataset partitioned:DIR: each process reads only its own devices' blocks."""
     given = [flag for flag, value in (("--edges", args.edges), ("--split-file", args.split_file),
                                       ("--train-frac", args.train_frac), ("--save-split", args.save_split))
@@ -71,18 +73,20 @@ def _from_partitions(args: argparse.Namespace, mesh: Any, model_config: GCNConfi
     say(f"{directory}: {meta['n_nodes']} nodes in {meta['parts']} parts written for {meta['exchange']}; this "
         f"process read {len(distributed.runtime._mine(mesh))} of them")
     prepared = SimpleNamespace(info=info, n_classes=int(info["n_classes"]), backend="csr")
-    model_config = first_layer(args, model_config, sharded.n_features, dense=not info["sparse_features"])
+    execution = first_layer(args, execution, model_config.hidden, sharded.n_features,
+                            dense=not info["sparse_features"])
     # the features' non-zeros are not known without every block; the estimate counts sparse features as dense
-    return Layout(Loaded(prepared, None), sharded, None, model_config, meta["stats"], sharded.exchange,
+    return Layout(Loaded(prepared, None), sharded, None, model_config, execution, meta["stats"], sharded.exchange,
                   info["n_edges_directed"], None)
 
 
-def _from_data(args: argparse.Namespace, n_parts: int, model_config: GCNConfig, say: Say) -> Layout:
+def _from_data(args: argparse.Namespace, n_parts: int, model_config: GCNConfig, execution: Execution,
+               say: Say) -> Layout:
     loaded = load(args, say, on_device=False)
     data = one_split(loaded.prepared.data)
-    model_config = first_layer(args, model_config, int(data.x.shape[1]), dense=not is_sparse(data.x))
+    execution = first_layer(args, execution, model_config.hidden, int(data.x.shape[1]), dense=not is_sparse(data.x))
     stats = distributed.partition_stats(data.graph, n_parts)
-    return Layout(loaded, None, data, model_config, stats, resolve_exchange(args.exchange, stats),
+    return Layout(loaded, None, data, model_config, execution, stats, resolve_exchange(args.exchange, stats),
                   data.graph.n_edges, int(data.x.nse) if hasattr(data.x, "nse") else None)
 
 
@@ -106,7 +110,8 @@ def _fit(args: argparse.Namespace, layout: Layout, sharded: Any, train_config: T
                         seeds=[args.seed])
     try:
         return distributed.fit_sharded(sharded, layout.loaded.prepared.n_classes, model_config=layout.model_config,
-                                       config=train_config, key=jax.random.key(args.seed), log_every=args.log_every,
+                                       execution=layout.execution, config=train_config, key=jax.random.key(args.seed),
+                                       log_every=args.log_every,
                                        log=None, progress=progress)
     finally:
         progress.done()
@@ -117,7 +122,7 @@ def _report(args: argparse.Namespace, layout: Layout, train_config: TrainConfig,
     prepared, m = layout.loaded.prepared, res.metrics
     return reports.train_report(
         reports.dataset_report(prepared.info, prepared.backend),
-        reports.config_report(layout.model_config, train_config, args.norm, args.feature_norm),
+        reports.config_report(layout.model_config, train_config, args.norm, args.feature_norm, layout.execution),
         [RunSummary(args.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early)], 1,
         res.compile_seconds, res.train_seconds,
         details={"metrics": m, "history": {k: v.tolist() for k, v in res.history.items()}},
@@ -136,7 +141,8 @@ def _write(args: argparse.Namespace, layout: Layout, train_config: TrainConfig, 
             out.add(args.save_split, split_csv(layout.loaded), label=f"--save-split {args.save_split}")
         if args.save is not None:
             checkpoint.save(args.save, res.params, model_config=layout.model_config, train_config=train_config,
-                            info=layout.loaded.prepared.info, epoch=res.epochs_run, metrics=res.metrics,
+                            execution=layout.execution, info=layout.loaded.prepared.info, epoch=res.epochs_run,
+                            metrics=res.metrics,
                             **checkpointing.facts(args, layout.loaded, fingerprint=False, split=own))
             say(f"saved the model to {args.save}")
 
@@ -146,13 +152,13 @@ def run(args: argparse.Namespace, say: Say) -> int:
     _refuse(args)
     writer = is_writer()
     say = say if writer else (lambda msg: None)
-    model_config, train_config = configs(args, "csr")
+    model_config, train_config, execution = configs(args, "csr")
     mesh = distributed.node_mesh(args.devices)
     n_parts = mesh.devices.size
     if args.dataset.startswith(PARTITIONED):
-        layout = _from_partitions(args, mesh, model_config, say)
+        layout = _from_partitions(args, mesh, model_config, execution, say)
     else:
-        layout = _from_data(args, n_parts, model_config, say)
+        layout = _from_data(args, n_parts, model_config, execution, say)
     est = _estimate(layout, n_parts, say)
     sharded = layout.sharded if layout.data is None else distributed.shard_data(layout.data, mesh,
                                                                                   exchange=layout.exchange)

@@ -16,20 +16,20 @@ from jaxgcn.compiler import jit
 from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import _local, to_global
-from jaxgcn.models import GCNConfig, Model, gcn
+from jaxgcn.models import Execution, GCNConfig, Model, gcn
 from jaxgcn.train import (DIVERGED, STOPPED_EARLY, Collective, FitResult, Runner, TrainConfig, TrainingDiverged,
                           drive, log_hook, make_runner, masked_sums, progress_hook, single_view)
 
 
-def sharded_model(model_config: GCNConfig) -> Model:
+def sharded_model(model_config: GCNConfig, execution: Execution = Execution()) -> Model:
     """The GCN whose propagation is :func:`propagate_block` (to be applied inside ``shard_map``)."""
-    return gcn(model_config, propagate=propagate_block)
+    return gcn(model_config, execution, propagate=propagate_block)
 
 
-def sharded_apply(model_config: GCNConfig, mesh: jax.sharding.Mesh) -> Any:
+def sharded_apply(model_config: GCNConfig, mesh: jax.sharding.Mesh, execution: Execution = Execution()) -> Any:
     """``apply(params, blocks, x) -> [P, L, n_classes]`` logits, each device computing its rows."""
     spec = jax.sharding.PartitionSpec(AXIS)
-    model = sharded_model(model_config)
+    model = sharded_model(model_config, execution)
 
     def local(params: Any, block: GraphBlock, x: jax.Array) -> jax.Array:
         return model.apply(params, *_local((block, x)))[None]
@@ -54,12 +54,13 @@ def _device_key(key: jax.Array) -> jax.Array:
 NODES = Collective(total=_device_total, device_key=_device_key)
 
 
-def sharded_loss(model_config: GCNConfig, mesh: jax.sharding.Mesh, *, train: bool = False) -> Any:
+def sharded_loss(model_config: GCNConfig, mesh: jax.sharding.Mesh, *, train: bool = False,
+                 execution: Execution = Execution()) -> Any:
     """``loss(params, key, blocks, x, labels, mask) -> scalar``: the masked mean cross-entropy of
     the whole graph, computed with each device holding its row block (inputs stacked [P, ...]).
     With ``train``, dropout is on; device p draws its masks from ``fold_in(key, p)``."""
     spec = jax.sharding.PartitionSpec(AXIS)
-    model = sharded_model(model_config)
+    model = sharded_model(model_config, execution)
 
     def local(params: Any, key: jax.Array, block: GraphBlock, x: jax.Array, labels: jax.Array,
               mask: jax.Array) -> jax.Array:
@@ -74,7 +75,7 @@ def sharded_loss(model_config: GCNConfig, mesh: jax.sharding.Mesh, *, train: boo
 
 
 def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
-                        mesh: jax.sharding.Mesh) -> Runner:
+                        mesh: jax.sharding.Mesh, execution: Execution = Execution()) -> Runner:
     """The :class:`jaxgcn.train.Runner` of one configuration with the graph's rows sharded over
     ``mesh``: :func:`jaxgcn.train.make_runner` (the one training step) with the block exchange as
     its propagation and :data:`NODES` as its collective, under ``shard_map``; ``data`` is a
@@ -85,7 +86,8 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
     update, so the replicated params stay identical. Device p draws its dropout masks from
     ``fold_in(key, p)``.
     """
-    runner = make_runner(model_config, config, n_features, n_classes, propagate=propagate_block, collective=NODES)
+    runner = make_runner(model_config, config, n_features, n_classes, execution, propagate=propagate_block,
+                         collective=NODES)
     spec, rep = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
 
     def on_mesh(fn: Callable[..., Any], in_specs: tuple) -> Callable[..., Any]:
@@ -131,14 +133,15 @@ def shard_data(data: TrainData, mesh: jax.sharding.Mesh, *, exchange: str = "all
 
 
 def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig, config: TrainConfig,
-                key: jax.Array, log_every: int = 20, log: Callable[[str], None] | None = print,
+                key: jax.Array, execution: Execution = Execution(), log_every: int = 20,
+                log: Callable[[str], None] | None = print,
                 progress: Any = None) -> FitResult:
     """Train full-batch with the graph's rows sharded over ``sharded.mesh`` (every process of a
     ``jax.distributed`` job calls this with the same arguments). The epochs run in compiled chunks
     of ``log_every`` with the single-device early-stopping rules. Returns a
     :class:`jaxgcn.train.FitResult` whose params are host NumPy arrays."""
     data = sharded.data
-    runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh)
+    runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh, execution)
     start = time.perf_counter()
     if progress is not None:
         progress.compiling()
