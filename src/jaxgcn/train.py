@@ -392,17 +392,24 @@ def _per_run_l2(params: Params, scope: str) -> jax.Array:
     return 0.5 * sum(terms[1:], terms[0])
 
 
-def _per_run(fn: Callable[..., Any], in_axes: tuple, out_axes: Any, n_runs: int) -> Callable[..., Any]:
-    """``jax.vmap(fn, in_axes, out_axes)`` over the run axis; for one run, ``fn`` itself on the
-    run's slices (dropping and re-adding the axis is free, while a vmap of one still turns
-    indexed updates into scatters: measured +0.9 ms per Cora epoch)."""
-    if n_runs > 1:
-        return jax.vmap(fn, in_axes=in_axes, out_axes=out_axes)
+class _Runs(NamedTuple):
+    """How a step reaches the runs of its state: stacked on a run axis (a batch: ``vmap`` the
+    per-run parts), or ONE run's own unbatched state (a single run: call them directly, and give
+    the forward pass its params with a run axis of 1; both are free reshapes, while a vmap of one
+    still turns indexed updates into scatters: measured +0.9 ms per Cora epoch)."""
 
-    def one(*args: Any) -> Any:
-        sliced = [jax.tree.map(lambda leaf, a: jnp.squeeze(leaf, a), arg, ax) for arg, ax in zip(args, in_axes)]
-        return jax.tree.map(lambda leaf, a: jnp.expand_dims(leaf, a), fn(*sliced), out_axes)
-    return one
+    stack: Callable[[Params], Params]  # params as the forward pass takes them ([in, R, out] / [R, d])
+    each: Callable[..., Callable[..., Any]]  # (fn, in_axes, out_axes) -> fn over every run
+    value: Callable[[jax.Array], jax.Array]  # a [R] per-run value as the state holds it
+
+
+def _runs_of(state: RunState) -> _Runs:
+    if state.reason.ndim == 0:  # one run, no run axis
+        return _Runs(stack=lambda params: jax.tree.map(jnp.expand_dims, params, _insert_axes(params)),
+                     each=lambda fn, in_axes, out_axes: fn, value=lambda v: v[0])
+    return _Runs(stack=lambda params: params,
+                 each=lambda fn, in_axes, out_axes: jax.vmap(fn, in_axes=in_axes, out_axes=out_axes),
+                 value=lambda v: v)
 
 
 class Collective(NamedTuple):
@@ -486,44 +493,46 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
     def epoch_step(state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None,
                    n_train: jax.Array) -> BatchState:
         st = state.runs
-        axes = _run_axes(st.params)
+        the = _runs_of(st)
+        axes = _run_axes(the.stack(st.params))
+        opt_axes = _opt_axes(config, _unstacked(the.stack(st.params)))
+        state_ax = _state_axes(axes, opt_axes)
         train_m, val_m, _ = masks(data, runs)
-        n_runs = st.reason.shape[0]
 
         def keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:  # next key, each layer's dropout key
             key, k_drop = jax.random.split(key)
             return key, jax.random.split(collective.device_key(k_drop), model_config.layers)
-        key, layer_keys = _per_run(keys, (0,), (0, 1), n_runs)(st.key)  # [R], [L, R]
+        key, layer_keys = the.each(keys, (0,), (0, 1))(st.key)  # [R], [L, R] (one run: [], [L])
+        layer_keys = layer_keys if layer_keys.ndim == 2 else layer_keys[:, None]
 
         def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
-            logits = forward(params, data, runs, keys=layer_keys, train=True)
+            logits = forward(the.stack(params), data, runs, keys=layer_keys, train=True)
             per_run = masked_sums(logits, data.labels, train_m)[0] / n_train  # this device's share
             return jnp.sum(per_run), per_run
 
         def regularizer(params: Params) -> tuple[jax.Array, jax.Array]:
-            per_run = penalty(params, runs)
+            per_run = penalty(the.stack(params), runs)
             return jnp.sum(per_run), per_run
 
         (_, ce), grads = jax.value_and_grad(cross_entropy, has_aux=True)(st.params)
         (_, reg), reg_grads = jax.value_and_grad(regularizer, has_aux=True)(st.params)
         ce, grads = collective.total((ce, grads))
         grads = jax.tree.map(jnp.add, grads, reg_grads)
-        # The one optimizer, vmapped over the run axis: each run's clipping, moments and injected
-        # learning rate / weight decay, exactly as it would compute them alone.
-        opt_axes = _opt_axes(config, _unstacked(st.params))
-        updates, opt_state = _per_run(opt.update, (axes, opt_axes, axes), (axes, opt_axes), n_runs)(
+        # The one optimizer, per run (vmapped over a batch): each run's clipping, moments and
+        # injected learning rate / weight decay, exactly as it would compute them alone.
+        updates, opt_state = the.each(opt.update, (axes, opt_axes, axes), (axes, opt_axes))(
             grads, st.opt_state, st.params)
         params = optax.apply_updates(st.params, updates)
-        logits = forward(params, data, runs, aggregated=aggregated)
+        logits = forward(the.stack(params), data, runs, aggregated=aggregated)
         _, train_acc = metrics(logits, data.labels, train_m)
         val_loss, val_acc = metrics(logits, data.labels, val_m)
-        kipf_loss = val_loss + penalty(params, runs)
-        state_ax = _state_axes(axes, opt_axes)
-        advanced = _per_run(
+        kipf_loss = val_loss + penalty(the.stack(params), runs)
+        per_run = [the.value(v) for v in (ce + reg, train_acc, val_loss, val_acc, kipf_loss)]
+        advanced = the.each(
             lambda s, p, o, k, *m: record_epoch(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
-            (state_ax, axes, opt_axes, 0, 0, 0, 0, 0, 0), state_ax, n_runs,
-        )(st, params, opt_state, key, ce + reg, train_acc, val_loss, val_acc, kipf_loss)
-        if n_runs > 1:  # one run needs no mask: the loop ends when it stops
+            (state_ax, axes, opt_axes, 0, 0, 0, 0, 0, 0), state_ax,
+        )(st, params, opt_state, key, *per_run)
+        if st.reason.ndim == 1:  # a batch: runs that have stopped stay as they were
             advanced = _select(st.reason == RUNNING, advanced, st, state_ax)
         return BatchState(advanced, state.step + 1)
 
@@ -560,10 +569,10 @@ class Runner(NamedTuple):
 def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
                 execution: Execution = Execution(), *,
                 propagate: Propagate | None = None, collective: Collective = LOCAL) -> Runner:
-    """The (uncompiled) functions of ONE training run: :func:`make_batch_runner`'s step for a batch
-    of one. The state it carries is one run's :class:`RunState` (no run axis: what checkpoints
-    hold); each call adds the run axis on entry and drops it on exit (free reshapes).
-    ``propagate`` and ``collective`` as in :func:`make_batch_runner` (sharded training)."""
+    """The (uncompiled) functions of ONE training run: :func:`make_batch_runner`'s step, carrying one
+    run's own :class:`RunState` (no run axis: what checkpoints hold; the step gives the forward
+    pass its params with a run axis of 1). ``propagate`` and ``collective`` as in
+    :func:`make_batch_runner` (sharded training)."""
     model = gcn(model_config)
     opt = make_optimizer(config)
     batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective)
@@ -572,9 +581,6 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
     def one() -> RunInputs:  # this run's settings, as a batch of one (constants of the program)
         return make_run_inputs(dropout=[model_config.dropout], hidden=[model_config.hidden], lr=[config.lr],
                                weight_decay=[config.weight_decay])
-
-    def axes(params: Params) -> RunState:
-        return _state_axes(_insert_axes(params), _opt_axes(config, params))
 
     def init(key: jax.Array, data: TrainData) -> RunState:
         k_init, k_run = jax.random.split(key)
@@ -589,10 +595,7 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
         )
 
     def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array) -> RunState:
-        ax = axes(state.params)
-        runs = jax.tree.map(jnp.expand_dims, state, ax)
-        out = batch.run_until(BatchState(runs, state.epoch), data, one(), stop_epoch)
-        return jax.tree.map(jnp.squeeze, out.runs, ax)
+        return batch.run_until(BatchState(state, state.epoch), data, one(), stop_epoch).runs
 
     def evaluate(params: Params, data: TrainData) -> Evaluation:
         stacked = jax.tree.map(jnp.expand_dims, params, _insert_axes(params))
