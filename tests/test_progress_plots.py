@@ -140,7 +140,7 @@ def test_lr_100_on_unnormalized_features_names_the_learning_rate(capsys):
     assert run_main(args) == 0
     hint = [line for line in capsys.readouterr().out.splitlines() if line.startswith("hint:")]
     assert len(hint) == 1 and "training diverged" in hint[0], hint
-    assert "the learning rate 100 is large (try --lr 0.01)" in hint[0]
+    assert "the learning rate 100 is large (try lr=0.01)" in hint[0]
     assert "features are unnormalized" not in hint[0]  # Cora's raw features are 0/1: not the cause
     # a NaN ends the run with an error naming the learning rate too (exit status 1)
     nan = [*SYNTH, "--lr", "1e20", "--norm", "none", "--feature-norm", "none", "--epochs", "50", "--quiet"]

@@ -333,7 +333,7 @@ def test_diverging_run_raises_with_causes(raw_easy):
     message = str(exc.value)
     assert isinstance(exc.value, ValueError)
     assert re.search(r"NaN/inf at epoch \d+", message)
-    assert "learning rate 1e+20 is large (try --lr 0.01)" in message
+    assert "learning rate 1e+20 is large (try lr=0.01)" in message
     assert "features are unnormalized" in message
     assert "adjacency is unnormalized" in message
 

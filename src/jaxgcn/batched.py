@@ -32,6 +32,7 @@ from jaxgcn.progress import runs_line
 from jaxgcn.train import (
     DIVERGED,
     RUNNING,
+    Patience,
     STOPPED_EARLY,
     BatchState,
     Chunk,
@@ -136,6 +137,8 @@ class BatchResult(NamedTuple):
         history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [R, epochs] (NaN after a run stopped).
         params: stacked final params (see :func:`unstack_params`).
         compile_seconds, train_seconds: wall times of compiling and of running the batch.
+        restored_epoch: with ``patience`` early stopping, [R] the epoch (1-based) whose params each
+            run returns (its best validation accuracy); ``None`` otherwise.
     """
 
     spec: RunSpec
@@ -146,6 +149,7 @@ class BatchResult(NamedTuple):
     params: Params
     compile_seconds: float
     train_seconds: float
+    restored_epoch: np.ndarray | None = None
 
 
 _COMPILED: dict[Any, Any] = {}
@@ -293,6 +297,7 @@ def _concat_results(spec: RunSpec, parts: list[BatchResult]) -> BatchResult:
                             *(p.params for p in parts)),
         compile_seconds=sum(p.compile_seconds for p in parts),
         train_seconds=sum(p.train_seconds for p in parts),
+        restored_epoch=None if parts[0].restored_epoch is None else cat(lambda p: p.restored_epoch),
     )
 
 
@@ -366,8 +371,9 @@ def fit_batch(
     epochs = np.asarray(state.runs.epoch)[:n_runs]
     history = {k: np.asarray(v)[:n_runs] for k, v in state.runs.history.items()}
     params = jax.tree.map(lambda leaf: jnp.take(leaf, jnp.arange(n_runs), axis=run_axis(leaf)), params)
+    restored = np.asarray(state.runs.best_epoch)[:n_runs] if isinstance(config.early_stopping, Patience) else None
     return BatchResult(RunSpec(*(a[:n_runs] for a in spec)), metrics, epochs, reason == STOPPED_EARLY, history,
-                       params, compile_s, time.perf_counter() - start)
+                       params, compile_s, time.perf_counter() - start, restored)
 
 
 def unstack_params(params: Params, run: int, hidden: int | None = None) -> Params:

@@ -168,7 +168,7 @@ def gcn_apply(
     key: jax.Array | None = None,
     train: bool = False,
     dropout_rate: float = 0.0,
-    backend: str = "segment",
+    backend: str = "auto",
     chunk_edges: int | None = None,
 ) -> jax.Array:
     """One graph convolution (Kipf & Welling 2017, arXiv:1609.02907, eq. 2), before activation.
@@ -183,7 +183,9 @@ def gcn_apply(
         key: PRNG key for dropout (required when training with ``dropout_rate > 0``).
         train: training mode (dropout on).
         dropout_rate: probability to drop an input entry.
-        backend: propagation backend (see :mod:`jaxgcn.propagate`).
+        backend: propagation backend (see :mod:`jaxgcn.propagate`); ``"auto"`` (the default, what
+            the model uses): the layout the graph was prepared for, so a graph of
+            :func:`jaxgcn.datasets.prepare` with its defaults works as it is.
         chunk_edges: edge block of the ``segment`` backend (see :func:`~jaxgcn.propagate.propagate`).
 
     Returns:

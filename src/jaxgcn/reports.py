@@ -25,6 +25,7 @@ class RunSummary(NamedTuple):
     val_acc: float
     epochs_run: int
     stopped_early: bool
+    restored_epoch: int | None = None  # patience early stopping: the epoch whose params the run returns
 
 
 GRAPH_REPORT = ("input_edges", "duplicates_merged", "self_loops_found", "edges_symmetrized", "isolated_nodes")
@@ -67,6 +68,7 @@ def train_report(data: dict[str, Any], config: dict[str, Any], runs: Sequence[Ru
         "test_acc": test.tolist(), "test_acc_mean": float(test.mean()), "test_acc_std": float(test.std()),
         "val_acc": val.tolist(), "val_acc_mean": float(val.mean()),
         "epochs_run": [r.epochs_run for r in runs], "stopped_early": [r.stopped_early for r in runs],
+        "restored_epoch": [r.restored_epoch for r in runs],
         **(details or {}),
         "compile_seconds": compile_seconds, "train_seconds": train_seconds,
     }

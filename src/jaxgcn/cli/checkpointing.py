@@ -26,6 +26,13 @@ def facts(args: argparse.Namespace, loaded: Loaded, *, fingerprint: bool = True,
     return out
 
 
+def result_facts(result: Any) -> dict[str, Any]:
+    """What the final checkpoint's ``extra`` records about the run's outcome: ``restored_epoch``,
+    the epoch whose params it holds under patience early stopping (``None`` otherwise; ``epoch``
+    is then the last epoch trained)."""
+    return {"restored_epoch": result.restored_epoch}
+
+
 def settings(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
              execution: Execution) -> dict[str, Any]:
     """The settings a resumed run must share with the run it continues (as JSON values)."""

@@ -4,41 +4,77 @@
 from __future__ import annotations
 
 import argparse
+import copy
+import textwrap
 from pathlib import Path
+from typing import Any
 
 from jaxgcn.cli import datasets, evaluate, info, partition, plot, predict, runtime, sweep, train
 from jaxgcn.cli import values as v
 from jaxgcn.cli.data import REORDER_MIN_NODES
+from jaxgcn.datasets import available
 from jaxgcn.train import OPTIMIZERS
 
 EXIT_USAGE = 2
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, "(default: X)"; None and False (an unset value, a
+    switch that is off) add nothing, and a tuple default (sweep's lists) reads as a comma list."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (not action.option_strings or "%(default)" in text or action.default is None
+                or action.default is False or action.default is argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # never break a flag or a form such as --data-dir at its hyphen
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        if isinstance(action.default, (tuple, list)):
+            action = copy.copy(action)
+            action.default = ",".join(map(str, action.default))
+        return super()._expand_help(action)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as one line (no usage dump) and exits 2."""
+    """argparse that reports a bad argument as one line (no usage dump) and exits 2, and shows
+    every option's default in ``--help``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"jaxgcn: error: {message} (see '{self.prog} --help')\n")
 
 
+def dataset_forms() -> list[str]:
+    """Every form ``--dataset`` accepts, from the one list (:func:`jaxgcn.datasets.available`)."""
+    return [form for form, _ in available()]
+
+
 def _add_source_args(d: argparse._ArgumentGroup) -> None:
     """Where the graph comes from and how it is cleaned (the "data" group)."""
-    d.add_argument("--dataset", default="cora", help="cora, citeseer, synthetic, or a raw Planetoid "
-                   "name with --data-dir (default: cora)")
+    d.add_argument("--dataset", default="cora",
+                   help=f"the graph, one of: {', '.join(dataset_forms())}; `jaxgcn datasets` describes each")
     d.add_argument("--data-dir", type=Path, help="folder with raw Planetoid files ind.<name>.*")
     d.add_argument("--edges", type=Path, help="your graph: edge file (CSV src,dst[,weight] or 'src dst' lines); "
                    "with --labels FILE and optionally --features FILE")
     d.add_argument("--labels", type=Path, help="with --edges: CSV node,label (names or integers)")
-    d.add_argument("--split-file", type=Path, help="CSV node,split (train/val/test) naming the split")
-    d.add_argument("--train-frac", type=float, default=None,
-                   help="stratified random split by fractions (with --val-frac, --test-frac)")
-    d.add_argument("--val-frac", type=float, default=None, help="with --train-frac (default 0.1)")
-    d.add_argument("--test-frac", type=float, default=None, help="with --train-frac (default 0.2)")
-    d.add_argument("--save-split", type=Path, help="write the split used as CSV node,split (for --split-file)")
+    d.add_argument("--features", default=None,
+                   help="with --edges: the features file (node,f0,f1,... or node,feature,value CSV, .npy or "
+                        ".npz; absent: one-hot ids); with --dataset synthetic: the feature count (default: "
+                        "64)")
     d.add_argument("--ogb-split", default=None, help="with --dataset ogb:DIR, the split/<name> to use "
                    "(default: the only one)")
     d.add_argument("--feature-norm", choices=("row", "standardize", "none"), default="row",
-                   help="feature preprocessing (default: row, as in the paper)")
+                   help="feature preprocessing; row: each row divided by its sum, as in the paper")
+    d.add_argument("--norm", choices=("sym", "row", "none"), default="sym",
+                   help="adjacency normalization; sym: D^-1/2 (A+I) D^-1/2, as in the paper")
     d.add_argument("--no-symmetrize", action="store_true", help="keep directed edges one-way")
     d.add_argument("--reorder", choices=("auto", "rcm", "none"), default="auto",
                    help=f"renumber nodes for memory locality (reverse Cuthill-McKee); auto: rcm from "
@@ -46,81 +82,104 @@ def _add_source_args(d: argparse._ArgumentGroup) -> None:
 
 
 def _add_synthetic_args(s: argparse._ArgumentGroup) -> None:
-    s.add_argument("--nodes", type=v.positive_int, default=2000)
-    s.add_argument("--classes", type=v.positive_int, default=5)
-    s.add_argument("--features", default=None,
-                   help="synthetic: the feature count (default 64); with --edges: the features file "
-                        "(node,f0,f1,... or node,feature,value CSV, .npy or .npz; absent: one-hot ids)")
-    s.add_argument("--avg-degree", type=float, default=8.0)
-    s.add_argument("--homophily", type=float, default=0.8)
+    s.add_argument("--nodes", type=v.positive_int, default=2000, help="number of nodes")
+    s.add_argument("--classes", type=v.positive_int, default=5, help="number of classes (blocks)")
+    s.add_argument("--avg-degree", type=float, default=8.0, help="expected degree of a node")
+    s.add_argument("--homophily", type=float, default=0.8,
+                   help="probability that an edge's target is drawn from its source's class (else uniformly), 0..1")
 
 
-def _add_split_args(d: argparse._ArgumentGroup, s: argparse._ArgumentGroup) -> None:
-    d.add_argument("--data-seed", type=v.data_seed, default=0,
-                   help="seed of the synthetic graph and of random split k (data seed + k); --seed "
-                        "only seeds training, so --seeds N equals N runs of --seed s")
-    s.add_argument("--train-per-class", type=v.positive_int, default=20,
-                   help="train nodes per class of a random split (default 20)")
+def _add_split_args(d: argparse._ArgumentGroup) -> None:
     d.add_argument("--split", choices=("public", "random"), default="public",
                    help="public (the dataset's own split) or random Planetoid-style splits")
     d.add_argument("--splits", type=v.runs, default=1, help="number of random splits (--split random)")
+    d.add_argument("--train-per-class", type=v.positive_int, default=20,
+                   help="train nodes per class of a random split")
     d.add_argument("--val", type=v.positive_int, default=500, help="validation nodes of a random split")
     d.add_argument("--test", type=v.positive_int, default=1000, help="test nodes of a random split")
-    d.add_argument("--norm", choices=("sym", "row", "none"), default="sym",
-                   help="adjacency normalization (default: sym, D^-1/2 (A+I) D^-1/2)")
+    d.add_argument("--data-seed", type=v.data_seed, default=0,
+                   help="seed of the synthetic graph and of random split k (data seed + k); --seed "
+                        "only seeds training, so --seeds N equals N runs of --seed s")
+    d.add_argument("--train-frac", type=float, default=None,
+                   help="stratified random split by fractions (with --val-frac, --test-frac)")
+    d.add_argument("--val-frac", type=float, default=None, help="with --train-frac (default: 0.1)")
+    d.add_argument("--test-frac", type=float, default=None, help="with --train-frac (default: 0.2)")
+    d.add_argument("--split-file", type=Path, help="CSV node,split (train/val/test) naming the split")
+    d.add_argument("--save-split", type=Path, help="write the split used as CSV node,split (for --split-file)")
 
 
 def add_data_args(p: argparse.ArgumentParser) -> None:
     """Arguments that name the data and its split (train, sweep, evaluate, predict, ...)."""
-    d = p.add_argument_group("data")
-    _add_source_args(d)
-    s = p.add_argument_group("synthetic dataset")
-    _add_synthetic_args(s)
-    _add_split_args(d, s)
+    _add_source_args(p.add_argument_group("data"))
+    _add_split_args(p.add_argument_group("split"))
+    _add_synthetic_args(p.add_argument_group("synthetic graph (--dataset synthetic)"))
+
+
+GRID_FLAGS = ("--hidden", "--layers", "--dropout", "--lr", "--optimizer", "--weight-decay")
+
+
+def _comma(text: str, grid: bool, example: str) -> dict[str, str]:
+    """``help`` (and ``metavar``) of a flag that sweep takes as a comma list."""
+    return {"help": f"{text}; comma list, e.g. {example}", "metavar": "LIST"} if grid else {"help": text}
 
 
 def _add_model_args(p: argparse.ArgumentParser, grid: bool) -> None:
     m = p.add_argument_group("model (defaults: the paper's)")
     m.add_argument("--hidden", type=v.list_of(int, "integers", v.positive_int) if grid else v.positive_int,
-                   default=(16,) if grid else 16)
+                   default=(16,) if grid else 16, **_comma("hidden units per layer", grid, "16,32,64"))
     m.add_argument("--layers", type=v.list_of(int, "integers", v.layers) if grid else v.layers,
-                   default=(2,) if grid else 2)
+                   default=(2,) if grid else 2, **_comma("GCN layers, the output layer included", grid, "2,3"))
     m.add_argument("--dropout", type=v.list_of(float, "numbers") if grid else float, default=(0.5,) if grid else 0.5,
-                   help="probability to DROP (default 0.5)")
+                   **_comma("probability to DROP", grid, "0.3,0.5"))
     m.add_argument("--bias", action="store_true", help="add a bias per layer (the reference has none)")
-    m.add_argument("--residual", action="store_true")
-    m.add_argument("--layer-norm", action="store_true")
-    m.add_argument("--backend", choices=("auto", "dense", "segment", "bcoo", "csr"), default="auto")
-    m.add_argument("--chunk-edges", type=v.positive_int, default=None,
+    m.add_argument("--residual", action="store_true", help="hidden layers add their input (through a linear "
+                   "projection where the widths differ)")
+    m.add_argument("--layer-norm", action="store_true", help="layer normalization before each hidden activation")
+
+
+def _add_execution_args(e: argparse._ArgumentGroup) -> None:
+    e.add_argument("--backend", choices=("auto", "dense", "segment", "bcoo", "csr"), default="auto",
+                   help="how A.H is computed; auto: dense for small dense graphs, else csr (the fused kernel) where "
+                        "it builds, else segment")
+    e.add_argument("--chunk-edges", type=v.positive_int, default=None,
                    help="segment backend: propagate in blocks of N edges (bounds the message buffer)")
-    m.add_argument("--aggregate-first", choices=("auto", "on", "off"), default="auto",
+    e.add_argument("--aggregate-first", choices=("auto", "on", "off"), default="auto",
                    help="first layer as (A X) W instead of A (X W) for dense features; auto: when 2 x "
                         "features < 3 x hidden (cheaper: no propagation in its backward pass)")
-    m.add_argument("--dropout-rng", choices=("hash", "jax"), default="hash",
-                   help="dropout masks from a fast counter hash (default) or jax.random.bernoulli")
+    e.add_argument("--dropout-rng", choices=("hash", "jax"), default="hash",
+                   help="dropout masks from a fast counter hash or jax.random.bernoulli")
+    e.add_argument("--debug", action="store_true",
+                   help="check the first training step with jax_debug_nans and checkify index/NaN checks")
+    e.add_argument("--no-compile-cache", action="store_true",
+                   help="do not use JAX's persistent compilation cache (~/.cache/jaxgcn)")
 
 
 def _add_training_args(p: argparse.ArgumentParser, grid: bool) -> None:
     floats = v.list_of(float, "numbers") if grid else float
     t = p.add_argument_group("training (defaults: the paper's)")
-    t.add_argument("--seed", type=v.seed, default=0)
+    t.add_argument("--seed", type=v.seed, default=0, help="training seed (initialization, dropout) of the first run")
     t.add_argument("--seeds", type=v.runs, default=1, help="number of seeds: seed, seed+1, ...")
-    t.add_argument("--epochs", type=v.epochs, default=200)
-    t.add_argument("--lr", type=floats, default=(0.01,) if grid else 0.01)
+    t.add_argument("--epochs", type=v.epochs, default=200, help="most epochs to train")
+    t.add_argument("--lr", type=floats, default=(0.01,) if grid else 0.01,
+                   **_comma("learning rate", grid, "0.01,0.05"))
     optimizers = ", ".join(OPTIMIZERS)
     if grid:
         t.add_argument("--optimizer", type=v.list_of(str, "names", v.choice_of(OPTIMIZERS)), default=("adam",),
-                       help=f"comma-separated optimizers to sweep, from {optimizers} (default: adam)")
+                       **_comma(f"optimizers to sweep, from {optimizers}", grid, "adam,sgd"))
     else:
         t.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
                        help="adam (the paper's), adamw (weight decay decoupled from the loss), sgd (p - lr * g) "
-                            "or momentum (SGD with momentum 0.9) (default: adam)")
-    t.add_argument("--weight-decay", type=floats, default=(5e-4,) if grid else 5e-4, help="L2 added to the loss")
+                            "or momentum (SGD with momentum 0.9)")
+    t.add_argument("--weight-decay", type=floats, default=(5e-4,) if grid else 5e-4,
+                   **_comma("L2 factor added to the loss", grid, "5e-4,1e-3"))
     t.add_argument("--l2", choices=("first", "all"), default="first", help="layers the L2 covers")
-    t.add_argument("--clip-norm", type=float, default=None, help="global-norm gradient clipping")
-    t.add_argument("--early-stopping", choices=("kipf", "patience", "none"), default="kipf")
-    t.add_argument("--window", type=v.epochs, default=10, help="Kipf's early-stopping window")
-    t.add_argument("--patience", type=v.epochs, default=50)
+    t.add_argument("--clip-norm", type=float, default=None, help="global-norm gradient clipping (default: none)")
+    t.add_argument("--early-stopping", choices=("kipf", "patience", "none"), default="kipf",
+                   help="kipf: stop when the validation loss exceeds the mean of the previous --window "
+                        "epochs'; patience: stop --patience epochs after the best validation accuracy")
+    t.add_argument("--window", type=v.epochs, default=10, help="Kipf's early-stopping window in epochs")
+    t.add_argument("--patience", type=v.epochs, default=50, help="epochs without a better validation accuracy "
+                   "(--early-stopping patience)")
 
 
 def _add_output_args(o: argparse._ArgumentGroup, grid: bool) -> None:
@@ -131,28 +190,21 @@ def _add_output_args(o: argparse._ArgumentGroup, grid: bool) -> None:
                        help="with --save: also save the whole run state every K epochs (for --resume)")
         o.add_argument("--resume", type=Path, default=None,
                        help="continue an interrupted --checkpoint-every run from its checkpoint directory")
-    o.add_argument("--devices", type=v.positive_int, default=None,
-                   help="devices to shard the run axis (or, with --shard-graph, the graph's rows) over "
-                        "(default: all visible)")
-
-
-def _add_logging_args(o: argparse._ArgumentGroup, grid: bool) -> None:
     o.add_argument("--quiet", action="store_true", help="only the final summary (no bar, no progress lines)")
     o.add_argument("--log-every", type=v.positive_int, default=20,
-                   help="progress and --log period in epochs (default 20)")
+                   help="period in epochs of the progress lines" + ("" if grid else " and of --log records"))
     if not grid:
         o.add_argument("--log", type=Path, default=None,
                        help="append one JSON line per logged epoch and run (epoch, loss, train/val accuracy, "
                             "val loss, elapsed seconds) to this file; `jaxgcn plot curves` draws it")
         o.add_argument("--tensorboard", type=Path, default=None,
                        help="also write TensorBoard event files here (needs tensorboardX)")
-    o.add_argument("--debug", action="store_true",
-                   help="check the first training step with jax_debug_nans and checkify index/NaN checks")
-    o.add_argument("--no-compile-cache", action="store_true",
-                   help="do not use JAX's persistent compilation cache (~/.cache/jaxgcn)")
 
 
 def _add_job_args(g: argparse._ArgumentGroup, grid: bool) -> None:
+    g.add_argument("--devices", type=v.positive_int, default=None,
+                   help="devices to shard the run axis (or, with --shard-graph, the graph's rows) over "
+                        "(default: all visible)")
     if not grid:
         g.add_argument("--shard-graph", action="store_true",
                        help="split the graph's nodes into row blocks, one per device, and train the one "
@@ -166,20 +218,24 @@ def _add_job_args(g: argparse._ArgumentGroup, grid: bool) -> None:
                         "every device of every process, sweep shares the runs out; only process 0 writes")
     g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                    help="with --distributed: process 0's address (default: detected, e.g. from SLURM)")
-    g.add_argument("--num-processes", type=v.positive_int, default=None)
-    g.add_argument("--process-id", type=v.int_in(0, v.INT32_MAX), default=None)
+    g.add_argument("--num-processes", type=v.positive_int, default=None,
+                   help="with --distributed: processes in the job (default: detected)")
+    g.add_argument("--process-id", type=v.int_in(0, v.INT32_MAX), default=None,
+                   help="with --distributed: this process's index from 0 (default: detected)")
 
 
-def add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> None:
-    """Arguments shared by ``train`` and ``sweep``; with ``grid`` the swept ones take lists."""
+def add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> dict[str, argparse._ArgumentGroup]:
+    """Arguments shared by ``train`` and ``sweep``; with ``grid`` the swept ones take lists.
+    Returns the "execution" and "output" groups, for a command's own additions."""
     add_data_args(p)
     _add_model_args(p, grid)
     _add_training_args(p, grid)
-    o = p.add_argument_group("output")
-    _add_output_args(o, grid)
-    _add_job_args(p.add_argument_group("several devices and processes (see the README's distributed section)"),
-                  grid)
-    _add_logging_args(o, grid)
+    execution = p.add_argument_group("execution (how the runs are computed)")
+    _add_execution_args(execution)
+    _add_job_args(p.add_argument_group("devices and processes (see the README's distributed section)"), grid)
+    output = p.add_argument_group("output")
+    _add_output_args(output, grid)
+    return {"execution": execution, "output": output}
 
 
 def _add_train_command(sub: argparse._SubParsersAction) -> None:
@@ -189,11 +245,14 @@ def _add_train_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_sweep_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="a hyperparameter grid x seeds x splits in few compiled programs")
-    add_train_args(p, grid=True)
-    p.add_argument("--csv", type=Path, help="write one row per configuration to this CSV file")
-    p.add_argument("--memory-budget", type=v.byte_size, default=None,
-                   help="split groups into chunks that fit (e.g. 4G; default: half the available memory)")
+    p = sub.add_parser("sweep", help="a hyperparameter grid x seeds x splits in few compiled programs",
+                       description=f"The grid is every combination of the values of {', '.join(GRID_FLAGS)}, "
+                                   "each a comma list (e.g. --lr 0.01,0.05 --hidden 16,32), times --seeds "
+                                   "seeds and --splits random splits.")
+    groups = add_train_args(p, grid=True)
+    groups["execution"].add_argument("--memory-budget", type=v.byte_size, default=None,
+                           help="split groups into chunks that fit (e.g. 4G; default: half the available memory)")
+    groups["output"].add_argument("--csv", type=Path, help="write one row per configuration to this CSV file")
     p.set_defaults(func=sweep.run, setup=runtime.setup)
 
 
@@ -211,16 +270,18 @@ def _add_partition_command(sub: argparse._SubParsersAction) -> None:
 def _add_plot_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="PNG figures: training curves (--log), node embeddings (--checkpoint), "
                        "a sweep heatmap (--sweep-json)")
-    p.add_argument("kind", choices=("curves", "embeddings", "sweep"))
+    p.add_argument("kind", choices=("curves", "embeddings", "sweep"),
+                   help="curves: loss and accuracy per epoch from --log; embeddings: the nodes' last hidden "
+                        "representation from --checkpoint, in 2-D; sweep: a heatmap of --sweep-json over --x and --y")
     p.add_argument("--out", type=Path, required=True, help="the PNG file to write")
     p.add_argument("--log", type=Path, help="curves: a file written by train --log")
     p.add_argument("--checkpoint", type=Path, help="embeddings: a directory written by train --save")
     p.add_argument("--method", choices=("pca", "tsne"), default="pca",
                    help="embeddings: 2-D projection (tsne needs scikit-learn)")
     p.add_argument("--sweep-json", type=Path, help="sweep: a file written by sweep --json")
-    p.add_argument("--x", default="lr", help="sweep: hyperparameter on the x axis (default lr)")
-    p.add_argument("--y", default="hidden", help="sweep: hyperparameter on the y axis (default hidden)")
-    p.add_argument("--title", default=None)
+    p.add_argument("--x", default="lr", help="sweep: hyperparameter on the x axis")
+    p.add_argument("--y", default="hidden", help="sweep: hyperparameter on the y axis")
+    p.add_argument("--title", default=None, help="the figure's title (default: one naming what is plotted)")
     add_data_args(p)
     p.set_defaults(func=plot.run)
 
@@ -229,7 +290,7 @@ def _add_info_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="a dataset's statistics: size, cleaning, degrees, classes, features, "
                        "memory estimate")
     add_data_args(p)
-    p.add_argument("--hidden", type=v.positive_int, default=16, help="for the memory estimate (default 16)")
+    p.add_argument("--hidden", type=v.positive_int, default=16, help="hidden units, for the memory estimate")
     p.add_argument("--json", type=Path, help="also write the statistics to this JSON file")
     p.set_defaults(func=info.run)
 
@@ -245,7 +306,7 @@ def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--out", type=Path, required=True, help="CSV node,label,prob_<class>...")
         else:
             p.add_argument("--on", choices=("test", "val", "train", "labelled"), default="test",
-                           help="the nodes to score (default: the test split)")
+                           help="the nodes to score")
             p.add_argument("--json", type=Path, help="write the metrics to this JSON file")
         p.set_defaults(func=module.run)
 

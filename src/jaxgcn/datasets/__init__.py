@@ -38,7 +38,8 @@ __all__ = [
 
 
 def available() -> list[tuple[str, str]]:
-    """``(name, description)`` of every dataset ``--dataset`` accepts."""
+    """``(form, description)`` of every value ``--dataset`` accepts: the one list that ``--help``,
+    ``jaxgcn datasets`` and the unknown-dataset error all print."""
     return [
         ("cora", "Planetoid Cora, bundled: 2,708 nodes, 5,278 edges, 1,433 features, 7 classes"),
         ("citeseer", "Planetoid CiteSeer, bundled: 3,327 nodes, 4,552 edges, 3,703 features, 6 classes"),
@@ -46,6 +47,8 @@ def available() -> list[tuple[str, str]]:
         ("<name> --data-dir DIR", "raw Planetoid files ind.<name>.* in DIR (e.g. your PubMed copy)"),
         ("ogb:DIR", "an OGB node-property dataset in its raw layout (raw/*.csv.gz, split/<name>/)"),
         ("npz:DIR", "adjacency.npz + features.npy|.npz + labels.npy [+ splits.npz] in DIR"),
+        ("partitioned:DIR", "per-device row blocks written by `jaxgcn partition` (train --shard-graph or "
+                            "--distributed only)"),
     ]
 
 
@@ -71,9 +74,12 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: st
         return synthetic(**synthetic_args)
     if key in BUNDLED:
         return load_bundled(key)
-    known = ", ".join([*BUNDLED, "synthetic", "ogb:DIR", "npz:DIR"])
-    raise ValueError(f"unknown dataset {name!r}; choose one of {known}, or pass data_dir=DIR "
-                     "with raw Planetoid files")
+    if key.startswith("partitioned:"):
+        raise ValueError(f"dataset {name!r}: partition files hold per-device row blocks that only "
+                         "`jaxgcn train --shard-graph` or `--distributed` reads; train with one of those flags, "
+                         "or name the original dataset")
+    known = ", ".join(form for form, _ in available())
+    raise ValueError(f"unknown dataset {name!r}; choose one of {known} (in Python: data_dir=DIR)")
 
 
 def normalize_features(features: Any, how: str = "row", stats: dict[str, Any] | None = None) -> Any:

@@ -53,7 +53,7 @@ def dataset_stats(prepared: Prepared, feature_nnz: int) -> dict[str, Any]:
     counts = class_counts(prepared)
     return {
         "dataset": info["dataset"], "nodes": n, "edges": info["n_edges"], "input_edges": info["input_edges"],
-        "duplicates_merged": info["duplicates_merged"], "self_loops_removed": info["self_loops_found"],
+        "duplicates_merged": info["duplicates_merged"], "self_loops_found": info["self_loops_found"],
         "one_way_edges_symmetrized": info["edges_symmetrized"], "isolated_nodes": info["isolated_nodes"],
         "degree": {"min": int(degree.min()), "median": float(np.median(degree)), "mean": float(degree.mean()),
                    "p99": float(np.percentile(degree, 99)), "max": int(degree.max())},
@@ -65,6 +65,18 @@ def dataset_stats(prepared: Prepared, feature_nnz: int) -> dict[str, Any]:
     }
 
 
+def self_loops_line(found: int) -> str:
+    """What preparing did with the input's self-loops: ``from_edges`` keeps their weights on the
+    diagonal of ``Â`` and adds weight-1 self-loops only where one is missing.
+
+    >>> self_loops_line(0), self_loops_line(2)
+    ('no self-loops in the input', '2 self-loops in the input: their weights kept on the diagonal')
+    """
+    if found == 0:
+        return "no self-loops in the input"
+    return f"{found:,} self-loop{'s' if found != 1 else ''} in the input: their weights kept on the diagonal"
+
+
 def describe(stats: dict[str, Any]) -> list[str]:
     """The lines ``jaxgcn info`` prints for :func:`dataset_stats`' result."""
     d, classes = stats["degree"], stats["classes"]
@@ -73,8 +85,8 @@ def describe(stats: dict[str, Any]) -> list[str]:
     return [
         f"{stats['dataset']}: {stats['nodes']:,} nodes, {stats['edges']:,} edges (undirected, without self-loops)",
         f"  input: {stats['input_edges']:,} edge entries; {stats['duplicates_merged']:,} duplicates merged, "
-        f"{stats['self_loops_removed']:,} self-loops removed (the GCN adds its own), "
-        f"{stats['one_way_edges_symmetrized']:,} one-way edges symmetrized",
+        f"{stats['one_way_edges_symmetrized']:,} one-way edges symmetrized; "
+        + self_loops_line(stats["self_loops_found"]),
         f"  isolated nodes: {stats['isolated_nodes']:,}",
         f"  degree: min {d['min']}, median {d['median']:g}, mean {d['mean']:.2f}, 99th percentile "
         f"{d['p99']:g}, max {d['max']}",
