@@ -3,7 +3,7 @@
     python benchmarks/bench_compiler.py [--dataset cora] [--repeats 4]
 
 jaxgcn compiles with the YNNPACK library fusions off, because they returned run 0's loss for every
-run of a batch past 32,768 node-run pairs (README, Reliability). This prints the training seconds
+run of a batch past 32,768 node-run pairs (docs/design.md, Reliability). This prints the training seconds
 of one run and of 8 runs in one program (200 epochs, no early stopping) both ways, medians over
 --repeats with the two settings alternating, and whether the 8 runs' results agree.
 """

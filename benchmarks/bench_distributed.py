@@ -143,7 +143,7 @@ def worker(args: argparse.Namespace) -> dict:
 
 
 def papers100m_table(hidden: int = 256) -> None:
-    """The README's worked estimate: ogbn-papers100M (111,059,956 nodes, 1,615,685,872 directed
+    """The worked estimate in docs/distributed.md: ogbn-papers100M (111,059,956 nodes, 1,615,685,872 directed
     edges, 128 dense features, 172 classes), 2 layers, per device for P devices."""
     from jaxgcn.memory import GiB, estimate_sharded
 
@@ -203,7 +203,7 @@ def main() -> int:
     ap.add_argument("--exchanges", default="all_gather,halo")
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs after one warm-up epoch")
     ap.add_argument("--papers100m", action="store_true", help="print the per-device estimate for "
-                    "ogbn-papers100M (the README's table) and exit")
+                    "ogbn-papers100M (docs/distributed.md's table) and exit")
     ap.add_argument("--hidden", type=int, default=256, help="with --papers100m")
     ap.add_argument("--stats-only", action="store_true", help="only the partition statistics with and without "
                     "RCM (no training)")

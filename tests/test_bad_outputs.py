@@ -22,19 +22,14 @@ import pytest
 from jaxgcn import checkpoint, cli, outputs
 from jaxgcn.cli import common as cli_common
 from jaxgcn.cli import data as cli_data
-from jaxgcn.cli import main
+
+from cli_run import run_main
 
 SYNTH = ["--dataset", "synthetic", "--nodes", "200"]
 TRAIN = ["train", *SYNTH, "--epochs", "2", "--quiet", "--no-compile-cache"]
 RANDOM = ["--split", "random", "--train-per-class", "5", "--val", "30", "--test", "60"]
 ROOT = os.geteuid() == 0
 
-
-def run_main(argv):
-    try:
-        return main([str(a) for a in argv])
-    except SystemExit as exc:
-        return exc.code
 
 
 def listing(root: Path) -> list[str]:

@@ -13,10 +13,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxgcn.cli import main
 from jaxgcn.datasets import prepare, synthetic
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
+from cli_run import run_main
 
 # 400 sparse nodes -> the "csr" backend; "none" so every seed runs exactly --epochs epochs.
 SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
@@ -30,13 +30,6 @@ SUMMARY = re.compile(r"^test accuracy \d\.\d{4}( over 1 run| ± \d\.\d{4} over \
                      r"\| compile \d+\.\d\ds \| train \d+\.\d\ds \(\d+\.\d\d ms/epoch\)$")
 EPOCH = re.compile(r"^Epoch +(\d+) \| loss \d\.\d{4} \| train \d\.\d{4} \| val \d\.\d{4}$")
 
-
-def run_main(argv):
-    """``main``'s exit code, whether it returns it or argparse raises SystemExit."""
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
 
 
 def test_train_writes_consistent_json(tmp_path, capsys):

@@ -14,7 +14,6 @@ import scipy.sparse as sp
 
 from jaxgcn import datasets
 from jaxgcn.batched import fit_runs, make_specs
-from jaxgcn.cli import main
 from jaxgcn.csr import CSR
 from jaxgcn.cli.train import TrainOutcome, restored_line, summary_line
 from jaxgcn.datasets.stats import describe, self_loops_line
@@ -33,15 +32,11 @@ from jaxgcn.train import (
     row_sums_of,
 )
 
+from cli_run import run_main
+
 SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
          "--epochs", "40", "--no-compile-cache"]
 
-
-def run_main(argv):
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ gradient. The graph here has 12,000 nodes x 3 runs = 36,000 pairs, a 3,000-colum
 matrix (b = 3,000 x 48 floats = 576 KiB), and a weight decay at which Kipf's rule stops the seeds
 at different epochs, so stopped runs sit frozen while others train.
 
-What "equal" means (README, Reliability): the same per-run arithmetic up to float32 rounding. The
+What "equal" means (docs/design.md, Reliability): the same per-run arithmetic up to float32 rounding. The
 batched program sums some products in another order than the single one (a batched dot, the
 kernel's run-interleaved rows), so histories and params agree to ~1e-6, not bit for bit; every
 decision (early-stopping epoch, stopped flag, accuracy) must be identical.

@@ -10,18 +10,12 @@ import struct
 import numpy as np
 import pytest
 
-from jaxgcn.cli import main
 from jaxgcn.progress import Progress
+from cli_run import run_main
 
 SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
          "--no-compile-cache"]
 
-
-def run_main(argv):
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
 
 
 def png_size(path):

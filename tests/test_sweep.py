@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from jaxgcn import datasets
-from jaxgcn.cli import main
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.sweep import (GRID_KEYS, Entry, Grid, estimate_bytes, format_table, grid_values, lower, program_key,
                           rows_to_json, run_entries, run_grid, write_csv)
 from jaxgcn.train import Patience, TrainConfig, fit
+from cli_run import run_main
 
 MODEL = GCNConfig()
 EXEC = Execution(backend="csr")  # what auto picks here
@@ -35,13 +35,6 @@ GROUP = re.compile(r"^group (\d+)/(\d+) \(layers (\d+), (?:\w+), padded hidden (
                    r"compile \d+\.\ds \| train \d+\.\ds \| val mean (\d\.\d{4})$")
 
 
-
-def run_main(argv):
-    """``main``'s exit code, whether it returns it or argparse raises SystemExit."""
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
 
 
 @pytest.fixture(scope="module")

@@ -97,7 +97,7 @@ def csr_from_scipy(matrix: Any, dtype: Any = np.float32, *, check_symmetric: boo
     csr = sp.csr_matrix(matrix, dtype=np.float64)
     if max(csr.shape) >= 2**31 or csr.nnz >= 2**31:
         raise ValueError(f"sparse matrix of shape {csr.shape} with {csr.nnz} entries overflows int32 indices; "
-                         "split it (see the README's scale section)")
+                         "split it into row blocks (docs/large-graphs.md, docs/distributed.md)")
     _check_pattern(csr)
     csr.sum_duplicates()
     csr.sort_indices()

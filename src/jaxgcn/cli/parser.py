@@ -232,7 +232,7 @@ def add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> dict[str, 
     _add_training_args(p, grid)
     execution = p.add_argument_group("execution (how the runs are computed)")
     _add_execution_args(execution)
-    _add_job_args(p.add_argument_group("devices and processes (see the README's distributed section)"), grid)
+    _add_job_args(p.add_argument_group("devices and processes (docs/distributed.md)"), grid)
     output = p.add_argument_group("output")
     _add_output_args(output, grid)
     return {"execution": execution, "output": output}
