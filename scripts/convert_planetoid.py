@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from jaxgcn.datasets.planetoid import load_raw
-from jaxgcn.datasets.bundled import DATA_DIR, save_npz
+from jaxgcn.datasets.bundled import DATA_DIR
+from jaxgcn.datasets.parsed import save_raw
 
 
 def main(argv: list[str]) -> int:
@@ -23,7 +24,7 @@ def main(argv: list[str]) -> int:
     for name in argv[1:]:
         raw = load_raw(raw_dir, name)
         out = DATA_DIR / f"{name}.npz"
-        save_npz(raw, out)
+        save_raw(raw, out)
         print(f"{name}: {raw.features.shape[0]} nodes, {raw.senders.size} raw edge entries -> {out} "
               f"({out.stat().st_size / 1e3:.0f} kB)")
     return 0

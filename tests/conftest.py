@@ -2,10 +2,14 @@
 
 Strict dtype promotion and ``rank_promotion="raise"`` make any silent float32/float64 mix or
 implicit broadcast an error (CONVENTIONS.md, item 15); pyproject.toml turns warnings into errors.
+The dataset cache ($JAXGCN_DATA) is a fresh folder per test session and no mirror is set: the
+tests never read or write the user's cache and never reach the network.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -15,6 +19,8 @@ import pytest
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+os.environ["JAXGCN_DATA"] = tempfile.mkdtemp(prefix="jaxgcn-test-data-")
+os.environ.pop("JAXGCN_MIRROR", None)
 
 
 class EdgeList(NamedTuple):
@@ -87,3 +93,36 @@ def planetoid_dir() -> Path:
         if (path / "ind.cora.graph").is_file():
             return path
     pytest.skip("raw Planetoid files not found (expected ../shared/datasets/planetoid)")
+
+
+SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+@pytest.fixture(scope="session")
+def gnnbench_mirror(tmp_path_factory):
+    """A local HTTP server laid out as a JAXGCN_MIRROR (``<name>/<filename>``) serving Shchur et
+    al.'s published cora.npz and citeseer.npz as the catalogue's shchur-cora and shchur-citeseer;
+    yields its base URL (set it with ``monkeypatch.setenv("JAXGCN_MIRROR", url)``)."""
+    import shutil
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    root = tmp_path_factory.mktemp("mirror")
+    for name in ("cora", "citeseer"):
+        src = SHARED_DATASETS / "gnn-benchmark" / f"{name}.npz"
+        if not src.is_file():
+            pytest.skip(f"{src} is absent (the shared dataset folder is not beside the repository)")
+        (root / f"shchur-{name}").mkdir()
+        shutil.copy(src, root / f"shchur-{name}" / f"{name}.npz")
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

@@ -142,8 +142,9 @@ def test_prepared_masks_match_splits(cora):
 
 
 def test_load_dataset_unknown_name():
-    with pytest.raises(ValueError, match=r"unknown dataset 'pubmed'; choose one of cora, citeseer, synthetic"):
-        load_dataset("pubmed")
+    with pytest.raises(ValueError, match=r"unknown dataset 'pubmd' \(did you mean pubmed\?\); choose one of cora, "
+                                         r"citeseer, pubmed, "):
+        load_dataset("pubmd")
 
 
 def test_load_bundled_unknown_name():

@@ -17,6 +17,7 @@ from jaxgcn.cli.config import first_layer
 from jaxgcn.cli.runtime import is_writer
 from jaxgcn.cli.values import INT32_MAX
 from jaxgcn.datasets import Prepared
+from jaxgcn.datasets.named import protocol_of
 from jaxgcn.layers import is_sparse
 from jaxgcn.models import Execution, GCNConfig
 
@@ -131,8 +132,16 @@ def check_split_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--splits {args.splits} draws {args.splits} Planetoid-style random splits (seeds "
                          f"--data-seed + k); {given} gives one split, so every run would get the same one: drop "
                          f"--splits, or {given} (to use several fraction splits, run once per --data-seed)")
-    if args.splits > 1 and args.split != "random":
+    if args.splits > 1 and args.split != "random" and not several_protocol_splits(args):
         raise ValueError(f"--splits {args.splits} needs --split random (the public split is one split)")
+
+
+def several_protocol_splits(args: argparse.Namespace) -> bool:
+    """Whether the dataset's own protocol has several splits that --splits K picks (Shchur et al.'s
+    per-class random splits, WikiCS's official ones): --split public on such a catalogue dataset."""
+    return (args.split == "public" and getattr(args, "edges", None) is None and args.data_dir is None
+            and args.split_file is None and args.train_frac is None
+            and protocol_of(args.dataset) in ("per-class-20-30", "wikics"))
 
 
 def prelude(args: argparse.Namespace) -> None:

@@ -6,13 +6,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxgcn.cli.common import Say
-from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits
+from jaxgcn.cli.common import Say, several_protocol_splits
+from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits, with_splits
+from jaxgcn.datasets.download import data_root
 from jaxgcn.datasets.files import load_files
+from jaxgcn.datasets.named import protocol_of, protocol_splits
+from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 
 REORDER_MIN_NODES = 100_000  # below this the features fit in cache and renumbering gains little
@@ -57,13 +61,16 @@ def _read(args: argparse.Namespace, require_labels: bool) -> RawGraph:
     if args.edges is not None:
         if require_labels and args.labels is None:
             raise ValueError("--labels FILE is needed with --edges: a CSV node,label")
-        return load_files(args.edges, args.features, args.labels)
+        paths = [Path(p) for p in (args.edges, args.features, args.labels) if p is not None]
+        return cached(cache_file(data_root(args.data_root), "files", paths), paths,
+                      lambda: load_files(args.edges, args.features, args.labels))
     if args.labels is not None:
         raise ValueError("--labels FILE needs --edges FILE (your own graph)")
     if args.features is not None and not str(args.features).isdigit():
         raise ValueError(f"--features {args.features}: a features file needs --edges FILE; with "
                          "--dataset synthetic give a feature count")
-    return load_dataset(args.dataset, data_dir=args.data_dir, ogb_split=args.ogb_split, n_nodes=args.nodes,
+    return load_dataset(args.dataset, data_dir=args.data_dir, ogb_split=args.ogb_split, data_root=args.data_root,
+                        progress=not getattr(args, "quiet", False), n_nodes=args.nodes,
                         n_classes=args.classes, n_features=int(args.features or 64),
                         avg_degree=args.avg_degree, homophily=args.homophily,
                         train_per_class=args.train_per_class, seed=args.data_seed)
@@ -107,8 +114,19 @@ def require_two_classes(args: argparse.Namespace, prepared: Prepared) -> None:
                      "needs at least 2 classes (with one, accuracy is 1.0 by construction): check the labels")
 
 
-def _with_split(args: argparse.Namespace, prepared: Prepared) -> Prepared:
-    """Random splits drawn after preparation (stacked when several), and the split's name in ``info``."""
+def _protocol_name(args: argparse.Namespace) -> str:
+    if protocol_of(args.dataset) == "wikics":
+        return f"WikiCS official {'1' if args.splits == 1 else f'1..{args.splits}'}"
+    last = args.data_seed + args.splits - 1
+    return f"20/30 per class, rest test (seed {args.data_seed}{'' if args.splits == 1 else f'..{last}'})"
+
+
+def _with_split(args: argparse.Namespace, prepared: Prepared,
+                protocol: list[dict[str, np.ndarray]] | None = None) -> Prepared:
+    """Random splits drawn after preparation (stacked when several), the dataset protocol's splits
+    (``protocol``, in the input's numbering), and the split's name in ``info``."""
+    if protocol is not None:
+        return with_splits(prepared, protocol, _protocol_name(args))
     if random_splits(args):
         prepared = with_random_splits(prepared, np.asarray(prepared.data.labels), args.splits,
                                       per_class=args.train_per_class, n_val=args.val, n_test=args.test,
@@ -150,10 +168,12 @@ def load(args: argparse.Namespace, say: Say, *, backend: str | None = None, on_d
                        backend=backend or args.backend, reorder="none" if reorder == "auto" else reorder,
                        on_device=on_device)
     node_ids = raw.node_ids
+    protocol = (protocol_splits(raw, protocol_of(args.dataset), args.splits, args.data_seed)
+                if several_protocol_splits(args) else None)
     del raw  # the host copy of a large graph is not needed past this point
     if two_classes:
         require_two_classes(args, prepared)
-    prepared = _with_split(args, prepared)
+    prepared = _with_split(args, prepared, protocol)
     say(_summary(prepared, time.perf_counter() - start) + (" " * 20 if tty else ""))
     return Loaded(prepared, node_ids)
 

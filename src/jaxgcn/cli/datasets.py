@@ -1,13 +1,62 @@
-"""``jaxgcn datasets``: the datasets ``--dataset`` accepts."""
+"""``jaxgcn datasets``: the datasets ``--dataset`` accepts, and ``jaxgcn download``: fetch them now."""
 
 from __future__ import annotations
 
 import argparse
 
 from jaxgcn.datasets import available
+from jaxgcn.datasets.catalogue import CATALOGUE, PROTOCOLS, Dataset, lookup
+from jaxgcn.datasets.download import data_root, dataset_dir, fetch, is_cached
+from jaxgcn.datasets.named import load_named, refuse_unsupported
+
+
+def _megabytes(n: int | None) -> str:
+    return "? MB" if n is None else f"{n / 1e9:.1f} GB" if n >= 10**9 else f"{n / 1e6:.1f} MB"
+
+
+def status(entry: Dataset, root: object = None) -> str:
+    """``bundled``, ``cached`` or ``download N MB`` for one catalogue row."""
+    if entry.bundled:
+        return "bundled"
+    return "cached" if is_cached(entry, root) else f"download {_megabytes(entry.download_bytes)}"
 
 
 def run(args: argparse.Namespace) -> int:
-    for name, description in available():
-        print(f"{name:24s} {description}")
+    root = data_root(args.data_root)
+    print(f"{'name':18s} {'nodes':>11s} {'edges':>13s} {'features':>8s} {'classes':>7s}  {'protocol':16s} "
+          f"{'metric':8s} {'status':16s} licence")
+    for d in CATALOGUE.values():
+        print(f"{d.name:18s} {d.nodes:>11,} {d.edges:>13,} {d.features:>8,} {d.classes:>7}  {d.protocol:16s} "
+              f"{d.metric:8s} {status(d, root):16s} {d.licence}" + ("" if d.task == "multi-class" else
+                                                                     f" [{d.task}: refused]"))
+    print(f"\ncache: {root} (--data-root or $JAXGCN_DATA to move it)\nprotocols:")
+    for name, text in PROTOCOLS.items():
+        print(f"  {name:16s} {text}")
+    print("other forms:")
+    for form, description in available():
+        if lookup(form.split()[0]) is None:
+            print(f"  {form:24s} {description}")
+    return 0
+
+
+def download(args: argparse.Namespace) -> int:
+    entries = []
+    for name in args.names:
+        entry = lookup(name)
+        if entry is None:
+            raise ValueError(f"download {name}: not a catalogue dataset; choose from {', '.join(CATALOGUE)}")
+        refuse_unsupported(entry)
+        entries.append(entry)
+    for entry in entries:
+        if entry.bundled:
+            print(f"{entry.name}: bundled with jaxgcn, nothing to download")
+            continue
+        was = is_cached(entry, args.data_root)
+        if not was:
+            print(f"{entry.name}: downloading {_megabytes(entry.download_bytes)} into "
+                  f"{dataset_dir(entry, args.data_root)}", flush=True)
+            fetch(entry, args.data_root, progress=not args.quiet)
+        raw = load_named(entry, root=args.data_root, download=False)  # parse now: the job starts from arrays
+        print(f"{entry.name}: {'already cached' if was else 'downloaded and verified'}, {raw.labels.size:,} nodes "
+              f"ready in {dataset_dir(entry, args.data_root)}")
     return 0

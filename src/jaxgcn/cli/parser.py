@@ -62,6 +62,7 @@ def _add_source_args(d: argparse._ArgumentGroup) -> None:
     d.add_argument("--dataset", default="cora",
                    help=f"the graph, one of: {', '.join(dataset_forms())}; `jaxgcn datasets` describes each")
     d.add_argument("--data-dir", type=Path, help="folder with raw Planetoid files ind.<name>.*")
+    add_data_root(d)
     d.add_argument("--edges", type=Path, help="your graph: edge file (CSV src,dst[,weight] or 'src dst' lines); "
                    "with --labels FILE and optionally --features FILE")
     d.add_argument("--labels", type=Path, help="with --edges: CSV node,label (names or integers)")
@@ -81,6 +82,12 @@ def _add_source_args(d: argparse._ArgumentGroup) -> None:
                         f"{REORDER_MIN_NODES:,} nodes on (metrics do not depend on the numbering)")
 
 
+def add_data_root(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--data-root", type=Path, default=None,
+                   help="where named datasets are downloaded and parsed files cached (default: $JAXGCN_DATA, "
+                        "else the per-user cache folder)")
+
+
 def _add_synthetic_args(s: argparse._ArgumentGroup) -> None:
     s.add_argument("--nodes", type=v.positive_int, default=2000, help="number of nodes")
     s.add_argument("--classes", type=v.positive_int, default=5, help="number of classes (blocks)")
@@ -91,8 +98,12 @@ def _add_synthetic_args(s: argparse._ArgumentGroup) -> None:
 
 def _add_split_args(d: argparse._ArgumentGroup) -> None:
     d.add_argument("--split", choices=("public", "random"), default="public",
-                   help="public (the dataset's own split) or random Planetoid-style splits")
-    d.add_argument("--splits", type=v.runs, default=1, help="number of random splits (--split random)")
+                   help="public: the dataset's own protocol (`jaxgcn datasets` names it: the Planetoid public "
+                        "split, Shchur et al.'s 20/30 per class random splits, WikiCS's or OGB's official ones); "
+                        "random: Planetoid-style random splits")
+    d.add_argument("--splits", type=v.runs, default=1,
+                   help="number of splits: random ones (--split random), or those of a protocol that has "
+                        "several (per-class random splits; WikiCS's 20 official ones)")
     d.add_argument("--train-per-class", type=v.positive_int, default=20,
                    help="train nodes per class of a random split")
     d.add_argument("--val", type=v.positive_int, default=500, help="validation nodes of a random split")
@@ -320,6 +331,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_partition_command(sub)
     _add_plot_command(sub)
     _add_info_command(sub)
-    sub.add_parser("datasets", help="list the datasets --dataset accepts").set_defaults(func=datasets.run)
+    p = sub.add_parser("datasets", help="list the datasets --dataset accepts, with source, size, protocol and "
+                       "whether each is bundled, cached or to download")
+    add_data_root(p)
+    p.set_defaults(func=datasets.run)
+    p = sub.add_parser("download", help="fetch catalogue datasets into the cache now (e.g. before a job on "
+                       "compute nodes without internet)")
+    p.add_argument("names", nargs="+", metavar="NAME", help="catalogue names (`jaxgcn datasets`)")
+    add_data_root(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=datasets.download)
     _add_checkpoint_commands(sub)
     return parser

@@ -6,6 +6,7 @@ cleaning, normalization, once, on the host) -> :class:`~jaxgcn.train.TrainData` 
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -16,6 +17,10 @@ import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.bundled import BUNDLED, load_bundled
+from jaxgcn.datasets.catalogue import CATALOGUE, lookup
+from jaxgcn.datasets.download import data_root as download_root
+from jaxgcn.datasets.named import load_named
+from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.datasets.ogb import load_arrays, load_ogb
 from jaxgcn.datasets.planetoid import load_raw
 from jaxgcn.datasets.splits import planetoid_split
@@ -34,52 +39,72 @@ FEATURE_NORMS = ("row", "standardize", "none")
 __all__ = [
     "BUNDLED", "FEATURE_NORMS", "Prepared", "RawGraph", "available", "load_bundled", "load_dataset",
     "load_raw", "normalize_features", "planetoid_split", "prepare", "synthetic", "with_random_splits",
+    "with_splits",
 ]
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 10**6 else f"{n:,}"
 
 
 def available() -> list[tuple[str, str]]:
     """``(form, description)`` of every value ``--dataset`` accepts: the one list that ``--help``,
-    ``jaxgcn datasets`` and the unknown-dataset error all print."""
-    return [
-        ("cora", "Planetoid Cora, bundled: 2,708 nodes, 5,278 edges, 1,433 features, 7 classes"),
-        ("citeseer", "Planetoid CiteSeer, bundled: 3,327 nodes, 4,552 edges, 3,703 features, 6 classes"),
+    ``jaxgcn datasets`` and the unknown-dataset error all print (catalogue names first)."""
+    names = [(d.name, f"{d.citation.split(',')[0]}: {_count(d.nodes)} nodes, {_count(d.edges)} edge entries, "
+                      f"{_count(d.features)} features, {d.classes} classes"
+              + ("" if d.task == "multi-class" else f" ({d.task}: listed, refused)"))
+             for d in CATALOGUE.values()]
+    return names + [
         ("synthetic", "stochastic block model with class-signal features (--nodes, --classes, ...)"),
-        ("<name> --data-dir DIR", "raw Planetoid files ind.<name>.* in DIR (e.g. your PubMed copy)"),
-        ("ogb:DIR", "an OGB node-property dataset in its raw layout (raw/*.csv.gz, split/<name>/)"),
+        ("<name> --data-dir DIR", "raw Planetoid files ind.<name>.* in DIR (e.g. your own PubMed copy)"),
+        ("ogb:DIR", "an OGB node-property dataset in its raw layout (raw/*.csv.gz or raw/data.npz, split/<name>/)"),
         ("npz:DIR", "adjacency.npz + features.npy|.npz + labels.npy [+ splits.npz] in DIR"),
         ("partitioned:DIR", "per-device row blocks written by `jaxgcn partition` (train --shard-graph or "
                             "--distributed only)"),
     ]
 
 
-def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: str | None = None,
-                 **synthetic_args: Any) -> RawGraph:
-    """Load a dataset by name: bundled (``cora``, ``citeseer``), ``synthetic``, raw Planetoid,
-    ``ogb:DIR`` (OGB raw layout, see :func:`~jaxgcn.datasets.ogb.load_ogb`) or ``npz:DIR``
-    (arrays, see :func:`~jaxgcn.datasets.ogb.load_arrays`).
+def _files_under(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
 
-    With ``data_dir`` the raw ``ind.<name>.*`` files in that folder are read (safely) instead.
+
+def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: str | None = None,
+                 data_root: str | Path | None = None, download: bool = True, progress: bool = True,
+                 **synthetic_args: Any) -> RawGraph:
+    """Load a dataset by name: a catalogue name (``cora``, ``pubmed``, ``amazon-photo``,
+    ``ogbn-arxiv``, ...: bundled, or downloaded once into ``data_root`` and parsed once, see
+    :mod:`jaxgcn.datasets.catalogue`), ``synthetic``, raw Planetoid files (``data_dir``), ``ogb:DIR``
+    (OGB raw layout, see :func:`~jaxgcn.datasets.ogb.load_ogb`) or ``npz:DIR`` (arrays, see
+    :func:`~jaxgcn.datasets.ogb.load_arrays`). ``download=False`` refuses a catalogue dataset that
+    is not cached instead of fetching it. Large ``ogb:``/``npz:`` sources are parsed once too.
 
     >>> load_dataset("cora").features.shape
     (2708, 1433)
     """
     key = name.lower()
-    if key.startswith("ogb:"):
-        return load_ogb(name[4:], split=ogb_split)
-    if key.startswith("npz:"):
-        return load_arrays(name[4:], seed=synthetic_args.get("seed", 0))
+    if key.startswith("ogb:") or key.startswith("npz:"):
+        folder = Path(name[4:])
+        sources = _files_under(folder / "raw") + _files_under(folder / "split") if key.startswith("ogb:") \
+            else _files_under(folder)
+        kind = f"{key[:3]}-{ogb_split}" if key.startswith("ogb:") else f"npz-{synthetic_args.get('seed', 0)}"
+        parse = (lambda: load_ogb(folder, split=ogb_split)) if key.startswith("ogb:") \
+            else (lambda: load_arrays(folder, seed=synthetic_args.get("seed", 0)))
+        return cached(cache_file(download_root(data_root), kind, sources or [folder]), sources, parse)
     if data_dir is not None:
         return load_raw(data_dir, None if key in ("", "planetoid") else key)
     if key == "synthetic":
         return synthetic(**synthetic_args)
-    if key in BUNDLED:
-        return load_bundled(key)
+    entry = lookup(key)
+    if entry is not None:
+        return load_named(entry, root=data_root, download=download, progress=progress)
     if key.startswith("partitioned:"):
         raise ValueError(f"dataset {name!r}: partition files hold per-device row blocks that only "
                          "`jaxgcn train --shard-graph` or `--distributed` reads; train with one of those flags, "
                          "or name the original dataset")
     known = ", ".join(form for form, _ in available())
-    raise ValueError(f"unknown dataset {name!r}; choose one of {known} (in Python: data_dir=DIR)")
+    close = difflib.get_close_matches(key, list(CATALOGUE), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ValueError(f"unknown dataset {name!r}{hint}; choose one of {known} (in Python: data_dir=DIR)")
 
 
 def normalize_features(features: Any, how: str = "row", stats: dict[str, Any] | None = None) -> Any:
@@ -270,6 +295,7 @@ def with_random_splits(prepared: Prepared, labels: np.ndarray, n_splits: int, *,
                        n_val: int = 500, n_test: int = 1000, seed: int = 0) -> Prepared:
     """Replace the split masks with ``n_splits`` random Planetoid-style splits stacked as
     [n_splits, n_nodes] masks (split ``k`` drawn with seed ``seed + k``), for batched runs.
+    ``labels`` are the prepared graph's (in its node order).
 
     >>> p = prepare(load_dataset("cora"))
     >>> q = with_random_splits(p, load_dataset("cora").labels, 3)
@@ -278,19 +304,32 @@ def with_random_splits(prepared: Prepared, labels: np.ndarray, n_splits: int, *,
     """
     if n_splits < 1:
         raise ValueError(f"n_splits={n_splits}: give at least one split")
-    n = labels.shape[0]
+    splits = [planetoid_split(labels, per_class=per_class, n_val=n_val, n_test=n_test, seed=seed + k,
+                              class_names=prepared.info.get("class_names")) for k in range(n_splits)]
+    return with_splits(prepared, splits, f"{n_splits} random (seed {seed}..{seed + n_splits - 1})", input_order=False)
+
+
+def with_splits(prepared: Prepared, splits: list[dict[str, np.ndarray]], name: str, *,
+                input_order: bool = True) -> Prepared:
+    """Replace the split masks with ``splits`` (``{"train"|"val"|"test": node ids}`` each) stacked
+    as [len(splits), n_nodes] masks, for batched runs. ``input_order``: the ids number the nodes as
+    the input files did (mapped through a renumbering, ``info["node_order"]``); else as prepared."""
+    n = prepared.info["n_nodes"]
+    order = prepared.info.get("node_order")
+    position = None
+    if input_order and order is not None:
+        position = np.empty(n, np.int64)
+        position[np.asarray(order)] = np.arange(n)  # input node order[i] is prepared node i
     stacks: dict[str, list[np.ndarray]] = {"train": [], "val": [], "test": []}
-    for k in range(n_splits):
-        split = planetoid_split(labels, per_class=per_class, n_val=n_val, n_test=n_test, seed=seed + k,
-                                class_names=prepared.info.get("class_names"))
-        for name, idx in split.items():
+    for split in splits:
+        for key in stacks:
+            idx = np.asarray(split[key], np.int64)
             mask = np.zeros(n, np.float32)
-            mask[idx] = 1.0
-            stacks[name].append(mask)
+            mask[idx if position is None else position[idx]] = 1.0
+            stacks[key].append(mask)
     masks = {k: jnp.asarray(np.stack(v)) for k, v in stacks.items()}
     data = prepared.data._replace(train_mask=masks["train"], val_mask=masks["val"], test_mask=masks["test"])
-    info = {**prepared.info, "split": f"{n_splits} random (seed {seed}..{seed + n_splits - 1})",
-            "split_sizes": {k: int(v[0].sum()) for k, v in stacks.items()}}
+    info = {**prepared.info, "split": name, "split_sizes": {k: int(v[0].sum()) for k, v in stacks.items()}}
     return prepared._replace(data=data, info=info)
 
 

@@ -20,6 +20,9 @@ class RawGraph(NamedTuple):
         weights: optional [n_input_edges] edge weights.
         class_names: optional list of class names, index = class id.
         node_ids: optional [n_nodes] original node ids (as text) of files that name nodes.
+        official_splits: optional tuple of the dataset's several official splits, each a dict like
+            ``splits`` (e.g. WikiCS's 20 train/val sets sharing one test set); ``splits`` is the
+            first of them. None when the dataset ships one split or none.
     """
 
     name: str
@@ -31,3 +34,4 @@ class RawGraph(NamedTuple):
     weights: np.ndarray | None = None
     class_names: list[str] | None = None
     node_ids: np.ndarray | None = None
+    official_splits: tuple[dict[str, np.ndarray], ...] | None = None

@@ -1,4 +1,5 @@
-"""Large-graph file layouts: OGB's raw node-property directories and SciPy/NumPy array files.
+"""Large-graph file layouts: OGB's raw node-property directories (CSV or binary) and SciPy/NumPy
+array files.
 
 Both read with NumPy's C parsers (``np.loadtxt`` on gzip streams, ``np.load`` with
 ``allow_pickle=False``), never row by row in Python, and every problem is reported with the file
@@ -11,7 +12,7 @@ import gzip
 import re
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -60,44 +61,124 @@ def _pick_split(root: Path, split: str | None) -> Path:
     return root / "split" / split
 
 
-def load_ogb(root: str | Path, *, split: str | None = None) -> RawGraph:
-    """Read an OGB node-property dataset in its raw layout (e.g. ``ogbn_arxiv/``).
+class _OgbArrays(NamedTuple):
+    """What one raw layout holds, before the checks both layouts share."""
 
-    Expected files: ``raw/edge.csv.gz`` (``src,dst`` per line), ``raw/node-label.csv.gz`` (one label
-    per line; empty or NaN marks an unlabelled node), optional ``raw/node-feat.csv.gz`` (one feature
-    row per node; absent: one-hot node ids), optional ``raw/num-node-list.csv.gz`` (the node
-    count), and ``split/<name>/{train,valid,test}.csv.gz`` (node ids).
+    edges: np.ndarray  # [n_edges, 2] int64 src, dst
+    labels: np.ndarray  # [n_nodes, n_label_columns] float64, NaN = unlabelled
+    features: np.ndarray | None  # [n_nodes, n_features] float32
+    n_nodes: int | None  # the declared node count (num-node-list / num_nodes_list), if any
+    files: dict[str, str]  # "edges" | "labels" | "features" | "nodes" -> the file, for messages
+    row: str = "line"  # what a row of the edge and label tables is called in messages
+
+
+def _read_csv_layout(raw: Path) -> _OgbArrays:
+    """OGB's CSV layout: ``edge.csv.gz``, ``node-label.csv.gz``, ``node-feat.csv.gz``, ``num-node-list.csv.gz``."""
+    edges = _read_csv_gz(raw / "edge.csv.gz", np.int64, columns=2)
+    labels = _read_csv_gz(raw / "node-label.csv.gz", np.float64)
+    n_nodes = None
+    if (raw / "num-node-list.csv.gz").is_file():
+        counts = _read_csv_gz(raw / "num-node-list.csv.gz", np.int64).ravel()
+        if counts.size != 1:
+            raise ValueError(f"{raw / 'num-node-list.csv.gz'}: {counts.size} graphs; node classification needs one")
+        n_nodes = int(counts[0])
+    feat = raw / "node-feat.csv.gz"
+    features = _read_csv_gz(feat, np.float32) if feat.is_file() else None
+    files = {"edges": "edge.csv.gz", "labels": "node-label.csv.gz", "features": "node-feat.csv.gz",
+             "nodes": "num-node-list.csv.gz"}
+    return _OgbArrays(edges.reshape(-1, 2), labels, features, n_nodes, {k: str(raw / f) for k, f in files.items()})
+
+
+def _binary_array(arrays: dict[str, np.ndarray], key: str, file: Path, ndim: int) -> np.ndarray:
+    if key not in arrays:
+        raise ValueError(f"{file}: lacks the array {key!r}; OGB's binary layout (ogb/io/read_graph_raw.py, "
+                         f"read_binary_graph_raw) stores it; it has {', '.join(sorted(arrays)) or 'no arrays'}")
+    arr = arrays[key]
+    if arr.ndim != ndim or (arr.size and arr.dtype.kind not in "biuf"):
+        raise ValueError(f"{file}: array {key!r} has shape {arr.shape} and dtype {arr.dtype}; expected a "
+                         f"{ndim}-D array of numbers")
+    return arr
+
+
+def _read_binary_layout(raw: Path) -> _OgbArrays:
+    """OGB's binary layout (ogbn-papers100M): ``data.npz`` (``edge_index`` [2, E],
+    ``num_nodes_list``, ``num_edges_list``, optional ``node_feat`` [N, F]; other ``node_*`` and
+    ``edge_*`` arrays such as ``node_year`` are not used) and ``node-label.npz`` (``node_label``)."""
+    data_file, label_file = raw / "data.npz", raw / "node-label.npz"
+    data = read_npz(data_file, "OGB data")
+    edge_index = _binary_array(data, "edge_index", data_file, 2)
+    if edge_index.shape[0] != 2 or edge_index.dtype.kind not in "iu":
+        raise ValueError(f"{data_file}: edge_index has shape {edge_index.shape} and dtype {edge_index.dtype}; "
+                         "expected [2, n_edges] integer node ids (row 0 sources, row 1 targets)")
+    n_nodes = _binary_array(data, "num_nodes_list", data_file, 1)
+    n_edges = _binary_array(data, "num_edges_list", data_file, 1)
+    if n_nodes.size != 1 or n_edges.size != 1:
+        raise ValueError(f"{data_file}: num_nodes_list holds {n_nodes.size} graphs; node classification needs one")
+    if int(n_edges[0]) != edge_index.shape[1]:
+        raise ValueError(f"{data_file}: num_edges_list says {int(n_edges[0])} edges but edge_index holds "
+                         f"{edge_index.shape[1]}; the file is damaged: download it again")
+    features = _binary_array(data, "node_feat", data_file, 2).astype(np.float32) if "node_feat" in data else None
+    label_arrays = read_npz(label_file, "OGB labels")
+    labels = label_arrays.get("node_label")
+    labels = _binary_array(label_arrays, "node_label", label_file, 1 if labels is not None and labels.ndim == 1 else 2)
+    files = {"edges": f"{data_file} (edge_index)", "labels": str(label_file), "features": f"{data_file} (node_feat)",
+             "nodes": f"{data_file} (num_nodes_list)"}
+    return _OgbArrays(edge_index.T.astype(np.int64), labels.reshape(labels.shape[0], -1).astype(np.float64), features,
+                      int(n_nodes[0]), files, row="entry")
+
+
+def _single_label(labels: np.ndarray, file: str, row_word: str) -> np.ndarray:
+    """[n_nodes] int32 class ids (-1 where NaN) from a one-column label table."""
+    if labels.shape[1] != 1:
+        raise ValueError(f"{file}: {labels.shape[1]} label columns: a multi-label dataset (e.g. ogbn-proteins, "
+                         "scored by ROC-AUC); jaxgcn's GCN predicts one class per node (a softmax over classes), "
+                         "so it needs one label column of class ids")
+    labels = labels[:, 0]
+    labelled = np.isfinite(labels)
+    bad = labelled & ((labels < 0) | (labels != np.round(labels)) | (labels >= 2**31 - 1))
+    if np.any(bad):
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{file}: {row_word} {row + 1} holds {labels[row]}, not a class id >= 0")
+    return np.where(labelled, labels, -1).astype(np.int32)
+
+
+def load_ogb(root: str | Path, *, split: str | None = None) -> RawGraph:
+    """Read an OGB node-property dataset in its raw layout (e.g. ``ogbn_arxiv/``), CSV or binary.
+
+    CSV layout (most datasets): ``raw/edge.csv.gz`` (``src,dst`` per line), ``raw/node-label.csv.gz``
+    (one label per line; empty or NaN marks an unlabelled node), optional ``raw/node-feat.csv.gz``
+    (one feature row per node; absent: one-hot node ids) and ``raw/num-node-list.csv.gz`` (the node
+    count). Binary layout (ogbn-papers100M; used when ``raw/edge.csv.gz`` is absent):
+    ``raw/data.npz`` and ``raw/node-label.npz`` (see :func:`_read_binary_layout`), read with
+    ``allow_pickle=False``. Both: ``split/<name>/{train,valid,test}.csv.gz`` (node ids).
+
+    A label table of several columns (ogbn-proteins' 112 binary tasks) is refused: it is multi-label.
     """
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"ogb:{root}: not a directory; pass the dataset folder that holds raw/ and split/")
     raw = root / "raw"
-    edges = _read_csv_gz(raw / "edge.csv.gz", np.int64, columns=2)
-    labels_f = _read_csv_gz(raw / "node-label.csv.gz", np.float64)[:, 0]
-    n_nodes = labels_f.shape[0]
-    if (raw / "num-node-list.csv.gz").is_file():
-        counts = _read_csv_gz(raw / "num-node-list.csv.gz", np.int64).ravel()
-        if counts.size != 1:
-            raise ValueError(f"{raw / 'num-node-list.csv.gz'}: {counts.size} graphs; node classification needs one")
-        if int(counts[0]) != n_nodes:
-            raise ValueError(f"{raw / 'node-label.csv.gz'}: {n_nodes} labels for {int(counts[0])} nodes "
-                             f"(num-node-list.csv.gz); one label per node is needed")
+    if (raw / "edge.csv.gz").is_file():
+        arrays = _read_csv_layout(raw)
+    elif (raw / "data.npz").is_file():
+        arrays = _read_binary_layout(raw)
+    else:
+        raise ValueError(f"{raw}: neither edge.csv.gz (OGB's CSV layout) nor data.npz (its binary layout, e.g. "
+                         "ogbn-papers100M); pass the dataset folder as downloaded, with raw/ and split/")
+    labels = _single_label(arrays.labels, arrays.files["labels"], arrays.row)
+    n_nodes, edges = labels.shape[0], arrays.edges
+    if arrays.n_nodes is not None and arrays.n_nodes != n_nodes:
+        raise ValueError(f"{arrays.files['labels']}: {n_nodes} labels for {arrays.n_nodes} nodes "
+                         f"({arrays.files['nodes']}); one label per node is needed")
     if edges.size and (edges.min() < 0 or edges.max() >= n_nodes):
         bad = int(np.argmax((edges < 0).any(axis=1) | (edges >= n_nodes).any(axis=1)))
-        raise ValueError(f"{raw / 'edge.csv.gz'}: line {bad + 1} has node id {edges[bad].tolist()} outside "
+        raise ValueError(f"{arrays.files['edges']}: {arrays.row} {bad + 1} has node id {edges[bad].tolist()} outside "
                          f"[0, {n_nodes}); ids must index the node-label rows")
-    if (raw / "node-feat.csv.gz").is_file():
-        features = _read_csv_gz(raw / "node-feat.csv.gz", np.float32)
-        if features.shape[0] != n_nodes:
-            raise ValueError(f"{raw / 'node-feat.csv.gz'}: {features.shape[0]} rows for {n_nodes} nodes")
-    else:
+    features = arrays.features
+    if features is None:
         features = sp.identity(n_nodes, dtype=np.float32, format="csr")
-    labelled = np.isfinite(labels_f)
-    bad = labelled & ((labels_f < 0) | (labels_f != np.round(labels_f)) | (labels_f >= 2**31 - 1))
-    if np.any(bad):
-        row = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{raw / 'node-label.csv.gz'}: line {row + 1} holds {labels_f[row]}, not a class id >= 0")
-    labels = np.where(labelled, labels_f, -1).astype(np.int32)
+    elif features.shape[0] != n_nodes:
+        raise ValueError(f"{arrays.files['features']}: {features.shape[0]} rows for {n_nodes} nodes")
     folder = _pick_split(root, split)
     splits = {k: _read_csv_gz(folder / f, np.int64).ravel() for k, f in OGB_SPLIT_FILES.items()}
     return RawGraph(f"ogb:{root.name}", edges[:, 0], edges[:, 1], features, labels, splits)

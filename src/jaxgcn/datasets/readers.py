@@ -296,15 +296,20 @@ def read_npy(path: str | Path, what: str) -> np.ndarray:
         raise ValueError(f"{name}: not a NumPy .npy file ({err}); write it with np.save") from None
 
 
-def read_npz(path: str | Path, what: str) -> dict[str, np.ndarray]:
-    """The numeric arrays of an ``.npz`` archive, each header checked against its stored size and the
-    total against the available memory before anything is decompressed."""
+def read_npz(path: str | Path, what: str, *, keys: set[str] | None = None,
+             fix: str = "it is truncated or not a zip file: write it with np.savez or scipy.sparse.save_npz",
+             ) -> dict[str, np.ndarray]:
+    """The numeric arrays of an ``.npz`` archive (only ``keys`` when given: others, pickled ones
+    included, are skipped unread), each header checked against its stored size and the total
+    against the available memory before anything is decompressed. ``fix``: what an unreadable
+    archive's error tells the user to do."""
     path = Path(path)
     check_file(path, what)
     name = f"{what} file {path}"
     try:
         with zipfile.ZipFile(path) as zf:
-            members = [i for i in zf.infolist() if i.filename.endswith(".npy")]
+            members = [i for i in zf.infolist()
+                       if i.filename.endswith(".npy") and (keys is None or i.filename[:-4] in keys)]
             check_allocation(sum(i.file_size for i in members), name, "its arrays",
                              "the archive announces more data than fits; check that it is the intended file")
             out = {}
@@ -315,8 +320,7 @@ def read_npz(path: str | Path, what: str) -> dict[str, np.ndarray]:
     except _ARRAY_ERRORS as err:
         if str(err).startswith(name):
             raise
-        raise ValueError(f"{name}: not a readable .npz archive ({str(err) or type(err).__name__}); it is truncated or "
-                         "not a zip file: write it with np.savez or scipy.sparse.save_npz") from None
+        raise ValueError(f"{name}: not a readable .npz archive ({str(err) or type(err).__name__}); {fix}") from None
 
 
 def read_sparse_npz(path: str | Path, what: str, *, square: bool = False) -> sp.csr_matrix:

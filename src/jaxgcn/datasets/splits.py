@@ -38,6 +38,55 @@ def planetoid_split(labels: np.ndarray, per_class: int = 20, n_val: int = 500, n
     return {"train": train_idx, "val": np.sort(rest[:n_val]), "test": np.sort(rest[n_val:n_val + n_test])}
 
 
+def per_class_split(labels: np.ndarray, train_per_class: int = 20, val_per_class: int = 30, seed: int = 0,
+                    class_names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """The split of Shchur et al., "Pitfalls of Graph Neural Network Evaluation" (arXiv:1811.05868):
+    per class ``train_per_class`` train and ``val_per_class`` val nodes, every other labelled node
+    test. Unlabelled nodes (-1) are in no split.
+
+    Each class, in class order, draws ``train_per_class + val_per_class`` of its nodes from
+    ``np.random.default_rng(seed)`` (the first ones train), so a seed gives one split everywhere
+    (not the nodes that gnn-benchmark's ``np.random.RandomState`` draws).
+
+    A class with fewer than ``train_per_class + val_per_class`` labelled nodes is a ValueError
+    naming it: gnn-benchmark's ``sample_per_class`` fails on such a class too (NumPy's "larger
+    sample than population"); only for cora_full does its ``get_dataset`` first remove classes of
+    50 or fewer nodes (``remove_underrepresented_classes``), which
+    :func:`jaxgcn.datasets.gnnbench.load_gnnbench` does for every file. ``class_names``
+    (index = class id) name classes in errors.
+
+    Returns:
+        ``{"train", "val", "test"}``: sorted int64 node ids.
+
+    >>> s = per_class_split(np.array([0] * 60 + [1] * 55 + [-1] * 5))
+    >>> [len(s[k]) for k in ("train", "val", "test")]
+    [40, 60, 15]
+    >>> per_class_split(np.array([0] * 60 + [1] * 7), class_names=["Theory", "Rare"])
+    Traceback (most recent call last):
+    ...
+    ValueError: class 'Rare' (id 1) has 7 labelled nodes, fewer than the 20 train + 30 val per class ...
+    """
+    labels = np.asarray(labels)
+    for what, n in (("train_per_class", train_per_class), ("val_per_class", val_per_class)):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"{what}={n!r}: must be an integer >= 0")
+    rng = np.random.default_rng(seed)
+    parts: dict[str, list[np.ndarray]] = {"train": [], "val": [], "test": []}
+    need = train_per_class + val_per_class
+    for c in np.unique(labels[labels >= 0]):
+        members = np.flatnonzero(labels == c)
+        if members.size < need:
+            name = f"{str(class_names[c])!r} (id {c})" if class_names is not None and c < len(class_names) else str(c)
+            raise ValueError(f"class {name} has {members.size} labelled nodes, fewer than the {train_per_class} train "
+                             f"+ {val_per_class} val per class the split needs; lower train_per_class/val_per_class "
+                             "or drop the class's nodes (gnn-benchmark removes classes of <= 50 nodes from cora_full)")
+        drawn = rng.choice(members, need, replace=False)
+        parts["train"].append(drawn[:train_per_class])
+        parts["val"].append(drawn[train_per_class:])
+        parts["test"].append(np.setdiff1d(members, drawn))
+    return {k: np.sort(np.concatenate(v)).astype(np.int64) if v else np.zeros(0, np.int64) for k, v in parts.items()}
+
+
 def fraction_split(labels: np.ndarray, train: float, val: float, test: float, seed: int = 0) -> dict[str, np.ndarray]:
     """Stratified random split by fractions of each class's labelled nodes (unlabelled: none).
 

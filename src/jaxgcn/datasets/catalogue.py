@@ -1,0 +1,170 @@
+"""The standard node-classification benchmarks by name: where each comes from, what it holds, and
+the evaluation protocol it is meant to be scored with. One table (:data:`CATALOGUE`) feeds
+``--dataset NAME``, ``jaxgcn datasets``, ``jaxgcn download`` and the README's dataset list.
+
+Counts are as the source publishes them (before jaxgcn symmetrizes and merges duplicate edges):
+``edges`` counts the directed entries of the source's edge list or adjacency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROTOCOLS = {
+    "planetoid": "Planetoid public split: 20 labelled nodes per class, 500 validation, 1,000 test "
+                 "(Yang et al. 2016; Kipf & Welling 2017)",
+    "per-class-20-30": "Shchur et al. 2018: 20 per class train, 30 per class validation, the rest test; "
+                       "--splits K random splits (seed --data-seed + k)",
+    "wikics": "WikiCS's 20 official train/validation splits with one shared test set; --splits K uses the "
+              "first K (Mernyei & Cangea 2020)",
+    "ogb": "OGB's official split (split/<name>/) and OGB's metric (Hu et al. 2020)",
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file of a dataset: where to get it and how to know it is the right file.
+
+    Attributes:
+        url: upstream address.
+        filename: the file's name in the dataset's cache folder.
+        size: bytes, as published (None: unknown); shown by ``jaxgcn datasets``.
+        sha256: the published or once-verified SHA-256 (None: jaxgcn records the first download's
+            hash and refuses a later download that differs).
+        unzip: the file is a zip archive to extract in the cache folder.
+    """
+
+    url: str
+    filename: str
+    size: int | None = None
+    sha256: str | None = None
+    unzip: bool = False
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One catalogue row.
+
+    Attributes:
+        name: what ``--dataset`` takes.
+        format: the reader: ``planetoid`` (raw ``ind.<name>.*`` files), ``gnnbench`` (Shchur et al.'s
+            npz), ``wikics`` (WikiCS's ``data.json``), ``ogb`` (OGB's CSV layout), ``ogb-bin`` (OGB's
+            binary ``raw/data.npz`` layout).
+        sources: the files to download (empty: bundled in the package).
+        nodes, edges, features, classes: as published.
+        protocol: a key of :data:`PROTOCOLS`.
+        licence: the data's licence.
+        citation: who to cite.
+        metric: what the protocol reports (OGB names it; accuracy elsewhere).
+        task: ``multi-class`` (trainable), or why it is not (``multi-label``): refused with a reason.
+        stem: the file stem or folder name inside the source (``pubmed`` of ``ind.pubmed.x``;
+            ``arxiv`` of ``arxiv.zip``).
+        bundled: shipped inside the package (no download).
+    """
+
+    name: str
+    format: str
+    sources: tuple[Source, ...]
+    nodes: int
+    edges: int
+    features: int
+    classes: int
+    protocol: str
+    licence: str
+    citation: str
+    metric: str = "accuracy"
+    task: str = "multi-class"
+    stem: str = ""
+    bundled: bool = False
+
+    @property
+    def download_bytes(self) -> int | None:
+        """The published size of all files, or None when one is unknown."""
+        sizes = [s.size for s in self.sources]
+        return None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[arg-type]
+
+
+PLANETOID_URL = "https://github.com/kimiyoung/planetoid/raw/master/data"
+PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+PLANETOID_CITATION = ("Yang, Cohen & Salakhutdinov, Revisiting Semi-Supervised Learning with Graph Embeddings, "
+                      "ICML 2016")
+# kimiyoung/planetoid@af6abf46 data/ind.pubmed.*: (bytes, sha256) from the git blobs; ind.pubmed.allx's blob was
+# not available to check, so it is pinned at the first download instead.
+PUBMED_FILES = {
+    "x": (23172, "fbe9cb5c47200d1b7769a26e579be3b7130b556831f9d850e77c4c74f2599b33"),
+    "tx": (405505, "4eb5f5d0f30f26497eb0ac6ac9719d09c67e284f1ed0385c93f3ef27a671da3d"),
+    "y": (854, "e6c807633307a07ed659249006536a147c7999c797f11a2560752990181b41b3"),
+    "ty": (12135, "ee2e0d4819d9fbcc403689c3bf2e49face401b605932f093bc58ab6461130fdd"),
+    "ally": (224739, "0c37bbe3b5014ec365e9d393cf4791925e5ed94fb194305d74f064a8d7b50f0e"),
+    "graph": (471808, "5b89f0036ca22909471f1e6558eb42fa06e0c730a577bde5b058b40638f81dc9"),
+    "test.index": (6000, "b101d421688bbaecbd82e8a18f1e282378d6830f3a37666f28ebc47f844341b5"),
+}
+
+GNNBENCH_URL = "https://github.com/shchur/gnn-benchmark/raw/master/data/npz"
+GNNBENCH_LICENCE = "MIT (gnn-benchmark repository)"
+SHCHUR_CITATION = ("Shchur, Mumme, Bojchevski & Günnemann, Pitfalls of Graph Neural Network Evaluation, "
+                   "arXiv:1811.05868, 2018")
+GRAPH2GAUSS_URL = "https://github.com/abojchevski/graph2gauss/raw/master/data"
+CORA_FULL_CITATION = ("Bojchevski & Günnemann, Deep Gaussian Embedding of Graphs: Unsupervised Inductive Learning "
+                      "via Ranking, ICLR 2018")
+WIKICS_URL = "https://github.com/pmernyei/wiki-cs-dataset/raw/master/dataset"
+WIKICS_CITATION = ("Mernyei & Cangea, Wiki-CS: A Wikipedia-Based Benchmark for Graph Neural Networks, "
+                   "arXiv:2007.02901, 2020")
+OGB_URL = "https://snap.stanford.edu/ogb/data/nodeproppred"
+OGB_CITATION = ("Hu, Fey, Zitnik, Dong, Ren, Liu, Catasta & Leskovec, Open Graph Benchmark: Datasets for Machine "
+                "Learning on Graphs, NeurIPS 2020")
+
+
+def _planetoid(stem: str, files: dict[str, tuple[int, str]] | None = None) -> tuple[Source, ...]:
+    files = files or {}
+    return tuple(Source(f"{PLANETOID_URL}/ind.{stem}.{part}", f"ind.{stem}.{part}", *files.get(part, (None, None)))
+                 for part in PLANETOID_PARTS)
+
+
+def _npz(base: str, filename: str, size: int | None = None, sha256: str | None = None) -> tuple[Source, ...]:
+    return (Source(f"{base}/{filename}", filename, size, sha256),)
+
+
+def _ogb(zip_stem: str) -> tuple[Source, ...]:
+    return (Source(f"{OGB_URL}/{zip_stem}.zip", f"{zip_stem}.zip", unzip=True),)
+
+
+CATALOGUE: dict[str, Dataset] = {d.name.lower(): d for d in (
+    Dataset("cora", "planetoid", (), 2708, 10556, 1433, 7, "planetoid", "MIT (Planetoid code)",
+            PLANETOID_CITATION, stem="cora", bundled=True),
+    Dataset("citeseer", "planetoid", (), 3327, 9104, 3703, 6, "planetoid", "MIT (Planetoid code)",
+            PLANETOID_CITATION, stem="citeseer", bundled=True),
+    Dataset("pubmed", "planetoid", _planetoid("pubmed", PUBMED_FILES), 19717, 88648, 500, 3, "planetoid",
+            "MIT (Planetoid code)", PLANETOID_CITATION, stem="pubmed"),
+    Dataset("shchur-cora", "gnnbench", _npz(GNNBENCH_URL, "cora.npz", 540580,
+                                            "068e22d90c3849b4057dfb05851741428992af058efcd4e7ebb4186f3d581de2"),
+            2708, 5429, 1433, 7, "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="cora"),
+    Dataset("shchur-citeseer", "gnnbench", _npz(GNNBENCH_URL, "citeseer.npz", 1348784,
+                                                "280278b21b434c047922e8389518861416fb3ad39389c27865ff0e6bbb0aaab7"),
+            3312, 4715, 3703, 6, "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="citeseer"),
+    Dataset("cora-full", "gnnbench", _npz(GRAPH2GAUSS_URL, "cora.npz"), 19793, 126842, 8710, 70, "per-class-20-30",
+            "MIT (graph2gauss repository)", CORA_FULL_CITATION, stem="cora"),
+    Dataset("amazon-computers", "gnnbench", _npz(GNNBENCH_URL, "amazon_electronics_computers.npz"), 13752, 491722,
+            767, 10, "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="amazon_electronics_computers"),
+    Dataset("amazon-photo", "gnnbench", _npz(GNNBENCH_URL, "amazon_electronics_photo.npz"), 7650, 238162, 745, 8,
+            "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="amazon_electronics_photo"),
+    Dataset("coauthor-cs", "gnnbench", _npz(GNNBENCH_URL, "ms_academic_cs.npz"), 18333, 163788, 6805, 15,
+            "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="ms_academic_cs"),
+    Dataset("coauthor-physics", "gnnbench", _npz(GNNBENCH_URL, "ms_academic_phy.npz"), 34493, 495924, 8415, 5,
+            "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="ms_academic_phy"),
+    Dataset("wikics", "wikics", _npz(WIKICS_URL, "data.json"), 11701, 216123, 300, 10, "wikics", "MIT",
+            WIKICS_CITATION, stem="data"),
+    Dataset("ogbn-arxiv", "ogb", _ogb("arxiv"), 169343, 1166243, 128, 40, "ogb", "ODC-BY", OGB_CITATION,
+            stem="arxiv"),
+    Dataset("ogbn-products", "ogb", _ogb("products"), 2449029, 61859140, 100, 47, "ogb", "Amazon license",
+            OGB_CITATION, stem="products"),
+    Dataset("ogbn-papers100M", "ogb-bin", _ogb("papers100M-bin"), 111059956, 1615685872, 128, 172, "ogb", "ODC-BY",
+            OGB_CITATION, stem="papers100M-bin"),
+    Dataset("ogbn-proteins", "ogb", _ogb("proteins"), 132534, 39561252, 0, 112, "ogb", "CC-0", OGB_CITATION,
+            metric="rocauc", task="multi-label", stem="proteins"),
+)}
+
+
+def lookup(name: str) -> Dataset | None:
+    """The catalogue row of ``name`` (case and ``_``/``-`` insensitive), or None."""
+    return CATALOGUE.get(name.lower().replace("_", "-"))

@@ -1,0 +1,188 @@
+"""Downloads of catalogue datasets into a per-user cache: verified, locked, and only when asked.
+
+Where files go: ``data_root()`` = the ``root`` argument (``--data-root``), else ``$JAXGCN_DATA``, else
+the per-user cache folder (``platformdirs.user_cache_dir("jaxgcn")/datasets``). Each dataset has
+its own folder ``<root>/<name>/`` holding the files under their catalogue names.
+
+How a file is fetched: with pooch (streamed to a temporary file in the same folder, hash-checked,
+then moved into place; retried on network errors), under a file lock per dataset folder so that
+several processes starting together (SLURM array tasks) download once and never see a
+half-written file. A file with a published SHA-256 must match it. A file without one has the hash
+of its first download recorded beside it (``<file>.sha256``); a later download that differs is
+refused. Either way a refused file leaves nothing behind.
+
+``$JAXGCN_MIRROR`` (a base URL under which ``<name>/<filename>`` are served) replaces the
+upstream addresses: a cluster's own mirror, or the test suite's local HTTP server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+from jaxgcn.datasets.catalogue import Dataset, Source
+
+ENV_ROOT = "JAXGCN_DATA"
+ENV_MIRROR = "JAXGCN_MIRROR"
+RETRIES = 2  # extra attempts after a failed download (network errors and hash mismatches)
+TIMEOUT_SECONDS = 60  # to connect and between received bytes; a stalled server is a failed attempt
+
+
+class DownloadError(ValueError):
+    """A dataset file could not be downloaded, or did not verify (the message says what to do)."""
+
+
+def data_root(root: str | Path | None = None) -> Path:
+    """The dataset cache folder: ``root``, else ``$JAXGCN_DATA``, else the per-user cache folder."""
+    if root is not None:
+        return Path(root).expanduser()
+    env = os.environ.get(ENV_ROOT)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("jaxgcn")) / "datasets"
+
+
+def dataset_dir(entry: Dataset, root: str | Path | None = None) -> Path:
+    """``<data root>/<name>``: where ``entry``'s files live."""
+    return data_root(root) / entry.name
+
+
+def source_url(entry: Dataset, source: Source) -> str:
+    """Where ``source`` is fetched from: ``$JAXGCN_MIRROR/<name>/<filename>`` when set, else upstream."""
+    mirror = os.environ.get(ENV_MIRROR)
+    return f"{mirror.rstrip('/')}/{entry.name}/{source.filename}" if mirror else source.url
+
+
+def _record(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _extracted(path: Path) -> Path:
+    return path.with_name(path.name + ".extracted")
+
+
+def _recorded(path: Path) -> tuple[str, int] | None:
+    """``(sha256, size)`` written after ``path`` was downloaded and verified, or None."""
+    try:
+        digest, size = _record(path).read_text().split()
+        return digest, int(size)
+    except (OSError, ValueError):
+        return None
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def is_cached(entry: Dataset, root: str | Path | None = None) -> bool:
+    """Whether every file of ``entry`` is in the cache, downloaded and verified (bundled: True)."""
+    folder = dataset_dir(entry, root)
+    for source in entry.sources:
+        path = folder / source.filename
+        record = _recorded(path)
+        if record is None or not path.is_file() or path.stat().st_size != record[1]:
+            return False
+        if source.unzip and not _extracted(path).is_file():
+            return False
+    return True
+
+
+def _offline_help(entry: Dataset, folder: Path) -> str:
+    files = "; ".join(f"{source_url(entry, s)} -> {folder / s.filename}" for s in entry.sources)
+    return (f"on a machine without internet, run `jaxgcn download {entry.name}` where there is one and copy "
+            f"{folder} to the same place here (or point --data-root / ${ENV_ROOT} at the copy), or put the files "
+            f"there yourself: {files}")
+
+
+def _fetch_one(entry: Dataset, source: Source, folder: Path, progress: bool) -> None:
+    import pooch
+    import requests
+
+    path = folder / source.filename
+    record = _recorded(path)
+    if record is not None and path.is_file() and path.stat().st_size == record[1]:
+        return  # downloaded and verified before: not hashed again at every load
+    known = source.sha256 or (record[0] if record else None)
+    url = source_url(entry, source)
+    pooch.get_logger().setLevel("WARNING")
+    fetcher = pooch.create(path=folder, base_url="", registry={source.filename: f"sha256:{known}" if known else None},
+                           urls={source.filename: url}, retry_if_failed=RETRIES)
+    bar = progress and importlib.util.find_spec("tqdm") is not None
+    downloader = pooch.HTTPDownloader(progressbar=bar, timeout=TIMEOUT_SECONDS) if url.startswith("http") else None
+    try:
+        fetcher.fetch(source.filename, downloader=downloader)
+    except requests.exceptions.RequestException as err:
+        raise DownloadError(f"dataset {entry.name}: could not download {url} ({type(err).__name__}: "
+                            f"{str(err)[:200]}); {_offline_help(entry, folder)}") from None
+    except ValueError as err:
+        if "hash" not in str(err).lower():
+            raise
+        raise DownloadError(f"dataset {entry.name}: {url} downloaded a file whose SHA-256 differs from the "
+                            f"{'published' if source.sha256 else 'first download'}'s ({known}); nothing was kept "
+                            f"at {path}. The upstream file changed or the transfer was altered: check the source, "
+                            f"and if the new file is right delete {_record(path)} to accept it") from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)  # pooch's temporary file was private: a shared cache is readable as usual
+    digest = known or file_sha256(path)
+    _write_atomic(_record(path), f"{digest} {path.stat().st_size}\n")
+
+
+def _unzip(path: Path, folder: Path) -> None:
+    """Extract ``path`` into ``folder`` (members must stay inside it), then mark it extracted."""
+    if _extracted(path).is_file():
+        return
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.namelist():
+            target = (folder / member).resolve()
+            if not target.is_relative_to(folder.resolve()):
+                raise DownloadError(f"{path}: member {member!r} would be written outside {folder}; refusing the "
+                                    "archive")
+        tmp = folder / f".extract.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        archive.extractall(tmp)
+    for item in tmp.iterdir():
+        dest = folder / item.name
+        if dest.exists():
+            shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
+        os.replace(item, dest)
+    tmp.rmdir()
+    _write_atomic(_extracted(path), "ok\n")
+
+
+def fetch(entry: Dataset, root: str | Path | None = None, *, progress: bool = True) -> Path:
+    """Download (if not cached) and verify every file of ``entry``; returns its folder.
+
+    Safe to call from several processes at once: one downloads while the others wait on the
+    folder's lock, then find the files in place.
+    """
+    from filelock import FileLock
+
+    folder = dataset_dir(entry, root)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DownloadError(f"dataset {entry.name}: cannot create the cache folder {folder} ({err.strerror}); "
+                            f"point --data-root or ${ENV_ROOT} at a writable folder") from None
+    with FileLock(folder / ".lock"):
+        for source in entry.sources:
+            _fetch_one(entry, source, folder, progress)
+            if source.unzip:
+                _unzip(folder / source.filename, folder)
+    return folder

@@ -1,0 +1,101 @@
+"""Each catalogue dataset's evaluation protocol: Shchur et al.'s per-class random splits, WikiCS's
+official splits, stacked for batched runs, mapped through a renumbering, and chosen by the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cli_run import run_main
+from conftest import SHARED_DATASETS
+from jaxgcn import datasets
+from jaxgcn.cli.common import check_split_flags
+from jaxgcn.cli.parser import build_parser
+from jaxgcn.datasets.catalogue import CATALOGUE, PROTOCOLS
+from jaxgcn.datasets.gnnbench import load_gnnbench
+from jaxgcn.datasets.named import protocol_of, protocol_splits
+from jaxgcn.datasets.splits import per_class_split
+
+
+@pytest.fixture(scope="module")
+def shchur_cora():
+    path = SHARED_DATASETS / "gnn-benchmark" / "cora.npz"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    return load_gnnbench(path, "shchur-cora")
+
+
+def test_every_catalogue_row_names_a_known_protocol_and_format():
+    for d in CATALOGUE.values():
+        assert d.protocol in PROTOCOLS, d.name
+        assert d.format in ("planetoid", "gnnbench", "wikics", "ogb", "ogb-bin"), d.name
+        assert d.bundled == (not d.sources), d.name
+        assert d.nodes > 0 and d.classes > 1 and d.licence and d.citation, d.name
+    assert protocol_of("Amazon_Photo") == "per-class-20-30" and protocol_of("ogbn-arxiv") == "ogb"
+    assert protocol_of("cora") == "planetoid" and protocol_of("ogb:somewhere") is None
+
+
+def test_shchur_protocol_draws_20_30_per_class_with_seed_plus_k(shchur_cora):
+    splits = protocol_splits(shchur_cora, "per-class-20-30", 3, seed=5)
+    labels = shchur_cora.labels
+    for k, split in enumerate(splits):
+        assert np.bincount(labels[split["train"]], minlength=7).tolist() == [20] * 7
+        assert np.bincount(labels[split["val"]], minlength=7).tolist() == [30] * 7
+        assert len(split["test"]) == 2708 - 350
+        assert not set(split["train"]) & set(split["val"]) and not set(split["val"]) & set(split["test"])
+        same = per_class_split(labels, 20, 30, seed=5 + k)
+        assert all(np.array_equal(split[n], same[n]) for n in ("train", "val", "test"))
+    assert not np.array_equal(splits[0]["train"], splits[1]["train"])
+
+
+def test_official_splits_are_taken_in_order_and_counted(shchur_cora):
+    n = shchur_cora.labels.size
+    official = tuple({"train": np.array([i]), "val": np.array([n - 1 - i]), "test": np.arange(100, 200)}
+                     for i in range(4))
+    raw = shchur_cora._replace(splits=official[0], official_splits=official)
+    got = protocol_splits(raw, "wikics", 2)
+    assert [int(s["train"][0]) for s in got] == [0, 1]
+    with pytest.raises(ValueError, match=r"^--splits 5: dataset shchur-cora ships 4 official split\(s\) \(wikics "
+                                         r"protocol\); give at most 4"):
+        protocol_splits(raw, "wikics", 5)
+    # a dataset with one official split (Planetoid, OGB) has exactly that one
+    assert protocol_splits(shchur_cora, "ogb", 1)[0] is shchur_cora.splits
+
+
+def test_stacked_splits_follow_a_renumbering(shchur_cora):
+    splits = protocol_splits(shchur_cora, "per-class-20-30", 2)
+    plain = datasets.with_splits(datasets.prepare(shchur_cora), splits, "two")
+    reordered = datasets.with_splits(datasets.prepare(shchur_cora, reorder="rcm"), splits, "two")
+    assert reordered.info["node_order"] is not None and plain.data.train_mask.shape == (2, 2708)
+    assert plain.info["split"] == "two" and plain.info["split_sizes"] == {"train": 140, "val": 210, "test": 2358}
+    order = np.asarray(reordered.info["node_order"])  # prepared node i is input node order[i]
+    for name in ("train_mask", "val_mask", "test_mask"):
+        a, b = np.asarray(getattr(plain.data, name)), np.asarray(getattr(reordered.data, name))
+        assert np.array_equal(a[:, order], b), name
+        labels = np.asarray(reordered.data.labels)
+        assert np.array_equal(np.bincount(labels[b[0] > 0], minlength=7),
+                              np.bincount(shchur_cora.labels[a[0] > 0], minlength=7))
+
+
+@pytest.mark.parametrize(("dataset", "ok"), [("cora", False), ("shchur-cora", True), ("wikics", True),
+                                             ("ogbn-arxiv", False)])
+def test_splits_k_needs_random_unless_the_protocol_has_several(dataset, ok):
+    args = build_parser().parse_args(["train", "--dataset", dataset, "--splits", "3"])
+    if ok:
+        check_split_flags(args)
+    else:
+        with pytest.raises(ValueError, match=r"^--splits 3 needs --split random \(the public split is one split\)"):
+            check_split_flags(args)
+
+
+def test_cli_trains_shchur_cora_on_its_protocol(gnnbench_mirror, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("JAXGCN_MIRROR", gnnbench_mirror)
+    argv = ["train", "--dataset", "shchur-cora", "--data-root", tmp_path / "data", "--splits", "2", "--epochs",
+            "3", "--early-stopping", "none", "--quiet", "--no-compile-cache", "--json", tmp_path / "r.json"]
+    assert run_main(argv) == 0, capsys.readouterr().err
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["dataset"] == "shchur-cora" and r["n_nodes"] == 2708 and len(r["test_acc"]) == 2
+    assert r["split"] == "20/30 per class, rest test (seed 0..1)"
+    assert r["split_sizes"] == {"train": 140, "val": 210, "test": 2358}
