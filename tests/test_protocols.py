@@ -15,7 +15,7 @@ from jaxgcn.cli.common import check_split_flags
 from jaxgcn.cli.parser import build_parser
 from jaxgcn.datasets.catalogue import CATALOGUE, PROTOCOLS
 from jaxgcn.datasets.gnnbench import load_gnnbench
-from jaxgcn.datasets.named import protocol_of, protocol_splits
+from jaxgcn.datasets.named import protocol_info, protocol_of, protocol_splits
 from jaxgcn.datasets.splits import per_class_split
 
 
@@ -99,3 +99,5 @@ def test_cli_trains_shchur_cora_on_its_protocol(gnnbench_mirror, monkeypatch, tm
     assert r["dataset"] == "shchur-cora" and r["n_nodes"] == 2708 and len(r["test_acc"]) == 2
     assert r["split"] == "20/30 per class, rest test (seed 0..1)"
     assert r["split_sizes"] == {"train": 140, "val": 210, "test": 2358}
+    assert r["protocol"] == "per-class-20-30" and r["metric"] == "accuracy"
+    assert protocol_info("ogbn-arxiv") == {"protocol": "ogb", "metric": "ogb:acc"} and protocol_info("x") == {}

@@ -43,6 +43,7 @@ def dataset_report(info: dict[str, Any], backend: str) -> dict[str, Any]:
         "n_features": info["n_features"], "n_classes": info["n_classes"], "backend": backend,
         "split": info.get("split", "public"), "split_sizes": info["split_sizes"],
         "graph_report": {k: info[k] for k in GRAPH_REPORT},
+        **({"protocol": info["protocol"], "metric": info["metric"]} if "protocol" in info else {}),
     }
 
 

@@ -15,7 +15,7 @@ from jaxgcn.cli.common import Say, several_protocol_splits
 from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits, with_splits
 from jaxgcn.datasets.download import data_root
 from jaxgcn.datasets.files import load_files
-from jaxgcn.datasets.named import protocol_of, protocol_splits
+from jaxgcn.datasets.named import protocol_info, protocol_of, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 
@@ -174,6 +174,8 @@ def load(args: argparse.Namespace, say: Say, *, backend: str | None = None, on_d
     if two_classes:
         require_two_classes(args, prepared)
     prepared = _with_split(args, prepared, protocol)
+    if args.edges is None and args.data_dir is None and args.split == "public" and not split_given(args):
+        prepared = prepared._replace(info={**prepared.info, **protocol_info(args.dataset)})
     say(_summary(prepared, time.perf_counter() - start) + (" " * 20 if tty else ""))
     return Loaded(prepared, node_ids)
 

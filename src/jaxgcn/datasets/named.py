@@ -15,6 +15,7 @@ from jaxgcn.datasets.parsed import cached
 from jaxgcn.datasets.splits import per_class_split
 
 PARSED = "parsed.npz"
+OGB_METRIC = {"accuracy": "acc"}  # the name OGB's Evaluator reports the metric under
 
 
 def refuse_unsupported(entry: Dataset) -> None:
@@ -85,3 +86,13 @@ def protocol_splits(raw: RawGraph, protocol: str, n_splits: int, seed: int = 0) 
         raise ValueError(f"--splits {n_splits}: dataset {raw.name} ships {len(official)} official split(s) "
                          f"({protocol} protocol); give at most {len(official)}, or --split random for drawn ones")
     return official[:n_splits]
+
+
+def protocol_info(name: str) -> dict[str, str]:
+    """``{"protocol", "metric"}`` of a catalogue dataset for reports (OGB's metric under OGB's name:
+    ``acc`` for ogbn-arxiv), or ``{}`` for other datasets."""
+    entry = CATALOGUE.get(name.lower().replace("_", "-"))
+    if entry is None:
+        return {}
+    return {"protocol": entry.protocol, "metric": f"ogb:{OGB_METRIC.get(entry.metric, entry.metric)}"
+            if entry.protocol == "ogb" else entry.metric}
