@@ -110,6 +110,19 @@ def _offline_help(entry: Dataset, folder: Path) -> str:
             f"there yourself: {files}")
 
 
+def _reason(err: Exception) -> str:
+    """A network error in a few words: its type and, for an HTTP error, the status; else the
+    innermost cause's message (urllib3 nests several), cut at a word."""
+    response = getattr(err, "response", None)
+    if response is not None:
+        return f"HTTP {response.status_code} {response.reason}"
+    inner: BaseException = err
+    while inner.__cause__ is not None or inner.__context__ is not None:
+        inner = inner.__cause__ or inner.__context__  # type: ignore[assignment]
+    text = str(inner.args[-1] if inner.args else inner)
+    return f"{type(err).__name__}: {text if len(text) <= 160 else text[:160].rsplit(' ', 1)[0] + ' ...'}"
+
+
 def _fetch_one(entry: Dataset, source: Source, folder: Path, progress: bool) -> None:
     import pooch
     import requests
@@ -128,8 +141,8 @@ def _fetch_one(entry: Dataset, source: Source, folder: Path, progress: bool) -> 
     try:
         fetcher.fetch(source.filename, downloader=downloader)
     except requests.exceptions.RequestException as err:
-        raise DownloadError(f"dataset {entry.name}: could not download {url} ({type(err).__name__}: "
-                            f"{str(err)[:200]}); {_offline_help(entry, folder)}") from None
+        raise DownloadError(f"dataset {entry.name}: could not download {url} ({_reason(err)}); "
+                            f"{_offline_help(entry, folder)}") from None
     except ValueError as err:
         if "hash" not in str(err).lower():
             raise
@@ -137,11 +150,11 @@ def _fetch_one(entry: Dataset, source: Source, folder: Path, progress: bool) -> 
                             f"{'published' if source.sha256 else 'first download'}'s ({known}); nothing was kept "
                             f"at {path}. The upstream file changed or the transfer was altered: check the source, "
                             f"and if the new file is right delete {_record(path)} to accept it") from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)  # pooch's temporary file was private: a shared cache is readable as usual
+    _extracted(path).unlink(missing_ok=True)  # a new archive is unpacked again, never an old copy used
     digest = known or file_sha256(path)
     _write_atomic(_record(path), f"{digest} {path.stat().st_size}\n")
+    # pooch's temporary file was private (0600): give the data the mode the record got from the umask
+    os.chmod(path, _record(path).stat().st_mode & 0o777)
 
 
 def _unzip(path: Path, folder: Path) -> None:

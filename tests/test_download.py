@@ -1,0 +1,437 @@
+"""Catalogue downloads end to end, against a local HTTP server standing in for the internet.
+
+The ``mirror`` fixture (module scope) runs the standard library's ``ThreadingHTTPServer`` with a
+``SimpleHTTPRequestHandler`` rooted at a temporary folder, in a daemon thread on 127.0.0.1 and a
+free port. The folder is laid out as a ``$JAXGCN_MIRROR`` (``<name>/<filename>``) and holds Shchur
+et al.'s published cora.npz / citeseer.npz (from ``../shared/datasets``) under shchur-cora and
+shchur-citeseer. The handler logs nothing, records every GET path in ``mirror.gets`` (cleared per
+test by ``server``) and, before answering, waits for the event ``mirror.gate`` (set unless a test
+clears it to hold a download open while another client starts). A mirror URL may carry a path
+prefix (``<url>/bad``): tests that serve altered files put them under their own prefix and leave
+the shared layout alone. Every test uses its own ``tmp_path`` data root and sets ``JAXGCN_MIRROR``
+itself (conftest.py removes it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from cli_run import run_main
+
+import jaxgcn.datasets.gnnbench
+from jaxgcn.datasets import load_dataset
+from jaxgcn.datasets import catalogue, download, parsed
+from jaxgcn.datasets.base import RawGraph
+from jaxgcn.datasets.catalogue import CATALOGUE, Dataset, Source
+from jaxgcn.datasets.download import DownloadError, is_cached
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+CORA_SHA = CATALOGUE["shchur-cora"].sources[0].sha256
+CITESEER_SHA = CATALOGUE["shchur-citeseer"].sources[0].sha256
+
+
+def need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the shared dataset folder is not beside the repository)")
+    return path
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary files (pooch's ``tmp*``, our ``.*.tmp<pid>``, ``.extract.tmp<pid>``) in ``folder``."""
+    return [p.name for p in folder.iterdir() if "tmp" in p.name]
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mirror")
+    for name in ("cora", "citeseer"):
+        (root / f"shchur-{name}").mkdir()
+        shutil.copy(need(SHARED / "gnn-benchmark" / f"{name}.npz"), root / f"shchur-{name}" / f"{name}.npz")
+    state = SimpleNamespace(root=root, gets=[], gate=threading.Event())
+    state.gate.set()
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            state.gets.append(self.path)
+            state.gate.wait(120)
+            super().do_GET()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def server(mirror, monkeypatch):
+    """The mirror, set as $JAXGCN_MIRROR, with its request log cleared."""
+    mirror.gets.clear()
+    mirror.gate.set()
+    monkeypatch.setenv("JAXGCN_MIRROR", mirror.url)
+    yield mirror
+    mirror.gate.set()
+
+
+def add_row(monkeypatch, name: str, fmt: str, sources: tuple[Source, ...], stem: str) -> Dataset:
+    entry = Dataset(name, fmt, sources, 0, 0, 0, 0, "ogb" if fmt.startswith("ogb") else "planetoid", "test",
+                    "test", stem=stem)
+    monkeypatch.setitem(CATALOGUE, name, entry)
+    return entry
+
+
+def test_download_verify_cache_and_load_once(server, tmp_path, monkeypatch):
+    raw = load_dataset("shchur-cora", data_root=tmp_path, progress=False)
+    assert raw.labels.size == raw.features.shape[0] == 2708 and raw.features.shape[1] == 1433
+    path = tmp_path / "shchur-cora" / "cora.npz"
+    assert sha256(path) == CORA_SHA
+    assert (tmp_path / "shchur-cora" / "cora.npz.sha256").read_text() == f"{CORA_SHA} 540580\n"
+    assert is_cached(CATALOGUE["shchur-cora"], tmp_path)
+    assert server.gets == ["/shchur-cora/cora.npz"]
+    assert not leftovers(path.parent)
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(jaxgcn.datasets.gnnbench, "load_gnnbench", no_parse)
+    again = load_dataset("shchur-cora", data_root=tmp_path, progress=False)
+    assert server.gets == ["/shchur-cora/cora.npz"]  # no second request
+    for field in ("senders", "receivers", "labels"):
+        assert np.array_equal(getattr(raw, field), getattr(again, field)), field
+    assert (raw.features != again.features).nnz == 0
+    assert {k: v.tolist() for k, v in raw.splits.items()} == {k: v.tolist() for k, v in again.splits.items()}
+
+
+def test_planetoid_row_records_first_hashes_and_refuses_a_changed_file(server, tmp_path, monkeypatch):
+    served = server.root / "planetoid" / "test-planetoid"
+    served.mkdir(parents=True, exist_ok=True)
+    for part in catalogue.PLANETOID_PARTS:
+        shutil.copy(need(SHARED / "planetoid" / f"ind.cora.{part}"), served / f"ind.cora.{part}")
+    monkeypatch.setenv("JAXGCN_MIRROR", f"{server.url}/planetoid")
+    entry = add_row(monkeypatch, "test-planetoid", "planetoid", catalogue._planetoid("cora"), "cora")
+    assert all(s.sha256 is None for s in entry.sources)
+
+    raw = load_dataset("test-planetoid", data_root=tmp_path, progress=False)
+    assert raw.labels.size == 2708 and raw.name == "test-planetoid"
+    assert [raw.splits[k].size for k in ("train", "val", "test")] == [140, 500, 1000]
+    assert len(server.gets) == 8
+    folder = tmp_path / "test-planetoid"
+    for part in catalogue.PLANETOID_PARTS:
+        name = f"ind.cora.{part}"
+        digest, size = (folder / f"{name}.sha256").read_text().split()
+        assert digest == sha256(served / name) and int(size) == (served / name).stat().st_size
+
+    (served / "ind.cora.y").write_bytes(b"not the file that was first downloaded")
+    (folder / "ind.cora.y").unlink()
+    assert not is_cached(entry, tmp_path)
+    monkeypatch.setattr(download, "RETRIES", 1)  # a mismatch is retried once, then refused
+    with pytest.raises(DownloadError, match=r"ind\.cora\.y downloaded a file whose SHA-256 differs from the first "
+                                            r"download's .*nothing was kept"):
+        load_dataset("test-planetoid", data_root=tmp_path, progress=False)
+    assert not (folder / "ind.cora.y").exists() and (folder / "ind.cora.y.sha256").is_file()
+    assert not leftovers(folder)
+    assert server.gets[8:] == ["/planetoid/test-planetoid/ind.cora.y"] * 2
+
+
+def test_a_corrupted_download_of_a_published_file_keeps_nothing(server, tmp_path, monkeypatch):
+    (server.root / "bad" / "shchur-cora").mkdir(parents=True, exist_ok=True)
+    (server.root / "bad" / "shchur-cora" / "cora.npz").write_bytes(b"\0" * 1000)
+    monkeypatch.setenv("JAXGCN_MIRROR", f"{server.url}/bad")
+    monkeypatch.setattr(download, "RETRIES", 0)
+    url = f"{server.url}/bad/shchur-cora/cora.npz"
+    with pytest.raises(DownloadError) as err:
+        load_dataset("shchur-cora", data_root=tmp_path, progress=False)
+    assert url in str(err.value) and "differs from the published's" in str(err.value)
+    assert f"nothing was kept at {tmp_path / 'shchur-cora' / 'cora.npz'}" in str(err.value)
+    folder = tmp_path / "shchur-cora"
+    assert not (folder / "cora.npz").exists() and not (folder / "cora.npz.sha256").exists()
+    assert not leftovers(folder) and server.gets == ["/bad/shchur-cora/cora.npz"]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_offline_error_says_what_to_fetch_and_where(tmp_path, monkeypatch, capsys):
+    port = closed_port()
+    monkeypatch.setenv("JAXGCN_MIRROR", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(download, "RETRIES", 0)
+    lib = tmp_path / "lib"
+    with pytest.raises(DownloadError) as err:
+        load_dataset("shchur-cora", data_root=lib, progress=False)
+    message = str(err.value)
+    assert f"could not download http://127.0.0.1:{port}/shchur-cora/cora.npz (ConnectionError" in message
+    assert f"-> {lib / 'shchur-cora' / 'cora.npz'}" in message and "`jaxgcn download shchur-cora`" in message
+    assert not (lib / "shchur-cora" / "cora.npz").exists() and not leftovers(lib / "shchur-cora")
+    # as the message says, a file put in place by hand is verified and used without the network
+    shutil.copy(need(SHARED / "gnn-benchmark" / "cora.npz"), lib / "shchur-cora" / "cora.npz")
+    assert load_dataset("shchur-cora", data_root=lib, progress=False).labels.size == 2708
+    assert is_cached(CATALOGUE["shchur-cora"], lib)
+
+    root = tmp_path / "cli"
+    monkeypatch.chdir(tmp_path)
+    code = run_main(["train", "--dataset", "shchur-cora", "--data-root", root, "--epochs", "1", "--quiet"])
+    out, err_text = capsys.readouterr()
+    assert code == 2
+    assert err_text.startswith("jaxgcn: error: dataset shchur-cora: could not download") and err_text.count("\n") == 1
+    assert "`jaxgcn download shchur-cora`" in err_text
+    # nothing under the data root but the (empty) dataset folder and its lock file
+    written = {p.relative_to(root).as_posix() for p in root.rglob("*")}
+    assert written <= {"shchur-cora", "shchur-cora/.lock"}, written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cli", "lib"]  # no run folder written in the cwd either
+
+
+SCRIPT = ("import sys; from jaxgcn.datasets import load_dataset; print('ready', flush=True); "
+          "print(load_dataset('shchur-citeseer', data_root=sys.argv[1], progress=False).labels.size)")
+
+
+def test_two_processes_download_once(server, tmp_path):
+    """The first GET is held open until both processes are inside load_dataset (and 0.5 s more), so the
+    second one certainly finds the download in progress: it must wait on the lock, not fetch too."""
+    server.gate.clear()
+    env = {**os.environ, "JAXGCN_MIRROR": server.url, "JAX_PLATFORMS": "cpu"}
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready", proc.communicate(timeout=60)[1]
+        deadline = time.monotonic() + 60
+        while not server.gets and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        server.gate.set()
+    results = [p.communicate(timeout=180) for p in procs]
+    for proc, (out, err) in zip(procs, results):
+        assert proc.returncode == 0, err
+        assert out.split() == ["3312"]
+    assert server.gets == ["/shchur-citeseer/citeseer.npz"]
+    folder = tmp_path / "shchur-citeseer"
+    assert sha256(folder / "citeseer.npz") == CITESEER_SHA and not leftovers(folder)
+
+
+# ----------------------------------------------------------------------------- OGB zips, both layouts
+
+def write_gz(path: Path, rows) -> None:
+    import gzip
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.writelines(",".join(str(v) for v in np.atleast_1d(row)) + "\n" for row in rows)
+
+
+EDGES = np.array([[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3], [0, 5]])
+FEAT = np.round(np.linspace(-1, 1, 18).reshape(6, 3), 3).astype(np.float32)
+LABELS = np.array([[0.0], [2.0], [np.nan], [1.0], [0.0], [2.0]])
+
+
+def ogb_zip(dest: Path, stem: str, layout: str) -> None:
+    """``dest/<stem>.zip`` holding ``<stem>/raw/...`` and ``<stem>/split/time/...`` (as tests/test_formats.py)."""
+    src = dest.parent / f"build-{stem}" / stem
+    raw = src / "raw"
+    raw.mkdir(parents=True)
+    if layout == "csv":
+        write_gz(raw / "edge.csv.gz", EDGES)
+        write_gz(raw / "node-feat.csv.gz", FEAT)
+        write_gz(raw / "node-label.csv.gz", LABELS)
+        write_gz(raw / "num-node-list.csv.gz", np.array([6]))
+    else:
+        np.savez(raw / "data.npz", edge_index=EDGES.T, node_feat=FEAT, num_nodes_list=np.array([6]),
+                 num_edges_list=np.array([len(EDGES)]))
+        np.savez(raw / "node-label.npz", node_label=LABELS)
+    for name, ids in (("train", [0, 1]), ("valid", [3]), ("test", [4, 5])):
+        write_gz(src / "split" / "time" / f"{name}.csv.gz", np.array(ids))
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(dest / f"{stem}.zip", "w") as z:
+        for path in sorted(src.rglob("*")):
+            z.write(path, path.relative_to(src.parent).as_posix())
+
+
+def ogb_row(monkeypatch, name: str, fmt: str, stem: str) -> Dataset:
+    return add_row(monkeypatch, name, fmt, (Source(f"https://upstream.invalid/{stem}.zip", f"{stem}.zip",
+                                                   unzip=True),), stem)
+
+
+def test_ogb_zips_in_both_layouts_are_fetched_extracted_once_and_agree(server, tmp_path, monkeypatch):
+    ogb_zip(server.root / "test-ogb", "tiny", "csv")
+    ogb_zip(server.root / "test-ogb-bin", "tiny-bin", "binary")
+    entries = [ogb_row(monkeypatch, "test-ogb", "ogb", "tiny"), ogb_row(monkeypatch, "test-ogb-bin", "ogb-bin",
+                                                                         "tiny-bin")]
+    a = load_dataset("test-ogb", data_root=tmp_path, progress=False)
+    b = load_dataset("test-ogb-bin", data_root=tmp_path, progress=False)
+    assert sorted(server.gets) == ["/test-ogb-bin/tiny-bin.zip", "/test-ogb/tiny.zip"]
+    assert b.senders.tolist() == [0, 1, 2, 3, 4, 5, 0] and b.labels.tolist() == [0, 2, -1, 1, 0, 2]
+    for field in ("senders", "receivers", "features", "labels"):
+        assert np.array_equal(getattr(a, field), getattr(b, field)), field
+    for raw in (a, b):
+        assert {k: v.tolist() for k, v in raw.splits.items()} == {"train": [0, 1], "val": [3], "test": [4, 5]}
+    for entry in entries:
+        folder = tmp_path / entry.name
+        assert (folder / f"{entry.stem}.zip.extracted").is_file() and (folder / entry.stem / "raw").is_dir()
+        assert is_cached(entry, tmp_path) and not leftovers(folder)
+    # a second fetch neither downloads nor opens the zip again
+    def no_unzip(*args, **kwargs):
+        raise AssertionError("extracted again")
+
+    monkeypatch.setattr(download, "zipfile", SimpleNamespace(ZipFile=no_unzip))
+    for entry in entries:
+        download.fetch(entry, tmp_path, progress=False)
+    assert len(server.gets) == 2
+    # accept a changed upstream archive as the hash-mismatch error says (delete the record): it is
+    # downloaded and unpacked again
+    monkeypatch.setattr(download, "zipfile", zipfile)
+    shutil.rmtree(server.root / "build-tiny")
+    global LABELS
+    LABELS, old_labels = np.array([[1.0], [1.0], [np.nan], [1.0], [0.0], [2.0]]), LABELS
+    try:
+        ogb_zip(server.root / "test-ogb", "tiny", "csv")
+    finally:
+        LABELS = old_labels
+    folder = tmp_path / "test-ogb"
+    (folder / "tiny.zip").unlink()
+    (folder / "tiny.zip.sha256").unlink()
+    c = load_dataset("test-ogb", data_root=tmp_path, progress=False)
+    assert c.labels.tolist() == [1, 1, -1, 1, 0, 2]  # the new archive was unpacked, not the old copy used
+
+
+def test_a_zip_member_outside_the_folder_is_refused(server, tmp_path, monkeypatch):
+    (server.root / "test-evil").mkdir(exist_ok=True)
+    with zipfile.ZipFile(server.root / "test-evil" / "evil.zip", "w") as z:
+        z.writestr("evil/raw/edge.csv.gz", b"")
+        z.writestr("../evil", b"escaped")
+    ogb_row(monkeypatch, "test-evil", "ogb", "evil")
+    with pytest.raises(DownloadError, match=r"evil\.zip: member '\.\./evil' would be written outside .*refusing"):
+        load_dataset("test-evil", data_root=tmp_path, progress=False)
+    assert not (tmp_path / "evil").exists() and not (tmp_path / "test-evil" / "evil").exists()
+    assert not (tmp_path / "test-evil" / "evil.zip.extracted").exists()
+
+
+def test_multi_label_is_refused_before_any_download(server, tmp_path):
+    with pytest.raises(ValueError, match=r"ogbn-proteins: a multi-label task \(112 binary labels per node, scored "
+                                         r"by rocauc\)"):
+        load_dataset("ogbn-proteins", data_root=tmp_path)
+    assert server.gets == [] and not (tmp_path / "ogbn-proteins").exists()
+
+
+# ----------------------------------------------------------------------------- parse once, own files
+
+def tiny_raw() -> RawGraph:
+    return RawGraph("tiny", np.array([0, 1]), np.array([1, 2]), np.eye(3, dtype=np.float32),
+                    np.array([0, 1, 0], np.int32), {"train": np.array([0]), "val": np.array([1]),
+                                                    "test": np.array([2])})
+
+
+def test_cached_parses_once_until_the_source_or_the_loader_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(parsed, "MIN_BYTES", 0)
+    source = tmp_path / "edges.csv"
+    source.write_text("0,1\n1,2\n")
+    calls = []
+
+    def parse():
+        calls.append(1)
+        return tiny_raw()
+
+    path = parsed.cache_file(tmp_path / "root", "files", [source])
+    first = parsed.cached(path, [source], parse)
+    again = parsed.cached(path, [source], parse)
+    assert len(calls) == 1 and path.is_file()
+    assert again.senders.tolist() == first.senders.tolist() and again.labels.tolist() == [0, 1, 0]
+    assert np.array_equal(again.features, first.features) and again.splits["test"].tolist() == [2]
+    st = source.stat()
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    parsed.cached(path, [source], parse)
+    assert len(calls) == 2
+    parsed.cached(path, [source], parse)
+    assert len(calls) == 2
+    monkeypatch.setattr(parsed, "LOADER_VERSION", parsed.LOADER_VERSION + 1)
+    parsed.cached(path, [source], parse)
+    assert len(calls) == 3
+    # a cache folder that cannot be written: the parse result is returned, nothing stored
+    if os.geteuid() == 0:  # root writes into read-only folders: block the folder with a file instead
+        (tmp_path / "ro").write_text("")
+        unwritable = tmp_path / "ro" / "x.npz"
+    else:
+        (tmp_path / "ro").mkdir()
+        (tmp_path / "ro").chmod(0o555)
+        unwritable = tmp_path / "ro" / "x.npz"
+    raw = parsed.cached(unwritable, [source], parse)
+    assert len(calls) == 4 and raw.labels.tolist() == [0, 1, 0] and not unwritable.exists()
+
+
+def test_cli_own_files_are_parsed_once(tmp_path, monkeypatch, capsys):
+    import jaxgcn.cli.data
+
+    monkeypatch.setattr(parsed, "MIN_BYTES", 0)
+    edges, labels = tmp_path / "edges.csv", tmp_path / "labels.csv"
+    edges.write_text("src,dst\n" + "".join(f"n{i},n{(i + 1) % 30}\nn{i},n{(i + 7) % 30}\n" for i in range(30)))
+    labels.write_text("node,label\n" + "".join(f"n{i},{i % 3}\n" for i in range(30)))
+    argv = ["info", "--edges", edges, "--labels", labels, "--data-root", tmp_path / "root", "--train-per-class", "2",
+            "--val", "3", "--test", "6"]
+    real, calls = jaxgcn.cli.data.load_files, []
+    monkeypatch.setattr(jaxgcn.cli.data, "load_files", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert run_main(argv) == 0
+    first = capsys.readouterr().out
+    assert len(calls) == 1 and list((tmp_path / "root" / "parsed").glob("files-*.npz"))
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(jaxgcn.cli.data, "load_files", no_parse)
+    assert run_main(argv) == 0
+    assert capsys.readouterr().out == first and "30" in first
+
+
+# ----------------------------------------------------------------------------- jaxgcn download / datasets
+
+def status_of(listing: str, name: str) -> str:
+    """The status column of ``name``'s row in `jaxgcn datasets`' table (located by the header)."""
+    header, *rows = listing.splitlines()
+    start = header.index("status")
+    return next(row for row in rows if row.split()[:1] == [name])[start:start + 16].strip()
+
+
+def test_cli_download_then_list(server, tmp_path, capsys):
+    assert run_main(["download", "shchur-cora", "--data-root", tmp_path, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert (f"shchur-cora: downloaded and verified, 2,708 nodes ready in {tmp_path / 'shchur-cora'}") in out
+    assert run_main(["download", "shchur-cora", "--data-root", tmp_path, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == f"shchur-cora: already cached, 2,708 nodes ready in {tmp_path / 'shchur-cora'}"
+    assert server.gets == ["/shchur-cora/cora.npz"]
+
+    assert run_main(["datasets", "--data-root", tmp_path]) == 0
+    listing = capsys.readouterr().out
+    assert status_of(listing, "shchur-cora").startswith("cached")
+    assert status_of(listing, "cora").startswith("bundled")
+    assert status_of(listing, "pubmed").startswith("download ? MB")  # ind.pubmed.allx's size is unknown
+    assert status_of(listing, "shchur-citeseer") == "download 1.3 MB"
+    assert f"cache: {tmp_path} " in listing
+
+    assert run_main(["download", "nosuch", "--data-root", tmp_path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxgcn: error: download nosuch: not a catalogue dataset; choose from cora, citeseer, "
+                          "pubmed, shchur-cora,") and "ogbn-arxiv" in err
