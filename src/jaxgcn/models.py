@@ -264,7 +264,25 @@ def _drop_hidden(execution: Execution, h: jax.Array, key: jax.Array, runs: RunIn
     counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * runs.hidden.astype(jnp.uint32)[None, :, None]
                + jax.lax.iota(jnp.uint32, width)[None, None, :])
     keep = _keep(execution, key, runs, counter, (n, r, width))
+    keep = _materialize(keep, key)
     return jnp.where(keep, h / runs.keep_scale[None, :, None], 0.0)
+
+
+def _materialize(x: jax.Array, key: jax.Array) -> jax.Array:
+    """``x``, computed once into a buffer that every consumer reads.
+
+    XLA's CPU fusion copies cheap elementwise producers into each consumer, so a dropout mask used
+    by the forward product and by the gradient was hashed in every one of those fusions (3-5 times
+    per epoch: benchmarks/profile_epoch.py). ``lax.optimization_barrier`` does not stop it on CPU
+    (the barrier is expanded away before fusion); the output of a while loop is a buffer, and a
+    loop whose trip count (1) comes from runtime data cannot be simplified away.
+    """
+    bits = jax.random.key_data(key).reshape(-1)[0]
+    once = jnp.minimum(bits | jnp.uint32(1), jnp.uint32(1))  # 1, from runtime data: unknown to the compiler
+    # the body must not return its carry untouched (JAX forwards such a carry around the loop): it
+    # xors the mask with "count > 1", false in the one iteration there is
+    return jax.lax.while_loop(lambda c: c[0] < once, lambda c: (c[0] + 1, c[1] ^ (c[0] > 1)),
+                              (jnp.zeros_like(once), x))[1]
 
 
 def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Array:
@@ -289,7 +307,11 @@ def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Arr
         return (x.reshape(x.shape[0], d_in) @ w.reshape(d_in, d_out))[:, None, :]
     if x.ndim == 2:
         return jnp.einsum("nf,fro->nro", x, w)
-    return jnp.einsum("nrf,fro->nro", x, w)
+    # per-run hidden [n, R, in] x [in, R, out]: a broadcast product summed over ``in``, so every
+    # array stays node-major. A batched dot (einsum "nrf,fro->nro") makes XLA transpose the
+    # activations to [R, in, n] and back, strided by R * in floats: 53-69% of a batched epoch on
+    # Cora for R = 8-100 (benchmarks/profile_epoch.py), against ~2 n R in out FLOPs of work.
+    return jnp.sum(x[:, :, :, None] * w.transpose(1, 0, 2)[None], axis=2)
 
 
 def _layer_norm_runs(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Array:
