@@ -31,7 +31,7 @@ SEEDS = [0, 1]
 DATA_ARGS = ["--dataset", "synthetic", "--nodes", "300", "--classes", "3", "--features", "16"]
 CLI = [*DATA_ARGS, "--epochs", "30", "--no-compile-cache", "--quiet"]
 CSV_FIELDS = [*GRID_KEYS, "n_runs", "val_acc_mean", "val_acc_std", "test_acc_mean", "test_acc_std", "epochs_mean"]
-GROUP = re.compile(r"^group (\d+)/(\d+) \(layers (\d+), (?:\w+), padded hidden (\d+)\): (\d+) runs in one program \| "
+GROUP = re.compile(r"^group (\d+)/(\d+) \(layers (\d+), (?:\w+), hidden (\d+)\): (\d+) runs in one program \| "
                    r"compile \d+\.\ds \| train \d+\.\ds \| val mean (\d\.\d{4})$")
 
 
@@ -96,20 +96,22 @@ def test_run_grid_rows_summarize_their_runs_best_first(swept):
     assert len({(r.val_mean, r.test_mean) for r in rows}) > 1  # the configurations differ
 
 
-def test_run_grid_compiles_one_program_per_layer_count(swept):
+def test_run_grid_compiles_one_program_per_layer_count_and_width(swept):
     rows, lines = swept
     groups = [GROUP.match(line) for line in lines]
     assert all(groups), lines  # no chunking line: the default budget is half the free memory
+    # one program per (layers, hidden): padding every run to the widest made each cost the widest
     assert [(m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)) for m in groups] == [
-        ("1", "2", "2", "16", "8"), ("2", "2", "3", "16", "8")]
+        ("1", "4", "2", "8", "4"), ("2", "4", "2", "16", "4"), ("3", "4", "3", "8", "4"), ("4", "4", "3", "16", "4")]
     for m in groups:  # the logged mean is the mean over that group's runs
-        runs = [run["val_acc"] for r in rows if r.config["layers"] == int(m.group(3)) for run in r.runs]
+        runs = [run["val_acc"] for r in rows if r.config["layers"] == int(m.group(3))
+                and r.config["hidden"] == int(m.group(4)) for run in r.runs]
         assert m.group(6) == f"{np.mean(runs):.4f}"
 
 
 def test_run_grid_row_equals_single_runs(swept, single):
     rows, _ = swept
-    # The least default row: padded (8 of 16 hidden units), its own lr, and 3 layers.
+    # The least default row: 8 hidden units, its own lr, and 3 layers.
     row = find(rows, lr=0.05, hidden=8, layers=3)
     for run in row.runs:
         one = single(dataclasses.replace(MODEL, hidden=8, layers=3), dataclasses.replace(BASE, lr=0.05), run["seed"])
@@ -120,14 +122,14 @@ def test_run_grid_row_equals_single_runs(swept, single):
 
 def test_memory_budget_splits_a_group_into_chunks_with_the_same_results(prepared, swept):
     rows, _ = swept
-    grid = Grid(lr=(0.01, 0.05), hidden=(8, 16))  # the layers-2 half of GRID: 8 runs
+    grid = Grid(lr=(0.01, 0.05), hidden=(16,))  # the layers-2, hidden-16 group of GRID: 4 runs
     per_run = estimate_bytes(prepared.data, dataclasses.replace(MODEL, hidden=16), 1, prepared.n_classes, EXEC)
     lines = []
     chunked = run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
-                       memory_budget=4 * per_run, log=lines.append)
-    assert lines[0].startswith("group 1: 8 runs need ~") and lines[0].endswith("running 2 chunks of <= 4 runs")
-    assert [m.group(5) for m in map(GROUP.match, lines[1:])] == ["4", "4"]
-    assert len(chunked) == 4
+                       memory_budget=2 * per_run, log=lines.append)
+    assert lines[0].startswith("group 1: 4 runs need ~") and lines[0].endswith("running 2 chunks of <= 2 runs")
+    assert [m.group(5) for m in map(GROUP.match, lines[1:])] == ["2", "2"]
+    assert len(chunked) == 2
     for r in chunked:
         whole = find(rows, lr=r.config["lr"], hidden=r.config["hidden"], layers=2)
         assert [run["seed"] for run in r.runs] == SEEDS
@@ -220,13 +222,14 @@ def test_lower_rejects_what_no_run_can_use(grid, seeds, n_splits, match):
 
 def test_program_key_ignores_only_the_per_run_fields():
     (e,) = lower(Grid(), [0], model_config=MODEL, config=BASE)
-    same = [e._replace(model=dataclasses.replace(e.model, dropout=0.1, hidden=64)),
+    same = [e._replace(model=dataclasses.replace(e.model, dropout=0.1)),
             e._replace(train=dataclasses.replace(e.train, lr=0.2, weight_decay=0.0)), e._replace(seed=5, split=2)]
     assert all(program_key(x) == program_key(e) for x in same)
     other = [e._replace(train=dataclasses.replace(e.train, epochs=20)),
              e._replace(train=dataclasses.replace(e.train, l2="all")),
              e._replace(train=dataclasses.replace(e.train, early_stopping=Patience(5))),
              e._replace(model=dataclasses.replace(e.model, layers=3)),
+             e._replace(model=dataclasses.replace(e.model, hidden=64)),  # its own program: no padding to the widest
              e._replace(model=dataclasses.replace(e.model, bias=True))]
     assert len({program_key(x) for x in [e, *other]}) == 1 + len(other)
     # With layer norm the width is part of the parameters' structure: other widths, other programs.

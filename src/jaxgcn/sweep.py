@@ -147,16 +147,17 @@ def grid_values(entry: Entry) -> dict[str, Any]:
 
 def program_key(entry: Entry) -> tuple[GCNConfig, TrainConfig]:
     """The configs of the program an entry runs in: its own, with the per-run fields (learning
-    rate, weight decay, dropout, and the hidden width unless layer norm ties it to the parameters'
-    shapes) set to fixed values, since :class:`jaxgcn.batched.RunSpec` carries them per run. Entries
-    with equal keys share one program; any other difference (epochs, L2 scope, ...) separates them.
+    rate, weight decay, dropout) set to fixed values, since :class:`jaxgcn.batched.RunSpec` carries
+    them per run. Entries with equal keys share one program; any other difference (hidden width,
+    epochs, L2 scope, ...) separates them. Runs of several widths could share one program padded
+    to the widest, but then every run costs the widest: a 16/32/64 grid on Cora took 114 s padded
+    to 64 and far less as one program per width (compiling one is ~1 s, see docs/many-runs.md).
 
     >>> entries = lower(Grid(lr=(0.01, 0.05), layers=(2, 3)), [0])  # (0.01, 2), (0.01, 3), (0.05, 2), ...
     >>> [program_key(e) == program_key(entries[0]) for e in entries]
     [True, False, True, False]
     """
-    hidden = entry.model.hidden if entry.model.layer_norm else GCNConfig.hidden
-    model = dataclasses.replace(entry.model, dropout=GCNConfig.dropout, hidden=hidden)
+    model = dataclasses.replace(entry.model, dropout=GCNConfig.dropout)
     return model, dataclasses.replace(entry.train, lr=TrainConfig.lr, weight_decay=TrainConfig.weight_decay)
 
 
@@ -239,7 +240,7 @@ def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[i
         out[start:start + len(part)] = np.stack([result.metrics["val_acc"], result.metrics["test_acc"],
                                                  result.epochs_run], axis=1)
         if log is not None:
-            log(f"group {g}/{n_groups} (layers {model.layers}, {train.optimizer}, padded hidden {model.hidden}): "
+            log(f"group {g}/{n_groups} (layers {model.layers}, {train.optimizer}, hidden {model.hidden}): "
                 f"{len(part)} runs in one program | compile {result.compile_seconds:.1f}s | train "
                 f"{result.train_seconds:.1f}s | val mean {np.mean(result.metrics['val_acc']):.4f}")
     return out
