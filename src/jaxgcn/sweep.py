@@ -176,8 +176,8 @@ def run_entries(
 ) -> list[Outcome]:
     """Run every entry; return their outcomes in the order of ``entries``.
 
-    Entries with equal :func:`program_key` run in one compiled program (:func:`jaxgcn.batched.fit_runs`)
-    padded to the group's widest hidden layer; groups run fewest layers first, then by optimizer
+    Entries with equal :func:`program_key` (same layer count, hidden width, optimizer, ...) run in one
+    compiled program (:func:`jaxgcn.batched.fit_runs`); groups run fewest layers first, then by optimizer
     name. A group over ``memory_budget`` bytes (default: half the free memory) runs in chunks.
     ``data``'s masks are [n_splits, n_nodes] when there is more than one split.
 
@@ -196,9 +196,8 @@ def run_entries(
         mine = members[process_index::process_count]
         if not mine:
             continue
-        padded = dataclasses.replace(model, hidden=max(entries[j].model.hidden for j in members))
         rows = [row[j] for j in mine]
-        results[rows, :3] = _run_group(data, n_classes, [entries[j] for j in mine], rows, padded, train, execution,
+        results[rows, :3] = _run_group(data, n_classes, [entries[j] for j in mine], rows, model, train, execution,
                                        name=(g + 1, len(groups)), budget=budget, log=log, progress=progress)
         results[rows, 3] = 1.0
     if combine is not None:
