@@ -6,7 +6,7 @@ import argparse
 
 from jaxgcn.datasets import available
 from jaxgcn.datasets.catalogue import CATALOGUE, PROTOCOLS, Dataset, lookup
-from jaxgcn.datasets.download import data_root, dataset_dir, fetch, is_cached
+from jaxgcn.datasets.download import data_root, dataset_dir, is_cached
 from jaxgcn.datasets.named import load_named, refuse_unsupported
 
 
@@ -55,8 +55,8 @@ def download(args: argparse.Namespace) -> int:
         if not was:
             print(f"{entry.name}: downloading {_megabytes(entry.download_bytes)} into "
                   f"{dataset_dir(entry, args.data_root)}", flush=True)
-            fetch(entry, args.data_root, progress=not args.quiet)
-        raw = load_named(entry, root=args.data_root, download=False)  # parse now: the job starts from arrays
+        # fetches what is missing and parses now: the job then starts from the stored arrays
+        raw = load_named(entry, root=args.data_root, progress=not args.quiet)
         print(f"{entry.name}: {'already cached' if was else 'downloaded and verified'}, {raw.labels.size:,} nodes "
               f"ready in {dataset_dir(entry, args.data_root)}")
     return 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.bundled import load_bundled
-from jaxgcn.datasets.catalogue import CATALOGUE, Dataset
+from jaxgcn.datasets.catalogue import Dataset, lookup
 from jaxgcn.datasets.download import DownloadError, dataset_dir, fetch, is_cached
 from jaxgcn.datasets.parsed import cached
 from jaxgcn.datasets.splits import per_class_split
@@ -68,7 +68,7 @@ def load_named(entry: Dataset, *, root: str | Path | None = None, download: bool
 
 def protocol_of(name: str) -> str | None:
     """The evaluation protocol of a catalogue dataset (None: not a catalogue name)."""
-    entry = CATALOGUE.get(name.lower().replace("_", "-"))
+    entry = lookup(name)
     return entry.protocol if entry is not None else None
 
 
@@ -91,7 +91,7 @@ def protocol_splits(raw: RawGraph, protocol: str, n_splits: int, seed: int = 0) 
 def protocol_info(name: str) -> dict[str, str]:
     """``{"protocol", "metric"}`` of a catalogue dataset for reports (OGB's metric under OGB's name:
     ``acc`` for ogbn-arxiv), or ``{}`` for other datasets."""
-    entry = CATALOGUE.get(name.lower().replace("_", "-"))
+    entry = lookup(name)
     if entry is None:
         return {}
     return {"protocol": entry.protocol, "metric": f"ogb:{OGB_METRIC.get(entry.metric, entry.metric)}"
