@@ -367,14 +367,15 @@ def op_times(trace_dir: str, module: str, loops: set[str]) -> tuple[dict[str, li
 
 # --- one batch size ---------------------------------------------------------------------------------
 
-def profile(prepared: Any, r: int, seconds: float, repeat: int, limits: dict[str, float]) -> dict[str, Any]:
+def profile(prepared: Any, r: int, seconds: float, repeat: int, limits: dict[str, float],
+            hidden: int = 16) -> dict[str, Any]:
     """Time and trace the batched program of ``r`` runs; each execution runs about ``seconds``."""
     data = prepared.data
     n_features = int(data.x.shape[1])
     # the paper's 200 epochs (the history buffers' length); each execution stops earlier
-    model_config, config = GCNConfig(), TrainConfig(early_stopping=None)
+    model_config, config = GCNConfig(hidden=hidden), TrainConfig(early_stopping=None)
     execution = Execution(backend=prepared.backend)
-    spec = make_specs(list(range(r)))
+    spec = make_specs(list(range(r)), hidden=hidden)
     params = init_params(model_config, spec, n_features, prepared.n_classes)
     runs, seeds = run_inputs(spec), jnp.asarray(spec.seed, jnp.int32)
     (init, run_until, _, _), _, _ = _compile(model_config, config, execution, params, data, runs, seeds, None)
@@ -485,6 +486,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=1.0, help="target length of one timed execution")
     ap.add_argument("--repeat", type=int, default=7, help="timed executions per R (median)")
     ap.add_argument("--top", type=int, default=8, help="single ops listed per R")
+    ap.add_argument("--hidden", type=int, default=16, help="hidden width of every run (the paper's 16)")
     ap.add_argument("--no-one-core", action="store_true", help="skip the one-core peak (a subprocess)")
     args = ap.parse_args()
 
@@ -503,7 +505,7 @@ def main() -> int:
           f"entries + {prepared.info['n_nodes']} self-loops, {prepared.n_classes} classes, backend {prepared.backend}")
     results = []
     for r in [int(v) for v in args.runs.split(",")]:
-        res = profile(prepared, r, args.seconds, args.repeat, limits)
+        res = profile(prepared, r, args.seconds, args.repeat, limits, args.hidden)
         print_table(res, args.top)
         results.append(res)
     print("\nms per run-epoch, by part (growth with R):\n")

@@ -244,3 +244,72 @@ def test_host_conversion_refuses_out_of_range_indices():
     with pytest.raises(ValueError, match=r"sparse matrix of shape \(2, 3\) is malformed: column index 7 is out "
                                          r"of range \[0, 3\)"):
         csr_from_scipy(bad)
+
+
+# --- the per-run dense products (run_matmul): [n, R, H] x [H, R, C] --------------------------------
+
+def _per_run_einsum(x, w):
+    return jnp.einsum("nrh,hrc->nrc", x, w, precision="highest")
+
+
+@pytest.mark.parametrize(("n", "runs", "h", "c"), [(37, 3, 5, 7), (2708, 8, 64, 7), (100, 2, 33, 20), (9, 1, 1, 1),
+                                                   (1000, 4, 16, 16)],
+                         ids=["odd", "cora-64", "two-chunks-of-classes", "one", "exact-lanes"])
+def test_run_matmul_equals_the_dense_formula_with_gradients(n, runs, h, c):
+    from jaxgcn.csr import run_matmul
+
+    rng = np.random.default_rng(n + h)
+    x = jnp.asarray(rng.standard_normal((n, runs, h)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((h, runs, c)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((n, runs, c)), jnp.float32).at[::3].set(0.0)  # rows the kernel skips
+    np.testing.assert_allclose(run_matmul(x, w), _per_run_einsum(x, w), rtol=1e-5, atol=1e-4)
+
+    def loss(fn):
+        return lambda x, w: jnp.sum(jnp.sin(fn(x, w)) * g)
+
+    kernel = jax.jit(jax.grad(loss(run_matmul), (0, 1)))(x, w)
+    for got, want in zip(kernel, jax.grad(loss(_per_run_einsum), (0, 1))(x, w)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+def test_run_matmul_gradients_match_finite_differences_to_second_order():
+    from jaxgcn.csr import run_matmul
+
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.standard_normal((11, 3, 5)), jnp.float32) / 2
+    w = jnp.asarray(rng.standard_normal((5, 3, 4)), jnp.float32) / 2
+    check_grads(lambda x, w: jnp.sum(jnp.tanh(run_matmul(x, w)) ** 2), (x, w), order=2, modes=("rev",),
+                atol=1e-2, rtol=1e-2, eps=1e-2)
+
+
+def test_run_matmul_gradient_is_exactly_zero_where_the_cotangent_is():
+    from jaxgcn.csr import run_matmul
+
+    rng = np.random.default_rng(4)
+    x = jnp.asarray(rng.standard_normal((50, 2, 16)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((16, 2, 7)), jnp.float32)
+    keep = np.zeros((50, 1, 1), np.float32)
+    keep[[3, 17, 40]] = 1.0
+    dx, dw = jax.grad(lambda x, w: jnp.sum(keep * run_matmul(x, w) ** 2), (0, 1))(x, w)
+    assert set(np.flatnonzero(np.abs(np.asarray(dx)).sum(axis=(1, 2)))) == {3, 17, 40}
+    want = jax.grad(lambda w: jnp.sum(keep * _per_run_einsum(x, w) ** 2))(w)
+    np.testing.assert_allclose(np.asarray(dw), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+def test_run_matmul_refuses_mismatched_weights():
+    from jaxgcn.csr import run_matmul
+
+    with pytest.raises(ValueError, match=r"w must be \[4, 2, out\]"):
+        run_matmul(jnp.ones((3, 2, 4)), jnp.ones((4, 3, 5)))
+
+
+def test_batched_model_without_the_kernel_equals_with_it(monkeypatch):
+    # the hidden products fall back to XLA where the kernel cannot run: same numbers
+    from jaxgcn import models
+
+    rng = np.random.default_rng(6)
+    h = jnp.asarray(rng.standard_normal((40, 3, 16)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((16, 3, 7)), jnp.float32)
+    with_kernel = models._matmul_runs(h, None, w)
+    monkeypatch.setattr(models, "kernel_status", lambda: (False, "no kernel here"))
+    np.testing.assert_allclose(models._matmul_runs(h, None, w), with_kernel, rtol=1e-5, atol=1e-5)

@@ -9,7 +9,11 @@ extensions (``g++``/``c++``, or ``$CXX``) against the FFI headers that jaxlib sh
 ``~/.cache/jaxgcn/kernels`` (``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found,
 :func:`kernel_status` says why and ``backend="auto"`` keeps to the pure-XLA backends.
 
-The product is differentiable in reverse mode, to any order, in ``b`` (the gradient is the same
+The same library holds the per-run dense products of a batch of runs (:func:`run_matmul`:
+``[n, R, H] x [H, R, C]``), which XLA computes either through transposes to ``[R, H, n]`` or as a
+materialized ``[n, R, H, C]`` broadcast product.
+
+The sparse product is differentiable in reverse mode, to any order, in ``b`` (the gradient is the same
 kernel over the transposed pattern, precomputed on the host) and in the values (a gather, removed
 by XLA when unused). Forward mode (``jax.jvp``) is not defined for it: training uses reverse mode.
 """
@@ -34,6 +38,7 @@ import scipy.sparse as sp
 
 _SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
 _TARGET = "jaxgcn_spmm"
+_DENSE_TARGET = "jaxgcn_run_dense"
 
 
 class CSR(NamedTuple):
@@ -172,6 +177,7 @@ def _load() -> tuple[bool, str]:
         path = _build(cxx)
         lib = ctypes.cdll.LoadLibrary(str(path))
         jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmm), platform="cpu")
+        jax.ffi.register_ffi_target(_DENSE_TARGET, jax.ffi.pycapsule(lib.JaxgcnRunDense), platform="cpu")
     except (OSError, RuntimeError, subprocess.SubprocessError) as err:
         return False, str(err)
     return True, f"built with {cxx} in {path.parent}"
@@ -294,3 +300,57 @@ def csr_matmul(a: CSR, b: jax.Array) -> jax.Array:
     if kernel_status()[0]:
         return spmm(a, b.astype(jnp.float32)).astype(b.dtype)
     return spmm_xla(a, b)
+
+
+# ----------------------------------------------------------------------------- per-run dense products
+
+def _dense_call(mode: int, a: jax.Array, b: jax.Array, w_shape: tuple[int, int, int], w: jax.Array) -> jax.Array:
+    h, r, c = w_shape
+    rows = h if mode == 2 else a.shape[0]
+    out = jax.ShapeDtypeStruct((rows, r * (h if mode == 1 else c)), jnp.float32)
+    return jax.ffi.ffi_call(_DENSE_TARGET, out)(a, b, w, mode=np.int64(mode))
+
+
+# The three bilinear products, each the others' gradient (so all orders of reverse mode work):
+#   _times(x, w)[i,r,c] = sum_h x[i,r,h] w[h,r,c]   x [n, R*H] -> [n, R*C]
+#   _times_t(g, w)[i,r,h] = sum_c g[i,r,c] w[h,r,c]  g [n, R*C] -> [n, R*H] (zero rows of g skipped)
+#   _outer(x, g)[h,r,c] = sum_i x[i,r,h] g[i,r,c]    -> [H, R, C]         (zero rows of g skipped)
+@jax.custom_vjp
+def _times(x: jax.Array, w: jax.Array) -> jax.Array:
+    return _dense_call(0, x, x[:0], w.shape, w)
+
+
+@jax.custom_vjp
+def _times_t(g: jax.Array, w: jax.Array) -> jax.Array:
+    return _dense_call(1, g, g[:0], w.shape, w)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _outer(x: jax.Array, g: jax.Array, w_shape: tuple[int, int, int]) -> jax.Array:
+    return _dense_call(2, x, g, w_shape, jnp.zeros(w_shape, jnp.float32)).reshape(w_shape)  # w: its shape only
+
+
+_times.defvjp(lambda x, w: (_times(x, w), (x, w)),
+              lambda res, o: (_times_t(o, res[1]), _outer(res[0], o, res[1].shape)))
+_times_t.defvjp(lambda g, w: (_times_t(g, w), (g, w)),
+                lambda res, o: (_times(o, res[1]), _outer(o, res[0], res[1].shape)))
+_outer.defvjp(lambda x, g, shape: (_outer(x, g, shape), (x, g)),
+              lambda shape, res, o: (_times_t(res[1], o), _times(res[0], o)))
+
+
+def run_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """Per-run products ``x[:, r] @ w[:, r]`` of R runs with the kernel: [n, R, H] x [H, R, C] -> [n, R, C].
+
+    Node-major throughout (no transposes); the gradients skip the all-zero rows of the incoming
+    gradient (a loss masked to a few training nodes). Needs :func:`kernel_status`.
+
+    >>> x, w = jnp.ones((3, 2, 4)), jnp.arange(16.0).reshape(4, 2, 2)
+    >>> run_matmul(x, w)[0].tolist() if kernel_status()[0] else [[24.0, 28.0], [32.0, 36.0]]
+    [[24.0, 28.0], [32.0, 36.0]]
+    """
+    require_kernel()
+    n, r, h = x.shape
+    if w.ndim != 3 or w.shape[:2] != (h, r):
+        raise ValueError(f"run_matmul: x has shape {x.shape}, w {w.shape}; w must be [{h}, {r}, out]")
+    out = _times(x.astype(jnp.float32).reshape(n, r * h), w.astype(jnp.float32))
+    return out.reshape(n, r, w.shape[2])

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, kernel_status, spmm, spmm_xla
+from jaxgcn.csr import CSR, kernel_status, run_matmul, spmm, spmm_xla
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.propagate import BACKENDS, propagate
@@ -308,10 +308,13 @@ def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Arr
         return (x.reshape(x.shape[0], d_in) @ w.reshape(d_in, d_out))[:, None, :]
     if x.ndim == 2:
         return jnp.einsum("nf,fro->nro", x, w)
-    # per-run hidden [n, R, in] x [in, R, out]: a broadcast product summed over ``in``, so every
-    # array stays node-major. A batched dot (einsum "nrf,fro->nro") makes XLA transpose the
-    # activations to [R, in, n] and back, strided by R * in floats: 53-69% of a batched epoch on
-    # Cora for R = 8-100 (benchmarks/profile_epoch.py), against ~2 n R in out FLOPs of work.
+    # per-run hidden [n, R, in] x [in, R, out], node-major. A batched dot (einsum "nrf,fro->nro")
+    # makes XLA transpose the activations to [R, in, n] and back, strided by R * in floats: 53-69%
+    # of a batched epoch on Cora for R = 8-100 (benchmarks/profile_epoch.py). The kernel reads
+    # each array once in its own layout; without it, a broadcast product summed over ``in``
+    # (which XLA materializes as [n, R, in, out] once ``in`` is large).
+    if kernel_status()[0]:
+        return run_matmul(x, w)
     return jnp.sum(x[:, :, :, None] * w.transpose(1, 0, 2)[None], axis=2)
 
 

@@ -17,6 +17,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -177,6 +180,210 @@ ffi::Error SpmmImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buf
   return ffi::Error::Success();
 }
 
+// ----------------------------------------------------------------------------------------------
+// Per-run dense products of a batch of R runs (jaxgcn.models._matmul_runs), node-major:
+//
+//   mode 0 (forward):         out[i, r, c] = sum_h x[i, r, h] * w[h, r, c]      x [n, R*H], out [n, R*C]
+//   mode 1 (input gradient):  out[i, r, h] = sum_c g[i, r, c] * w[h, r, c]      g [n, R*C], out [n, R*H]
+//   mode 2 (weight gradient): out[h, r, c] = sum_i x[i, r, h] * g[i, r, c]      out [H, R*C]
+//
+// w is the params' own [H, R, C] layout. XLA computes these either as batched dots (transposing
+// the activations to [R, H, n] and back) or as a broadcast product [n, R, H, C] reduced over H
+// (materialized when H is large: 50 MB per product at R = 8, H = 64). Modes 1 and 2 skip rows of
+// g that are all zero: the gradient of a loss masked to the training nodes is zero outside their
+// neighbourhood. Every inner loop runs over 16 padded lanes (one AVX-512 vector), with w copied
+// once per call into a padded [R, H, Cp] (mode 0, 2) or [R, C, Hp] (mode 1) block.
+
+constexpr int64_t kLanes = 16;
+
+int64_t Padded(int64_t v) { return (v + kLanes - 1) / kLanes * kLanes; }
+
+// Runs body(lo, hi) over [0, n) in chunks on the pool (the calling thread takes chunks too).
+template <typename Body>
+void ParallelFor(ffi::ThreadPool& pool, int64_t n, int64_t cost, const Body& body) {
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  const int64_t n_chunks = cost < (1 << 17) ? 1 : std::min<int64_t>(n, 4 * threads);
+  if (n_chunks <= 1) {
+    body(int64_t{0}, n);
+    return;
+  }
+  struct State {
+    std::atomic<int64_t> next{0}, done{0};
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+  auto st = std::make_shared<State>();
+  // a task that starts after every chunk is done only reads st (which it shares), never body
+  auto drain = [st, n, n_chunks, &body] {
+    for (;;) {
+      const int64_t t = st->next.fetch_add(1);
+      if (t >= n_chunks) return;
+      body(n * t / n_chunks, n * (t + 1) / n_chunks);
+      if (st->done.fetch_add(1) + 1 == n_chunks) {
+        std::lock_guard<std::mutex> lock(st->mu);
+        st->cv.notify_all();
+      }
+    }
+  };
+  for (int64_t t = 0; t < std::min<int64_t>(threads, n_chunks) - 1; ++t) pool.Schedule([drain] { drain(); });
+  drain();
+  std::unique_lock<std::mutex> lock(st->mu);
+  st->cv.wait(lock, [&] { return st->done.load() == n_chunks; });
+}
+
+
+// 16 floats: one AVX-512 register (two AVX2 ones, four SSE ones: the compiler splits it).
+typedef float V16 __attribute__((vector_size(64)));
+
+inline V16 Load(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void Store(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// p[0..n) (n <= 16) in the first lanes, zeros after; reads nothing past p + n.
+inline V16 LoadFirst(const float* p, int64_t n) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<V16>(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p));
+#else
+  float tmp[kLanes] = {};
+  std::memcpy(tmp, p, sizeof(float) * n);
+  return Load(tmp);
+#endif
+}
+
+// The first n (<= 16) lanes of v to p.
+inline void StoreFirst(float* p, V16 v, int64_t n) {
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), reinterpret_cast<__m512>(v));
+#else
+  float tmp[kLanes];
+  Store(tmp, v);
+  std::memcpy(p, tmp, sizeof(float) * n);
+#endif
+}
+
+// Whether row[0..width) is all zeros (-0.0 counts as zero), 16 values per compare.
+bool ZeroRow(const float* row, int64_t width) {
+  typedef int32_t I16 __attribute__((vector_size(64)));
+  I16 bits = {};
+  int64_t j = 0;
+  for (; j + kLanes <= width; j += kLanes) bits |= reinterpret_cast<I16>(Load(row + j));
+  if (j < width) bits |= reinterpret_cast<I16>(LoadFirst(row + j, width - j));
+  bits &= 0x7fffffff;
+  int32_t any = 0;
+  for (int k = 0; k < kLanes; ++k) any |= bits[k];
+  return any == 0;
+}
+
+// out[k * os + c] = sum_h x[k * xs + h] * wp[h * Cp + c] for c < C and NB rows k (one run's rows
+// of NB nodes): each row of wp is loaded once for NB multiply-adds, which also keeps NB
+// independent sums in flight.
+template <int NB>
+void RowsTimesBlock(const float* __restrict x, int64_t xs, const float* __restrict wp, int64_t H, int64_t C,
+                    int64_t Cp, float* __restrict out, int64_t os) {
+  for (int64_t c0 = 0; c0 < Cp; c0 += kLanes) {
+    V16 acc[NB] = {};
+    const float* wc = wp + c0;
+    for (int64_t h = 0; h < H; ++h) {
+      const V16 wv = Load(wc + h * Cp);
+      for (int k = 0; k < NB; ++k) acc[k] += x[k * xs + h] * wv;
+    }
+    const int64_t width = std::min<int64_t>(kLanes, C - c0);
+    for (int k = 0; k < NB; ++k) StoreFirst(out + k * os + c0, acc[k], width);
+  }
+}
+
+ffi::Error RunDenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> b,
+                        ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> out, int64_t mode) {
+  const auto ad = a.dimensions(), bd = b.dimensions(), wd = w.dimensions(), od = out->dimensions();
+  if (wd.size() != 3 || ad.size() != 2 || od.size() != 2 || mode < 0 || mode > 2) {
+    return ffi::Error::InvalidArgument("jaxgcn_run_dense: w must be [H, R, C], a and out 2-D, mode 0-2");
+  }
+  const int64_t H = wd[0], R = wd[1], C = wd[2], n = ad[0];
+  const int64_t in_w = mode == 1 ? R * C : R * H;  // width of a's rows
+  if (ad[1] != in_w || (mode == 2 && (bd.size() != 2 || bd[0] != n || bd[1] != R * C)) ||
+      od[0] != (mode == 2 ? H : n) || od[1] != (mode == 1 ? R * H : R * C)) {
+    return ffi::Error::InvalidArgument("jaxgcn_run_dense: inconsistent shapes");
+  }
+  const float* __restrict A = a.typed_data();
+  float* __restrict O = out->typed_data();
+  if (mode == 0 || mode == 1) {
+    // w padded per run: mode 0 [R, H, Cp] (rows of c), mode 1 [R, C, Hp] (rows of h)
+    const int64_t K = mode == 0 ? H : C, M = mode == 0 ? C : H, Mp = Padded(M);
+    std::vector<float> wp(R * K * Mp, 0.0f);
+    const float* W = w.typed_data();
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c) {
+          const float v = W[(h * R + r) * C + c];
+          if (mode == 0) wp[(r * H + h) * Mp + c] = v; else wp[(r * C + c) * Mp + h] = v;
+        }
+    const float* WP = wp.data();
+    constexpr int kBlock = 8;  // nodes per block
+    ParallelFor(pool, (n + kBlock - 1) / kBlock, n * R * H * C, [&](int64_t lo, int64_t hi) {
+      int64_t rows[kBlock];
+      for (int64_t blk = lo; blk < hi; ++blk) {
+        // the block's rows; in mode 1 only those whose gradient is not all zero (the others are 0)
+        int64_t nb = 0;
+        for (int64_t i = blk * kBlock; i < std::min<int64_t>(n, (blk + 1) * kBlock); ++i) {
+          if (mode == 1 && ZeroRow(A + i * R * K, R * K)) {
+            std::memset(O + i * R * M, 0, sizeof(float) * R * M);
+          } else {
+            rows[nb++] = i;
+          }
+        }
+        const bool contiguous = nb == kBlock;  // then rows are blk*kBlock + k: one strided block
+        for (int64_t r = 0; r < R; ++r) {
+          const float* wr = WP + r * K * Mp;
+          if (contiguous) {
+            RowsTimesBlock<kBlock>(A + rows[0] * R * K + r * K, R * K, wr, K, M, Mp, O + rows[0] * R * M + r * M, R * M);
+          } else {
+            for (int64_t k = 0; k < nb; ++k) {
+              RowsTimesBlock<1>(A + rows[k] * R * K + r * K, 0, wr, K, M, Mp, O + rows[k] * R * M + r * M, 0);
+            }
+          }
+        }
+      }
+    });
+    return ffi::Error::Success();
+  }
+  // mode 2: the rows of g that are not all zero, then one task per (run, block of 8 h): eight
+  // 16-lane sums in registers over those rows, each loaded piece of g used for 8 multiply-adds
+  const float* __restrict G = b.typed_data();
+  std::vector<int64_t> live;
+  live.reserve(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!ZeroRow(G + i * R * C, R * C)) live.push_back(i);
+  }
+  const int64_t Cp = Padded(C), n_live = static_cast<int64_t>(live.size());
+  constexpr int kRowsH = 8;
+  const int64_t h_blocks = (H + kRowsH - 1) / kRowsH;
+  ParallelFor(pool, R * h_blocks, n_live * R * H * C, [&](int64_t lo, int64_t hi) {
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t r = task / h_blocks, h0 = task % h_blocks * kRowsH, nh = std::min<int64_t>(kRowsH, H - h0);
+      for (int64_t c0 = 0; c0 < Cp; c0 += kLanes) {
+        V16 acc[kRowsH] = {};
+        for (int64_t j = 0; j < n_live; ++j) {
+          const V16 g16 = LoadFirst(G + live[j] * R * C + r * C + c0, std::min<int64_t>(kLanes, C - c0));
+          const float* xr = A + live[j] * R * H + r * H + h0;
+          if (j + 8 < n_live) __builtin_prefetch(A + live[j + 8] * R * H + r * H + h0);  // rows far apart
+          if (nh == kRowsH) {
+            for (int k = 0; k < kRowsH; ++k) acc[k] += xr[k] * g16;
+          } else {
+            for (int64_t k = 0; k < nh; ++k) acc[k] += xr[k] * g16;
+          }
+        }
+        const int64_t width = std::min<int64_t>(kLanes, C - c0);
+        for (int64_t k = 0; k < nh; ++k) StoreFirst(O + ((h0 + k) * R + r) * C + c0, acc[k], width);
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmm, SpmmImpl,
@@ -188,3 +395,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmm, SpmmImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnRunDense, RunDenseImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("mode"));
