@@ -160,26 +160,27 @@ def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):
 PREFETCH_BYTES, CHUNK_COST = 256 * 1024, 1 << 18
 
 
-def _kernel(a, vals, b, skip=None):
-    """The raw kernel call (``skip``: uint8 per row of b, 0 = all-zero row that is not read)."""
+def _kernel(a, vals, b, skip=False):
+    """The raw kernel call (``skip``: flag the all-zero rows of b and do not read them)."""
     csr_mod.require_kernel()
     return np.asarray(csr_mod._call(jnp.asarray(a.indptr, jnp.int32), jnp.asarray(a.indices, jnp.int32),
-                                    jnp.asarray(vals, jnp.float32), jnp.asarray(b, jnp.float32),
-                                    None if skip is None else jnp.asarray(skip, jnp.uint8)))
+                                    jnp.asarray(vals, jnp.float32), jnp.asarray(b, jnp.float32), skip))
 
 
 def check_kernel_case(n, m, density, runs, h, skip_frac, seed):
-    """V = R and V = 1 products equal SciPy; rows flagged as skipped hold NaN and must not be read."""
+    """V = R and V = 1 products equal SciPy, with a share of b's rows all zero (-0.0 among them)
+    that the skipping pass flags and leaves unread."""
     rng = np.random.default_rng(seed)
     a = sp.random(n, m, density=density, random_state=seed, format="csr", dtype=np.float64)
     a.sort_indices()
     width = runs * h
     b = rng.standard_normal((m, width)).astype(np.float32)
-    skip = None
-    if skip_frac > 0:
-        skip = (rng.random(m) >= skip_frac).astype(np.uint8)
-        b[skip == 0] = np.nan  # read once and the output row turns NaN
-    b_read = np.where(skip[:, None] == 0, 0.0, b) if skip is not None else b
+    skip = skip_frac > 0
+    if skip:
+        zero = rng.random(m) < skip_frac
+        b[zero] = 0.0
+        b[zero & (rng.random(m) < 0.5), 0] = -0.0
+    b_read = b
     vals = (rng.standard_normal((a.nnz, runs)) * (rng.random((a.nnz, runs)) > 0.5)).astype(np.float32)
     out = _kernel(a, vals, b, skip)
     assert out.shape == (n, width) and np.all(np.isfinite(out))

@@ -211,14 +211,13 @@ def require_kernel() -> None:
 
 # ----------------------------------------------------------------------------- the product
 
-def _call(indptr: jax.Array, cols: jax.Array, vals: jax.Array, b: jax.Array, skip: jax.Array | None) -> jax.Array:
+def _call(indptr: jax.Array, cols: jax.Array, vals: jax.Array, b: jax.Array, skip: bool) -> jax.Array:
     n = indptr.shape[0] - 1
     out = jax.ShapeDtypeStruct((n, b.shape[1]), jnp.float32)
-    skip = jnp.zeros((0,), jnp.uint8) if skip is None else skip
-    return jax.ffi.ffi_call(_TARGET, out)(indptr, cols, vals, b, skip)
+    return jax.ffi.ffi_call(_TARGET, out)(indptr, cols, vals, b, skip_zero_rows=np.int64(skip))
 
 
-@jax.custom_vjp
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
 def _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, b, skip):
     return _call(indptr, cols, vals, b, skip)
 
@@ -229,22 +228,21 @@ def _spmm_fwd(indptr, cols, t_indptr, t_rows, t_perm, vals, b, skip):
     return out, (indptr, cols, t_indptr, t_rows, t_perm, vals, b)
 
 
-def _spmm_bwd(res, g):
+def _spmm_bwd(skip, res, g):
     indptr, cols, t_indptr, t_rows, t_perm, vals, b = res
     # d b = A^T g: the same product over the transposed pattern, itself differentiable (its own
-    # transpose is the original pattern, reached through the inverse permutation). Rows of g that
-    # are all zero (a loss masked to the training nodes) are flagged so the kernel skips them.
-    nonzero = jnp.any(g != 0, axis=1).astype(jnp.uint8)
+    # transpose is the original pattern, reached through the inverse permutation). The kernel
+    # skips the rows of g that are all zero (a loss masked to the training nodes).
     if t_indptr is None:  # the matrix is its own transpose
-        db = _spmm(indptr, cols, None, None, None, vals, g, nonzero)
+        db = _spmm(indptr, cols, None, None, None, vals, g, True)
     else:
         inverse = jnp.zeros_like(t_perm).at[t_perm].set(jnp.arange(t_perm.shape[0], dtype=t_perm.dtype))
-        db = _spmm(t_indptr, t_rows, indptr, cols, inverse, vals[t_perm], g, nonzero)
+        db = _spmm(t_indptr, t_rows, indptr, cols, inverse, vals[t_perm], g, True)
     # d vals[k, r] = <g[row_k, r, :], b[col_k, r, :]>; dead code unless the values need a gradient.
     nnz, v = vals.shape
     rows = jnp.repeat(jnp.arange(indptr.shape[0] - 1, dtype=jnp.int32), jnp.diff(indptr), total_repeat_length=nnz)
     prods = g[rows].reshape(nnz, v, -1) * b[cols].reshape(nnz, v, -1)
-    return None, None, None, None, None, prods.sum(axis=-1), db, None
+    return None, None, None, None, None, prods.sum(axis=-1), db
 
 
 _spmm.defvjp(_spmm_fwd, _spmm_bwd)
@@ -276,7 +274,7 @@ def spmm(a: CSR, b: jax.Array, values: jax.Array | None = None) -> jax.Array:
         return None if v is None else jnp.asarray(v)
 
     return _spmm(arr(a.indptr), arr(a.cols), arr(a.t_indptr), arr(a.t_rows), arr(a.t_perm), vals,
-                 b.astype(jnp.float32), None)
+                 b.astype(jnp.float32), False)
 
 
 def spmm_xla(a: CSR, b: jax.Array) -> jax.Array:
