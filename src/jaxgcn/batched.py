@@ -237,12 +237,25 @@ def _compile(model_config: GCNConfig, config: TrainConfig, execution: Execution,
     return compiled, compiled[0](params, seeds, runs), 0.0
 
 
-# Runs per device in one execution of the program. Measured on Cora (2-core CPU, 200 epochs,
-# benchmarks/bench_sweep.py): seconds per run 1.16 / 1.03 / 1.05 / 1.79 for 2 / 4 / 10 / 100 runs
-# on one device. Past ~10 runs the [nnz, runs * width] message buffers leave the cache and the
-# first layer becomes memory-bound, so larger batches run as repeated executions of the same
-# compiled program instead.
-RUNS_PER_DEVICE = 8
+# Runs per device in one execution of the program: a power of two (XLA's CPU loops over a
+# [.., R] axis of 12 ran 1.5-2x slower per element than over 8 or 16) with R x hidden about 256
+# floats, the width of one gathered row of the first layer's weights. Measured on Cora (2-core
+# CPU, Kipf's stopping, benchmarks/profile_epoch.py and fit_runs, ms per run-epoch): hidden 16:
+# 0.540 / 0.497 at R = 8 / 16; hidden 32: 1.005 / 0.961 / 0.974 at R = 4 / 8 / 16; hidden 64:
+# 1.748 / 1.841 / 2.104 at R = 4 / 8 / 16. Larger batches run as repeated executions of the same
+# compiled program.
+ROW_FLOATS = 256
+MAX_RUNS_PER_DEVICE = 16
+
+
+def runs_per_device_for(hidden: int) -> int:
+    """The default batch of :func:`fit_runs`: the largest power of two <= 256 / ``hidden``, at most 16.
+
+    >>> [runs_per_device_for(h) for h in (8, 16, 32, 64, 512)]
+    [16, 16, 8, 4, 1]
+    """
+    fit = max(1, ROW_FLOATS // max(1, int(hidden)))
+    return min(MAX_RUNS_PER_DEVICE, 1 << (fit.bit_length() - 1))
 
 
 def fit_runs(
@@ -256,16 +269,19 @@ def fit_runs(
     log_every: int = 0,
     log: Callable[[str], None] | None = None,
     n_devices: int | None = None,
-    runs_per_device: int = RUNS_PER_DEVICE,
+    runs_per_device: int | None = None,
     progress: Any = None,
 ) -> BatchResult:
     """Train every run of ``spec`` with one compiled program (see the module docstring).
 
-    The runs are executed in slices of ``runs_per_device * devices`` runs; every slice has the same
-    shapes (the last one is padded), so the program is compiled once and executed
-    ``ceil(runs / slice)`` times. Arguments as :func:`fit_batch`.
+    The runs are executed in slices of ``runs_per_device * devices`` runs (default
+    :func:`runs_per_device_for` the model's hidden width); every slice has the same shapes (the
+    last one is padded), so the program is compiled once and executed ``ceil(runs / slice)``
+    times. Arguments as :func:`fit_batch`.
     """
     mesh = _batch_mesh(spec, execution, n_devices, data.graph)
+    if runs_per_device is None:
+        runs_per_device = runs_per_device_for(model_config.hidden)
     size = max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
     if spec.n_runs <= size:
         return fit_batch(data, n_classes, spec, model_config=model_config, execution=execution, config=config,
