@@ -250,6 +250,8 @@ class Hlo:
 
     def part(self, name: str, n_features: int) -> str:
         ins = self.instr[name]
+        if ins["op"] == "custom-call" and "jaxgcn_spmm_pair" in ins["line"]:
+            return "first layer X·W (fwd, train+eval)"  # the evaluation's and the next step's, one pass
         if ins["op"] == "custom-call" and "jaxgcn_spmm" in ins["line"]:
             vals = _shape_of_constraint(ins["line"], 2)
             if vals[0] == self.x_nnz:
@@ -282,7 +284,7 @@ class Hlo:
         ins = self.instr[name]
         if not (ins["op"] == "custom-call" and "jaxgcn_spmm" in ins["line"]):
             return 0.0, 0.0
-        b = _shape_of_constraint(ins["line"], 3)
+        b = _shape_of_constraint(ins["line"], 4 if "jaxgcn_spmm_pair" in ins["line"] else 3)
         return 4.0 * _shape_of_constraint(ins["line"], 1)[0] * b[1], 4.0 * b[0] * b[1]
 
     def cost(self, name: str) -> tuple[float, float]:
@@ -292,6 +294,9 @@ class Hlo:
                                                   if o in self.instr)
         if ins["op"] == "custom-call" and "jaxgcn_spmm" in ins["line"]:
             nnz = _shape_of_constraint(ins["line"], 1)[0]
+            if ins["shape"].startswith("("):  # the pair: two products, one read of the operands
+                width = _dims(ins["shape"][1:])[-1]
+                return 4.0 * nnz * width, float(nbytes)
             width = _dims(ins["shape"])[-1]
             return 2.0 * nnz * width, float(nbytes)
         if ins["op"] == "dot":

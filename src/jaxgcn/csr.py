@@ -39,6 +39,7 @@ import scipy.sparse as sp
 _SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
 _TARGET = "jaxgcn_spmm"
 _DENSE_TARGET = "jaxgcn_run_dense"
+_PAIR_TARGET = "jaxgcn_spmm_pair"
 
 
 class CSR(NamedTuple):
@@ -178,6 +179,7 @@ def _load() -> tuple[bool, str]:
         lib = ctypes.cdll.LoadLibrary(str(path))
         jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmm), platform="cpu")
         jax.ffi.register_ffi_target(_DENSE_TARGET, jax.ffi.pycapsule(lib.JaxgcnRunDense), platform="cpu")
+        jax.ffi.register_ffi_target(_PAIR_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmPair), platform="cpu")
     except (OSError, RuntimeError, subprocess.SubprocessError) as err:
         return False, str(err)
     return True, f"built with {cxx} in {path.parent}"
@@ -248,6 +250,55 @@ def _spmm_bwd(skip, res, g):
 _spmm.defvjp(_spmm_fwd, _spmm_bwd)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8,))
+def _given(indptr, cols, t_indptr, t_rows, t_perm, vals, b, product, skip):
+    return product
+
+
+def _given_fwd(indptr, cols, t_indptr, t_rows, t_perm, vals, b, product, skip):
+    return product, (indptr, cols, t_indptr, t_rows, t_perm, vals, b)
+
+
+def _given_bwd(skip, res, g):
+    return (*_spmm_bwd(skip, res, g), None)
+
+
+_given.defvjp(_given_fwd, _given_bwd)
+
+
+def _operands(a: CSR, b: jax.Array, values: jax.Array | None) -> tuple[Any, ...]:
+    """The arrays of one product, checked: ``a``'s pattern, the values [nnz, V], ``b`` as float32."""
+    require_kernel()  # builds and registers it on first use; raises when it cannot run here
+    vals = jnp.asarray(a.data, jnp.float32)[:, None] if values is None else values.astype(jnp.float32)
+    if b.ndim != 2 or b.shape[1] % vals.shape[1]:
+        raise ValueError(f"spmm: b has shape {b.shape}; its width must be a multiple of the {vals.shape[1]} "
+                         "value columns")
+
+    def arr(v: Any) -> jax.Array | None:
+        return None if v is None else jnp.asarray(v)
+
+    return arr(a.indptr), arr(a.cols), arr(a.t_indptr), arr(a.t_rows), arr(a.t_perm), vals, b.astype(jnp.float32)
+
+
+def spmm_pair(a: CSR, b: jax.Array, values: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(a_values @ b, a @ b)`` from one pass over ``a`` and ``b``: the product with per-run
+    ``values`` [nnz, R] (a training forward's dropout) and with ``a``'s own values (an evaluation
+    forward), each [n, W]. Not differentiable itself: hand the first to :func:`spmm_given` in the
+    step that differentiates it.
+    """
+    indptr, cols, _, _, _, vals, b = _operands(a, b, values)
+    out = jax.ShapeDtypeStruct((indptr.shape[0] - 1, b.shape[1]), jnp.float32)
+    return jax.ffi.ffi_call(_PAIR_TARGET, (out, out))(indptr, cols, vals, jnp.asarray(a.data, jnp.float32), b)
+
+
+def spmm_given(a: CSR, b: jax.Array, values: jax.Array | None, product: jax.Array) -> jax.Array:
+    """``product``, which the caller computed as ``spmm(a, b, values)`` (e.g. with :func:`spmm_pair`
+    one step earlier), with the gradients of :func:`spmm`: the forward pass costs nothing and the
+    backward pass is the transposed product, as if the product were computed here.
+    """
+    return _given(*_operands(a, b, values), product, False)
+
+
 def spmm(a: CSR, b: jax.Array, values: jax.Array | None = None) -> jax.Array:
     """``a @ b`` with the fused kernel, for one matrix or R matrices that share ``a``'s pattern.
 
@@ -265,16 +316,7 @@ def spmm(a: CSR, b: jax.Array, values: jax.Array | None = None) -> jax.Array:
     >>> spmm(m, jnp.array([[1.0], [10.0]])).tolist() if kernel_status()[0] else [[20.0], [3.0]]
     [[20.0], [3.0]]
     """
-    require_kernel()  # builds and registers it on first use; raises when it cannot run here
-    vals = jnp.asarray(a.data, jnp.float32)[:, None] if values is None else values.astype(jnp.float32)
-    if b.ndim != 2 or b.shape[1] % vals.shape[1]:
-        raise ValueError(f"spmm: b has shape {b.shape}; its width must be a multiple of the {vals.shape[1]} "
-                         "value columns")
-    def arr(v: Any) -> jax.Array | None:
-        return None if v is None else jnp.asarray(v)
-
-    return _spmm(arr(a.indptr), arr(a.cols), arr(a.t_indptr), arr(a.t_rows), arr(a.t_perm), vals,
-                 b.astype(jnp.float32), False)
+    return _spmm(*_operands(a, b, values), False)
 
 
 def spmm_xla(a: CSR, b: jax.Array) -> jax.Array:

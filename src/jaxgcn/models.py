@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, kernel_status, run_matmul, spmm, spmm_xla
+from jaxgcn.csr import CSR, kernel_status, run_matmul, spmm, spmm_given, spmm_pair, spmm_xla
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.propagate import BACKENDS, propagate
@@ -318,6 +318,40 @@ def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Arr
     return jnp.sum(x[:, :, :, None] * w.transpose(1, 0, 2)[None], axis=2)
 
 
+class FirstLayer(NamedTuple):
+    """The first layer's product ``drop(X) · W`` computed ahead of the forward pass that uses it.
+
+    Attributes:
+        product: [n, R, out], before propagation.
+        values: the per-run dropped feature values [nnz, R] it was computed with (training), or
+            None (the features as they are: evaluation).
+    """
+
+    product: jax.Array
+    values: jax.Array | None
+
+
+def first_layer_pair(params: Params, x: Features, runs: RunInputs, *, execution: Execution,
+                     keys: jax.Array) -> tuple[FirstLayer, FirstLayer] | None:
+    """The first layer's products for a training step that drops with ``keys[0]`` and for an
+    evaluation, both through ``params``' first-layer weights, from ONE pass of the CSR kernel over
+    the features and the weights (:func:`jaxgcn.csr.spmm_pair`); None where that kernel does not
+    run (the forward pass then computes its own).
+
+    The training loop evaluates a step's new params, then trains the next step from the same
+    params: one gather of each weight row serves both (the evaluation forward was 25-35% of the
+    first layer's time, benchmarks/profile_epoch.py).
+    """
+    if not (isinstance(x, CSR) and kernel_status()[0]):
+        return None
+    w = params["layer_0"]["w"]
+    d_in, r, d_out = w.shape
+    values = _drop_input(execution, x, keys[0], runs)
+    train, shared = spmm_pair(x, w.reshape(d_in, r * d_out), values)
+    n = x.shape[0]
+    return FirstLayer(train.reshape(n, r, d_out), values), FirstLayer(shared.reshape(n, r, d_out), None)
+
+
 def _layer_norm_runs(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Array:
     """Layer norm over the last axis of [n, R, d] with per-run ``scale``/``bias`` [R, d]."""
     mean = jnp.mean(x, axis=-1, keepdims=True)
@@ -328,7 +362,7 @@ def _layer_norm_runs(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Arr
 def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs: RunInputs, *,
                execution: Execution = Execution(), keys: jax.Array | None = None, train: bool = False,
                aggregated: jax.Array | None = None, embed: bool = False,
-               propagate: Propagate | None = None) -> jax.Array:
+               propagate: Propagate | None = None, first: FirstLayer | None = None) -> jax.Array:
     """The GCN forward pass (Kipf & Welling 2017, arXiv:1609.02907, eq. 9) for R stacked runs.
 
     Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]`` and
@@ -347,6 +381,8 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         aggregated: ``Â · x`` precomputed for an ``aggregate_first`` first layer (:func:`aggregate_input`).
         embed: return the input of the last layer ([n, R, hidden]) instead of the logits.
         propagate: the aggregation; default :func:`jaxgcn.propagate.propagate` with the execution's backend.
+        first: the first layer's product computed ahead (:func:`first_layer_pair`) with the dropout
+            ``keys[0]`` draws (training) or none (evaluation); gradients flow as if computed here.
 
     Returns:
         [n, R, n_classes] logits.
@@ -360,7 +396,9 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         if embed and i == config.layers - 1:
             return h  # the last hidden representation (the node embeddings a plot shows)
         layer = params[f"layer_{i}"]
-        if dropping and i == 0:
+        if i == 0 and first is not None:
+            values = first.values
+        elif dropping and i == 0:
             dropped = _drop_input(execution, x, keys[i], runs)
             h, values = (x, dropped) if is_sparse(x) else (dropped, None)
         elif dropping:
@@ -370,7 +408,12 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             agg = aggregated if aggregated is not None and h is x else propagate(graph, h.reshape(n, -1))
             out = _matmul_runs(agg.reshape(h.shape), None, layer["w"])  # shared [n, F] or per run [n, R, F]
         else:
-            out = _matmul_runs(h, values, layer["w"])
+            if i == 0 and first is not None:
+                d_in, r, width = layer["w"].shape
+                out = spmm_given(x, layer["w"].reshape(d_in, r * width), values,
+                                 first.product.reshape(n, r * width)).reshape(n, r, width)
+            else:
+                out = _matmul_runs(h, values, layer["w"])
             r, width = out.shape[1], out.shape[2]
             out = propagate(graph, out.reshape(n, r * width)).reshape(n, r, width)
         if "b" in layer:

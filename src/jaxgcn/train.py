@@ -23,11 +23,13 @@ from jaxgcn.data import TrainData  # noqa: F401 - re-exported: jaxgcn.train.Trai
 from jaxgcn.layers import Params
 from jaxgcn.models import (
     Execution,
+    FirstLayer,
     GCNConfig,
     Propagate,
     RunInputs,
     aggregate_input,
     apply_runs,
+    first_layer_pair,
     gcn,
     make_run_inputs,
 )
@@ -509,23 +511,34 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
         )
         return BatchState(runs, jnp.int32(0))
 
+    def step_keys(st: RunState) -> tuple[jax.Array, jax.Array]:
+        """The key after this step [R] and each layer's dropout keys of this step [L, R]."""
+        def keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+            key, k_drop = jax.random.split(key)
+            return key, jax.random.split(collective.device_key(k_drop), model_config.layers)
+        key, layer_keys = _runs_of(st).each(keys, (0,), (0, 1))(st.key)  # one run: [], [L]
+        return key, layer_keys if layer_keys.ndim == 2 else layer_keys[:, None]
+
+    def ahead(st: RunState, data: TrainData, runs: RunInputs) -> tuple[FirstLayer, FirstLayer] | None:
+        """The first layer of the next training step of ``st`` and of an evaluation of its params,
+        in one kernel pass (:func:`jaxgcn.models.first_layer_pair`; None where it does not apply)."""
+        if propagate is not None:  # sharded: the features are a block of rows, the plain path is kept
+            return None
+        return first_layer_pair(_runs_of(st).stack(st.params), data.x, runs, execution=execution,
+                                keys=step_keys(st)[1])
+
     def epoch_step(state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None,
-                   n_train: jax.Array) -> BatchState:
+                   n_train: jax.Array, first: FirstLayer | None) -> tuple[BatchState, FirstLayer | None]:
         st = state.runs
         the = _runs_of(st)
         axes = _run_axes(the.stack(st.params))
         opt_axes = _opt_axes(config, _unstacked(the.stack(st.params)))
         state_ax = _state_axes(axes, opt_axes)
         train_m, val_m, _ = masks(data, runs)
-
-        def keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:  # next key, each layer's dropout key
-            key, k_drop = jax.random.split(key)
-            return key, jax.random.split(collective.device_key(k_drop), model_config.layers)
-        key, layer_keys = the.each(keys, (0,), (0, 1))(st.key)  # [R], [L, R] (one run: [], [L])
-        layer_keys = layer_keys if layer_keys.ndim == 2 else layer_keys[:, None]
+        key, layer_keys = step_keys(st)
 
         def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
-            logits = forward(the.stack(params), data, runs, keys=layer_keys, train=True)
+            logits = forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first)
             per_run = masked_sums(logits, data.labels, train_m)[0] / n_train  # this device's share
             return jnp.sum(per_run), per_run
 
@@ -542,7 +555,10 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
         updates, opt_state = the.each(opt.update, (axes, opt_axes, axes), (axes, opt_axes))(
             grads, st.opt_state, st.params)
         params = optax.apply_updates(st.params, updates)
-        logits = forward(the.stack(params), data, runs, aggregated=aggregated)
+        # the evaluation's first layer and the next step's, from one pass (when first is in use)
+        pair = None if first is None else ahead(st._replace(params=params, key=key), data, runs)
+        logits = forward(the.stack(params), data, runs, aggregated=aggregated,
+                         first=None if pair is None else pair[1])
         _, train_acc = metrics(logits, data.labels, train_m)
         val_loss, val_acc = metrics(logits, data.labels, val_m)
         kipf_loss = val_loss + penalty(the.stack(params), runs)
@@ -551,17 +567,23 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
             lambda s, p, o, k, *m: record_epoch(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
             (state_ax, axes, opt_axes, 0, 0, 0, 0, 0, 0), state_ax,
         )(st, params, opt_state, key, *per_run)
-        if st.reason.ndim == 1:  # a batch: runs that have stopped stay as they were
+        if st.reason.ndim == 1:  # a batch: runs that have stopped stay as they were (their next
+            # first-layer product is of params they do not keep, and is never used)
             advanced = _select(st.reason == RUNNING, advanced, st, state_ax)
-        return BatchState(advanced, state.step + 1)
+        return BatchState(advanced, state.step + 1), None if pair is None else pair[0]
 
     def run_until(state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
-        def cond(s: BatchState) -> jax.Array:
+        def cond(carry: tuple[BatchState, Any]) -> jax.Array:
+            s = carry[0]
             return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
 
         n_train = jnp.maximum(collective.total(jnp.sum(masks(data, runs)[0], axis=1)), 1.0)  # [R], every device's
         aggregated = aggregate_input(execution, data.graph, data.x, propagate=propagate)  # once per call
-        return jax.lax.while_loop(cond, lambda s: epoch_step(s, data, runs, aggregated, n_train), state)
+        # The first step's first-layer product; each step then computes the next one together with
+        # its evaluation. Rebuilt from the state at every call, so a resumed run computes the same.
+        pair = ahead(state.runs, data, runs)
+        return jax.lax.while_loop(cond, lambda c: epoch_step(*c[:1], data, runs, aggregated, n_train, c[1]),
+                                  (state, None if pair is None else pair[0]))[0]
 
     def final_params(state: BatchState) -> Params:
         return state.runs.best_params if keep_best else state.runs.params
