@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgcn.compiler import jit
+from jaxgcn.data import with_focus
 from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
 from jaxgcn.progress import runs_line
@@ -346,6 +347,7 @@ def fit_batch(
         TrainingDiverged: a run's loss became NaN/inf (the message names the runs and the causes).
     """
     n_runs = spec.n_runs if keep is None else keep
+    data = with_focus(data)
     mesh = _batch_mesh(spec, execution, n_devices, data.graph)
     padded = _pad_spec(spec, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)

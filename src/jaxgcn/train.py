@@ -10,6 +10,7 @@ Python ``break``, so the same code can later be ``vmap``-ed over runs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -19,7 +20,7 @@ import numpy as np
 import optax
 
 from jaxgcn.compiler import jit
-from jaxgcn.data import TrainData  # noqa: F401 - re-exported: jaxgcn.train.TrainData
+from jaxgcn.data import TrainData, with_focus  # noqa: F401 - TrainData re-exported: jaxgcn.train.TrainData
 from jaxgcn.layers import Params
 from jaxgcn.models import (
     Execution,
@@ -483,6 +484,14 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
             return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
         return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
 
+    def focused(data: TrainData, logits: jax.Array, *ms: jax.Array) -> tuple[jax.Array, ...]:
+        """The logits, labels and masks of the nodes the loop's loss and metrics read (``data.focus``)."""
+        rows = data.focus
+        if rows is None:
+            return (logits, data.labels, *ms)
+        take = functools.partial(jnp.take, indices=rows, unique_indices=True, indices_are_sorted=True)
+        return (take(logits, axis=0), take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
+
     def penalty(params: Params, runs: RunInputs) -> jax.Array:  # [R]; adamw decays in the optimizer instead
         return (0.0 if config.optimizer == "adamw" else runs.weight_decay) * _per_run_l2(params, config.l2)
 
@@ -539,7 +548,8 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
 
         def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
             logits = forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first)
-            per_run = masked_sums(logits, data.labels, train_m)[0] / n_train  # this device's share
+            logits, labels, m = focused(data, logits, train_m)
+            per_run = masked_sums(logits, labels, m)[0] / n_train  # this device's share
             return jnp.sum(per_run), per_run
 
         def regularizer(params: Params) -> tuple[jax.Array, jax.Array]:
@@ -559,8 +569,9 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
         pair = None if first is None else ahead(st._replace(params=params, key=key), data, runs)
         logits = forward(the.stack(params), data, runs, aggregated=aggregated,
                          first=None if pair is None else pair[1])
-        _, train_acc = metrics(logits, data.labels, train_m)
-        val_loss, val_acc = metrics(logits, data.labels, val_m)
+        logits, labels, train_f, val_f = focused(data, logits, train_m, val_m)
+        _, train_acc = metrics(logits, labels, train_f)
+        val_loss, val_acc = metrics(logits, labels, val_f)
         kipf_loss = val_loss + penalty(the.stack(params), runs)
         per_run = [the.value(v) for v in (ce + reg, train_acc, val_loss, val_acc, kipf_loss)]
         advanced = the.each(
@@ -799,6 +810,7 @@ def fit(
         TrainingDiverged: the loss became NaN/inf; the message names the likely causes.
     """
     key = jax.random.key(0) if key is None else key
+    data = with_focus(data)
     if progress is not None:
         progress.compiling()
     compiled = compile_runner(model_config, config, data, n_classes, execution)
