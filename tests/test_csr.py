@@ -314,3 +314,30 @@ def test_batched_model_without_the_kernel_equals_with_it(monkeypatch):
     with_kernel = models._matmul_runs(h, None, w)
     monkeypatch.setattr(models, "kernel_status", lambda: (False, "no kernel here"))
     np.testing.assert_allclose(models._matmul_runs(h, None, w), with_kernel, rtol=1e-5, atol=1e-5)
+
+
+# --- the diagonal (a graph's self-loops) inside the kernel ---------------------------------------
+
+@pytest.mark.parametrize(("n", "width"), [(30, 7), (3000, 64), (200, 33)], ids=["narrow", "threaded", "odd"])
+def test_diagonal_equals_scipy_with_gradients(n, width):
+    rng = np.random.default_rng(n)
+    a = random_matrix(n, n, 0.02, n)
+    a = a + a.T
+    d = rng.random(n).astype(np.float32)
+    m = csr_from_scipy(a, check_symmetric=True)
+    b = jnp.asarray(rng.standard_normal((n, width)), jnp.float32)
+    full = (a + sp.diags(d.astype(np.float64))).toarray()
+    np.testing.assert_allclose(spmm(m, b, diag=jnp.asarray(d)), full @ np.asarray(b, np.float64), rtol=1e-4, atol=1e-4)
+    rows = (rng.random((n, 1)) < 0.1).astype(np.float32)  # a masked loss: the gradient skips zero rows
+    got_b, got_d = jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(spmm(m, b, diag=d))), (0, 1))(b, jnp.asarray(d))
+    dense = jnp.asarray(a.toarray(), jnp.float32)
+    want = jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(dense @ b + d[:, None] * b)), (0, 1))
+    want_b, want_d = want(b, jnp.asarray(d))
+    np.testing.assert_allclose(np.asarray(got_b), np.asarray(want_b), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(got_d), np.asarray(want_d), rtol=1e-4, atol=1e-4)
+
+
+def test_diagonal_needs_a_square_matrix():
+    m = csr_from_scipy(sp.random(5, 4, density=0.5, random_state=0, format="csr"))
+    with pytest.raises(ValueError, match=r"diag has shape \(5,\); it needs a square matrix \(here \(5, 4\)\)"):
+        spmm(m, jnp.ones((4, 2)), diag=jnp.ones(5))

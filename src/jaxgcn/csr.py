@@ -213,38 +213,43 @@ def require_kernel() -> None:
 
 # ----------------------------------------------------------------------------- the product
 
-def _call(indptr: jax.Array, cols: jax.Array, vals: jax.Array, b: jax.Array, skip: bool) -> jax.Array:
+def _call(indptr: jax.Array, cols: jax.Array, vals: jax.Array, b: jax.Array, skip: bool,
+          diag: jax.Array | None = None) -> jax.Array:
     n = indptr.shape[0] - 1
     out = jax.ShapeDtypeStruct((n, b.shape[1]), jnp.float32)
-    return jax.ffi.ffi_call(_TARGET, out)(indptr, cols, vals, b, skip_zero_rows=np.int64(skip))
+    diag = jnp.zeros((0,), jnp.float32) if diag is None else diag.astype(jnp.float32)
+    return jax.ffi.ffi_call(_TARGET, out)(indptr, cols, vals, b, diag, skip_zero_rows=np.int64(skip))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
-def _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, b, skip):
-    return _call(indptr, cols, vals, b, skip)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8,))
+def _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, b, diag, skip):
+    return _call(indptr, cols, vals, b, skip, diag)
 
 
-def _spmm_fwd(indptr, cols, t_indptr, t_rows, t_perm, vals, b, skip):
+def _spmm_fwd(indptr, cols, t_indptr, t_rows, t_perm, vals, b, diag, skip):
     # _spmm, not the raw call: higher-order reverse mode differentiates this rule too.
-    out = _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, b, skip)
-    return out, (indptr, cols, t_indptr, t_rows, t_perm, vals, b)
+    out = _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, b, diag, skip)
+    return out, (indptr, cols, t_indptr, t_rows, t_perm, vals, b, diag)
 
 
 def _spmm_bwd(skip, res, g):
-    indptr, cols, t_indptr, t_rows, t_perm, vals, b = res
-    # d b = A^T g: the same product over the transposed pattern, itself differentiable (its own
-    # transpose is the original pattern, reached through the inverse permutation). The kernel
-    # skips the rows of g that are all zero (a loss masked to the training nodes).
+    indptr, cols, t_indptr, t_rows, t_perm, vals, b, diag = res
+    # d b = A^T g (+ diag * g): the same product over the transposed pattern, itself differentiable
+    # (its own transpose is the original pattern, reached through the inverse permutation; a
+    # diagonal is its own transpose). The kernel skips the rows of g that are all zero (a loss
+    # masked to the training nodes).
     if t_indptr is None:  # the matrix is its own transpose
-        db = _spmm(indptr, cols, None, None, None, vals, g, True)
+        db = _spmm(indptr, cols, None, None, None, vals, g, diag, True)
     else:
         inverse = jnp.zeros_like(t_perm).at[t_perm].set(jnp.arange(t_perm.shape[0], dtype=t_perm.dtype))
-        db = _spmm(t_indptr, t_rows, indptr, cols, inverse, vals[t_perm], g, True)
-    # d vals[k, r] = <g[row_k, r, :], b[col_k, r, :]>; dead code unless the values need a gradient.
+        db = _spmm(t_indptr, t_rows, indptr, cols, inverse, vals[t_perm], g, diag, True)
+    # d vals[k, r] = <g[row_k, r, :], b[col_k, r, :]> and d diag[i] = <g[i], b[i]>; dead code
+    # unless they need a gradient.
     nnz, v = vals.shape
     rows = jnp.repeat(jnp.arange(indptr.shape[0] - 1, dtype=jnp.int32), jnp.diff(indptr), total_repeat_length=nnz)
     prods = g[rows].reshape(nnz, v, -1) * b[cols].reshape(nnz, v, -1)
-    return None, None, None, None, None, prods.sum(axis=-1), db
+    d_diag = None if diag is None else jnp.sum(g * b, axis=1).astype(diag.dtype)
+    return None, None, None, None, None, prods.sum(axis=-1), db, d_diag
 
 
 _spmm.defvjp(_spmm_fwd, _spmm_bwd)
@@ -256,11 +261,11 @@ def _given(indptr, cols, t_indptr, t_rows, t_perm, vals, b, product, skip):
 
 
 def _given_fwd(indptr, cols, t_indptr, t_rows, t_perm, vals, b, product, skip):
-    return product, (indptr, cols, t_indptr, t_rows, t_perm, vals, b)
+    return product, (indptr, cols, t_indptr, t_rows, t_perm, vals, b, None)
 
 
 def _given_bwd(skip, res, g):
-    return (*_spmm_bwd(skip, res, g), None)
+    return (*_spmm_bwd(skip, res, g)[:7], None)
 
 
 _given.defvjp(_given_fwd, _given_bwd)
@@ -299,7 +304,7 @@ def spmm_given(a: CSR, b: jax.Array, values: jax.Array | None, product: jax.Arra
     return _given(*_operands(a, b, values), product, False)
 
 
-def spmm(a: CSR, b: jax.Array, values: jax.Array | None = None) -> jax.Array:
+def spmm(a: CSR, b: jax.Array, values: jax.Array | None = None, *, diag: jax.Array | None = None) -> jax.Array:
     """``a @ b`` with the fused kernel, for one matrix or R matrices that share ``a``'s pattern.
 
     Args:
@@ -308,6 +313,8 @@ def spmm(a: CSR, b: jax.Array, values: jax.Array | None = None) -> jax.Array:
             columns and block ``r`` is multiplied by matrix ``r``.
         values: optional [nnz, R] values replacing ``a.data`` (per-run dropout of the same
             features); ``None`` uses ``a.data``.
+        diag: optional [n] weights of a diagonal added to a square ``a`` (``(a + diag(d)) @ b``):
+            a graph's self-loops, summed after each row's other entries inside the kernel.
 
     Returns:
         [n, W] float32.
@@ -316,7 +323,10 @@ def spmm(a: CSR, b: jax.Array, values: jax.Array | None = None) -> jax.Array:
     >>> spmm(m, jnp.array([[1.0], [10.0]])).tolist() if kernel_status()[0] else [[20.0], [3.0]]
     [[20.0], [3.0]]
     """
-    return _spmm(*_operands(a, b, values), False)
+    if diag is not None and (a.shape[0] != a.shape[1] or diag.shape != (a.shape[0],)):
+        raise ValueError(f"spmm: diag has shape {diag.shape}; it needs a square matrix (here {a.shape}) and "
+                         "one weight per row")
+    return _spmm(*_operands(a, b, values), None if diag is None else jnp.asarray(diag, jnp.float32), False)
 
 
 def spmm_xla(a: CSR, b: jax.Array) -> jax.Array:

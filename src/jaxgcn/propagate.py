@@ -118,7 +118,8 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
             raise ValueError("backend 'csr' needs the CSR adjacency: attach it with jaxgcn.graph.with_csr(graph)")
         from jaxgcn.csr import spmm
 
-        return loops + spmm(graph.csr, x.astype(jnp.float32)).astype(x.dtype)
+        # the self-loops inside the kernel: one pass over x and the output instead of two more
+        return spmm(graph.csr, x.astype(jnp.float32), diag=jnp.asarray(graph.self_weights)).astype(x.dtype)
     if backend == "bcoo":
         idx = jnp.stack([jnp.asarray(graph.receivers), jnp.asarray(graph.senders)], axis=1)
         adj = jsparse.BCOO((jnp.asarray(graph.weights, x.dtype), idx), shape=(n, n),

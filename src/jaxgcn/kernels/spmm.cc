@@ -126,6 +126,7 @@ struct Work {
   const uint8_t* skip;  // optional [m]: 0 marks an all-zero row of b, which is not read
   float* out;
   const float* shared;  // optional [nnz]: one more product with these values, into out2
+  const float* diag;    // optional [n] (square matrices): out[i] += diag[i] * b[i], after the entries
   float* out2;
   int64_t V, W, H;
   bool prefetch;      // b is too large for the cache: prefetch rows ahead
@@ -169,6 +170,13 @@ void Block(const Work& w, int64_t i, int32_t k_begin, int32_t k_end, int64_t c0,
       const V16 x = z < NZ - 1 || tail == kLanes ? Load(src + z * kLanes) : LoadFirst(src + z * kLanes, tail);
       a1[z] += vk[run[z]] * x;
       if (kPair) a2[z] += s * x;
+    }
+  }
+  if (w.diag != nullptr) {  // the self-loop: the row's own entry of b, added after the others
+    const float d = w.diag[i];
+    const float* __restrict own = w.b + i * W + c0;
+    for (int z = 0; z < NZ; ++z) {
+      a1[z] += d * (z < NZ - 1 || tail == kLanes ? Load(own + z * kLanes) : LoadFirst(own + z * kLanes, tail));
     }
   }
   for (int z = 0; z < NZ; ++z) {
@@ -270,6 +278,11 @@ void RunRows(const Work& w, int64_t lo, int64_t hi) {
         }
       }
     }
+    if (w.diag != nullptr) {  // the self-loop, after the entries (as the blocked rows add it)
+      const float d = w.diag[i];
+      const float* __restrict own = w.b + i * W;
+      for (int64_t j = 0; j < W; ++j) o[j] += d * own[j];
+    }
   }
 }
 
@@ -288,7 +301,8 @@ void Drain(const std::shared_ptr<Work>& w) {
 
 ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffer<ffi::S32>& cols,
                 ffi::Buffer<ffi::F32>& vals, ffi::Buffer<ffi::F32>& b, ffi::ResultBuffer<ffi::F32>& out,
-                int64_t skip_zero_rows, const float* shared, float* out2) {
+                int64_t skip_zero_rows, const float* shared, float* out2, const float* diag = nullptr,
+                int64_t n_diag = 0) {
   const auto vdims = vals.dimensions();
   const auto bdims = b.dimensions();
   const auto odims = out->dimensions();
@@ -300,7 +314,11 @@ ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffe
       vdims[0] != static_cast<int64_t>(cols.element_count())) {
     return ffi::Error::InvalidArgument("jaxgcn_spmm: inconsistent shapes");
   }
+  if (diag != nullptr && (n_diag != n || bdims[0] != n)) {
+    return ffi::Error::InvalidArgument("jaxgcn_spmm: diag needs a square matrix and one weight per row");
+  }
   auto w = std::make_shared<Work>();
+  w->diag = diag;
   w->indptr = indptr.typed_data();
   w->cols = cols.typed_data();
   w->vals = vals.typed_data();
@@ -363,9 +381,12 @@ ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffe
 }
 
 ffi::Error SpmmImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buffer<ffi::S32> cols,
-                    ffi::Buffer<ffi::F32> vals, ffi::Buffer<ffi::F32> b, ffi::ResultBuffer<ffi::F32> out,
-                    int64_t skip_zero_rows) {
-  return Spmm(pool, indptr, cols, vals, b, out, skip_zero_rows, nullptr, nullptr);
+                    ffi::Buffer<ffi::F32> vals, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> diag,
+                    ffi::ResultBuffer<ffi::F32> out, int64_t skip_zero_rows) {
+  // an empty diag: no self-loop term
+  const bool has_diag = diag.element_count() != 0;
+  return Spmm(pool, indptr, cols, vals, b, out, skip_zero_rows, nullptr, nullptr,
+              has_diag ? diag.typed_data() : nullptr, static_cast<int64_t>(diag.element_count()));
 }
 
 // Two products over one pattern and one read of b: out with the per-run values [nnz, R] and out2
@@ -508,6 +529,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmm, SpmmImpl,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
