@@ -241,10 +241,11 @@ def _compile(model_config: GCNConfig, config: TrainConfig, execution: Execution,
 # Runs per device in one execution of the program: a power of two (XLA's CPU loops over a
 # [.., R] axis of 12 ran 1.5-2x slower per element than over 8 or 16) with R x hidden about 256
 # floats, the width of one gathered row of the first layer's weights. Measured on Cora (2-core
-# CPU, Kipf's stopping, benchmarks/profile_epoch.py and fit_runs, ms per run-epoch): hidden 16:
-# 0.540 / 0.497 at R = 8 / 16; hidden 32: 1.005 / 0.961 / 0.974 at R = 4 / 8 / 16; hidden 64:
-# 1.748 / 1.841 / 2.104 at R = 4 / 8 / 16. Larger batches run as repeated executions of the same
-# compiled program.
+# CPU, Kipf's stopping, fit_runs, ms per run-epoch, before the evaluation/next-step pair and the
+# masked loss): hidden 16: 0.540 / 0.497 at R = 8 / 16; hidden 32: 1.005 / 0.961 / 0.974 at
+# R = 4 / 8 / 16; hidden 64: 1.748 / 1.841 / 2.104 at R = 4 / 8 / 16 (now 0.413 / 0.375 at
+# hidden 16, R = 8 / 16: benchmarks/profile_epoch.py). Larger batches run as repeated executions
+# of the same compiled program.
 ROW_FLOATS = 256
 MAX_RUNS_PER_DEVICE = 16
 
