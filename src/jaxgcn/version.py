@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("jaxgcn")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
+
+def _installed() -> str:
+    try:
+        return version("jaxgcn")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__: str = _installed()
+"""jaxgcn's version, read from the installed distribution's metadata (pyproject.toml is its one
+source); ``0+unknown`` in a source tree that was never installed."""
