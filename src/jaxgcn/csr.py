@@ -7,7 +7,10 @@ pass. The kernel in ``kernels/spmm.cc`` accumulates each output row in place ins
 intra-op thread pool. It is compiled once per machine with the C++ compiler that builds Python
 extensions (``g++``/``c++``, or ``$CXX``) against the FFI headers that jaxlib ships, and cached in
 ``~/.cache/jaxgcn/kernels`` (``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found,
-:func:`kernel_status` says why and ``backend="auto"`` keeps to the pure-XLA backends.
+:func:`kernel_status` says why and ``backend="auto"`` keeps to the pure-XLA backends. A build
+that fails (with ``-march=native``, then once without it) is remembered as
+``libjaxgcn_spmm-<key>.failed`` beside the cache, so later processes report it without compiling
+again; a new source, compiler or jaxlib is a new key and a new attempt.
 
 The same library holds the per-run dense products of a batch of runs (:func:`run_matmul`:
 ``[n, R, H] x [H, R, C]``), which XLA computes either through transposes to ``[R, H, n]`` or as a
@@ -141,29 +144,94 @@ def _cpu_id() -> str:
         return platform.processor()
 
 
-def _build(cxx: str) -> Path:
-    """Compile the kernel into the cache (atomically: a temp file renamed into place)."""
+_NO_COMPILER = "no C++ compiler found (set CXX or install g++ for the faster csr kernel)"
+
+# -march=native first (the kernel's inner loops vectorize for this CPU); some compilers refuse it
+# (older Apple clang on arm64, clang on aarch64 Linux, an assembler older than the CPU), so once without.
+_FLAG_SETS = (("-O3", "-march=native"), ("-O3",))
+
+
+class KernelBuildError(RuntimeError):
+    """Every attempt to compile the kernel failed, now or in an earlier process: ``summary`` is the
+    last attempt's command and first error line, ``marker`` the file that records them all."""
+
+    def __init__(self, summary: str, marker: Path) -> None:
+        super().__init__(f"the csr kernel failed to build ({summary}; details in {marker}; set CXX to another "
+                         "C++17 compiler, or delete that file to try again)")
+        self.summary, self.marker = summary, marker
+
+
+def _library(cxx: str) -> Path:
+    """Where the build for this source, jaxlib (its FFI headers), CPU and compiler is cached; the
+    compiler counts with its size and date, so an upgraded compiler gets a new attempt."""
     import jaxlib
 
-    source = _SOURCE.read_bytes()
-    key = hashlib.sha256(source + jaxlib.__version__.encode() + _cpu_id().encode() + cxx.encode()).hexdigest()[:16]
-    out = _cache_dir() / f"libjaxgcn_spmm-{key}.so"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-    os.close(fd)
-    cmd = [cxx, "-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
-           f"-I{jax.ffi.include_dir()}", str(_SOURCE), "-o", tmp]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"compiling {_SOURCE.name} failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-        os.replace(tmp, out)
+        st = os.stat(cxx)
+        stamp = f"{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        stamp = ""
+    parts = (jaxlib.__version__, _cpu_id(), cxx, stamp)
+    key = hashlib.sha256(_SOURCE.read_bytes() + "\0".join(parts).encode()).hexdigest()[:16]
+    return _cache_dir() / f"libjaxgcn_spmm-{key}.so"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return out
+
+
+def _compile(cxx: str, flags: tuple[str, ...], out: str) -> tuple[str, str] | None:
+    """Run one compilation; None when it succeeded, else (a one-line summary, the details)."""
+    cmd = [cxx, *flags, "-std=c++17", "-shared", "-fPIC", "-w", f"-I{jax.ffi.include_dir()}", str(_SOURCE), "-o", out]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except OSError as err:  # not executable, not a program: as permanent as a compile error
+        status, stderr = f"could not run ({err})", ""
+    else:
+        if proc.returncode == 0:
+            return None
+        status, stderr = f"exited {proc.returncode}", proc.stderr
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    first = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")
+    summary = f"compiling {_SOURCE.name} failed: {cxx} {' '.join(flags)} {status}: {first}"
+    return summary, f"$ {' '.join(cmd)}\n{status}\n" + "\n".join(lines[-40:]) + "\n"
+
+
+def _build(cxx: str) -> Path:
+    """Compile the kernel into the cache (atomically: a temp file renamed into place), with
+    -march=native and, if that fails, once without. When both fail, the failure is remembered
+    next to where the library would be (``.failed``, same key) and raised again by later calls and
+    processes without running the compiler."""
+    out = _library(cxx)
+    marker = out.with_suffix(".failed")
+    if out.exists():
+        return out
+    if marker.exists():
+        raise KernelBuildError((marker.read_text().splitlines() or ["unknown"])[0], marker)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    failures = []
+    try:
+        for flags in _FLAG_SETS:
+            failure = _compile(cxx, flags, tmp)
+            if failure is None:
+                os.replace(tmp, out)
+                return out
+            failures.append(failure)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    summary = failures[-1][0]
+    _write_atomically(marker, summary + "\n\n" + "\n".join(details for _, details in failures))
+    raise KernelBuildError(summary, marker)
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,7 +241,7 @@ def _load() -> tuple[bool, str]:
         return False, "disabled by JAXGCN_NO_KERNELS"
     cxx = _compiler()
     if cxx is None:
-        return False, "no C++ compiler found (install g++ or set CXX)"
+        return False, _NO_COMPILER
     try:
         path = _build(cxx)
         lib = ctypes.cdll.LoadLibrary(str(path))
@@ -186,9 +254,27 @@ def _load() -> tuple[bool, str]:
 
 
 def kernel_possible() -> bool:
-    """Whether :func:`kernel_status` may succeed, without starting JAX: a compiler is present and
-    the kernels are not disabled (``JAXGCN_NO_KERNELS``)."""
-    return not os.environ.get("JAXGCN_NO_KERNELS") and _compiler() is not None
+    """Whether :func:`kernel_status` may succeed, decided without starting JAX (the CLI asks before
+    it sets the CPU device count): the kernels are not disabled (``JAXGCN_NO_KERNELS``), a compiler
+    is present, and the kernel builds and loads: it is compiled now if it is not cached (~5 s, once
+    per machine), and a failure an earlier process recorded is read, not retried."""
+    if os.environ.get("JAXGCN_NO_KERNELS"):
+        return False
+    cxx = _compiler()
+    if cxx is None:
+        return False
+    try:
+        ctypes.cdll.LoadLibrary(str(_build(cxx)))  # dlopen only: registering it would start JAX
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+def fallback_note() -> str | None:
+    """The one line the CLI prints when ``--backend auto`` keeps to ``segment`` because the fused
+    kernel cannot run here (None when it can), e.g. ``backend segment: no C++ compiler found (...)``."""
+    ok, reason = kernel_status()
+    return None if ok else f"backend segment: {reason}"
 
 
 def kernel_status() -> tuple[bool, str]:

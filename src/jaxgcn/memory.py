@@ -4,10 +4,17 @@
 in the chosen backend's layout, the per-edge message buffers that gather-based backends materialize,
 node activations and their gradients, params with Adam's moments, and the runtime itself. The
 benchmark ``benchmarks/bench_scale.py`` prints it beside the measured peak RSS.
+
+:func:`available_bytes` and :func:`available_cpus` say what this process may use on any machine:
+psutil's figures and the CPU affinity mask, capped by a container's cgroup (v1 or v2) limits. This
+module is the package's lowest layer: it imports only the standard library and psutil.
 """
 
 from __future__ import annotations
 
+import math
+import os
+from pathlib import Path
 from typing import NamedTuple
 
 GiB = 2**30
@@ -86,16 +93,111 @@ def estimate(
     return MemoryEstimate(parts, sum(parts.values()))
 
 
-def available_bytes() -> int:
-    """Memory available to this process (``MemAvailable`` of /proc/meminfo), or 8 GiB when unknown."""
+# Where the machine facts are read: module constants so tests can point them at a fake tree.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+MEMINFO = Path("/proc/meminfo")
+DEFAULT_AVAILABLE = 8 * GiB  # assumed only when neither psutil nor /proc/meminfo can say
+_NO_LIMIT = 2**60  # cgroup v1 writes ~2**63 for "unlimited"; no real machine has an exabyte
+
+
+def _read(path: Path) -> str | None:
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 * GiB
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _number(path: Path) -> int | None:
+    """An integer file of the cgroup tree; None when absent, ``max``, negative or absurdly large."""
+    text = _read(path)
+    try:
+        value = int(text) if text is not None else None
+    except ValueError:  # "max"
+        return None
+    return value if value is not None and 0 <= value < _NO_LIMIT else None
+
+
+def _stat(path: Path, name: str) -> int:
+    for line in (_read(path) or "").splitlines():
+        field, _, value = line.partition(" ")
+        if field == name and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def cgroup_memory_free(root: Path | None = None) -> int | None:
+    """Bytes this container may still use under its cgroup memory limit (v2 ``memory.max`` minus
+    ``memory.current``, v1 ``memory/memory.limit_in_bytes`` minus ``memory.usage_in_bytes``, the
+    reclaimable page cache ``inactive_file`` not counted as used); None where there is no limit."""
+    root = CGROUP_ROOT if root is None else root
+    for limit, usage, stat, cache in (("memory.max", "memory.current", "memory.stat", "inactive_file"),
+                                      ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes",
+                                       "memory/memory.stat", "total_inactive_file")):
+        cap = _number(root / limit)
+        if cap is not None:
+            used = (_number(root / usage) or 0) - _stat(root / stat, cache)
+            return max(cap - max(used, 0), 0)
+    return None
+
+
+def _meminfo_available(meminfo: Path) -> int | None:
+    for line in (_read(meminfo) or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def available_bytes(root: Path | None = None, meminfo: Path | None = None) -> int:
+    """Memory this process may still allocate: the machine's available memory (psutil, on Linux,
+    macOS and Windows; without psutil ``MemAvailable`` of /proc/meminfo, else ``DEFAULT_AVAILABLE``,
+    8 GiB), capped by the container's cgroup memory limit minus its usage where there is one.
+
+    ``root`` and ``meminfo`` replace ``CGROUP_ROOT`` and ``MEMINFO`` (tests).
+
+    >>> available_bytes() > 0
+    True
+    """
+    try:
+        import psutil
+
+        machine: int | None = int(psutil.virtual_memory().available)
+    except ImportError:
+        machine = _meminfo_available(MEMINFO if meminfo is None else meminfo)
+    if machine is None:
+        machine = DEFAULT_AVAILABLE
+    container = cgroup_memory_free(root)
+    return machine if container is None else min(machine, container)
+
+
+def cgroup_cpus(root: Path | None = None) -> int | None:
+    """CPUs the cgroup's CPU quota allows, rounded up (v2 ``cpu.max`` ``quota period``, v1
+    ``cpu/cpu.cfs_quota_us`` / ``cpu/cpu.cfs_period_us``); None where there is no quota."""
+    root = CGROUP_ROOT if root is None else root
+    v2 = (_read(root / "cpu.max") or "").split()
+    if len(v2) != 2:
+        v2 = [_read(root / "cpu" / "cpu.cfs_quota_us") or "", _read(root / "cpu" / "cpu.cfs_period_us") or ""]
+    try:
+        q, p = int(v2[0]), int(v2[1])
+    except ValueError:  # "max" (v2), absent
+        return None
+    return max(1, math.ceil(q / p)) if q > 0 and p > 0 else None
+
+
+def available_cpus(root: Path | None = None) -> int:
+    """CPUs this process may run on: its affinity mask (``taskset``, SLURM) where the OS has one,
+    else ``os.cpu_count()``, capped by the cgroup CPU quota (containers); at least 1.
+
+    ``root`` replaces ``CGROUP_ROOT`` (tests).
+
+    >>> available_cpus() >= 1
+    True
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS and Windows have no affinity call
+        cpus = os.cpu_count() or 1
+    quota = cgroup_cpus(root)
+    return max(1, cpus if quota is None else min(cpus, quota))
 
 
 def check_fits(est: MemoryEstimate, available: int | None = None, *, what: str = "training") -> None:

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxgcn.cli.common import Say, several_protocol_splits
+from jaxgcn.csr import fallback_note
 from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits, with_splits
 from jaxgcn.datasets.download import data_root
 from jaxgcn.datasets.files import load_files
@@ -176,6 +177,8 @@ def load(args: argparse.Namespace, say: Say, *, backend: str | None = None, on_d
     prepared = _with_split(args, prepared, protocol)
     if args.edges is None and args.data_dir is None and args.split == "public" and not split_given(args):
         prepared = prepared._replace(info={**prepared.info, **protocol_info(args.dataset)})
+    if (backend or args.backend) == "auto" and prepared.backend == "segment" and (note := fallback_note()):
+        say(note)  # why not the csr kernel, in one line (kernel_status is cached: no second build)
     say(_summary(prepared, time.perf_counter() - start) + (" " * 20 if tty else ""))
     return Loaded(prepared, node_ids)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import jax
 
+from jaxgcn.memory import available_cpus
+
 
 def setup(args: argparse.Namespace, from_console: bool) -> None:
     """Before ``train``/``sweep`` touch a device: join the job (``--distributed``), turn the
@@ -40,7 +42,8 @@ def _cpu_devices(count: int) -> None:
 
 
 def use_cpu_cores(args: argparse.Namespace) -> None:
-    """For batched runs, expose one CPU device per core so the run axis is sharded over them (the
+    """For batched runs, expose one CPU device per core this process may use (affinity mask and
+    cgroup quota: :func:`jaxgcn.memory.available_cpus`) so the run axis is sharded over them (the
     gather/scatter kernels of one device use one core; measured 1.6x on 2 cores). No-op when
     XLA_FLAGS already sets a device count or JAX is already running (library use)."""
     forced = "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
@@ -49,12 +52,14 @@ def use_cpu_cores(args: argparse.Namespace) -> None:
             _cpu_devices(args.devices)
         return
     batched = args.command == "sweep" or (args.seeds > 1 or args.splits > 1)
-    cores = args.devices or os.cpu_count() or 1
+    cores = args.devices or available_cpus()
     if not batched or cores < 2 or forced:
         return
     from jaxgcn.csr import kernel_possible
 
-    if args.backend in ("auto", "csr") and kernel_possible() and not args.devices:
+    # kernel_possible builds (or reads the cached build or recorded failure) without starting JAX, so
+    # a compiler that is present but fails still gets the runs spread over devices
+    if args.backend in ("auto", "csr") and not args.devices and kernel_possible():
         return  # the fused kernel uses every core of one device
     _cpu_devices(cores)
 
