@@ -2,13 +2,17 @@
 
 Every schema is built here, from typed results, so the keys a report holds have one definition:
 :func:`train_report` (one run, a batch of seeds/splits, or one sharded run), :func:`sweep_report`
-(a grid) and :func:`evaluation_report` (a saved model's metrics).
+(a grid) and :func:`evaluation_report` (a saved model's metrics); :func:`run_record` is the
+``record`` key of train and sweep reports (versions, platform, devices, command line, options, date,
+data fingerprint; docs/reproducibility.md) and :func:`record_differences` compares two of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
+import platform
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -49,7 +53,7 @@ def dataset_report(info: dict[str, Any], backend: str) -> dict[str, Any]:
 
 def train_report(data: dict[str, Any], config: dict[str, Any], runs: Sequence[RunSummary], n_splits: int,
                  compile_seconds: float, train_seconds: float, *, details: dict[str, Any] | None = None,
-                 distributed: dict[str, Any] | None = None) -> dict[str, Any]:
+                 distributed: dict[str, Any] | None = None, record: dict[str, Any] | None = None) -> dict[str, Any]:
     """``train --json``: the data, the config, every run and their mean/std.
 
     Args:
@@ -60,6 +64,7 @@ def train_report(data: dict[str, Any], config: dict[str, Any], runs: Sequence[Ru
         compile_seconds, train_seconds: the timings.
         details: further keys of a single run (its metrics and per-epoch history).
         distributed: the layout of a sharded run.
+        record: :func:`run_record`, under the key ``record``.
     """
     test = np.array([r.test_acc for r in runs])
     val = np.array([r.val_acc for r in runs])
@@ -75,6 +80,8 @@ def train_report(data: dict[str, Any], config: dict[str, Any], runs: Sequence[Ru
     }
     if distributed is not None:
         report["distributed"] = distributed
+    if record is not None:
+        report["record"] = record
     return report
 
 
@@ -90,13 +97,15 @@ def config_report(model_config: Any, train_config: Any, norm: str, feature_norm:
 
 
 def sweep_report(data: dict[str, Any], grid: Any, train_config: Any, seeds: list[int], n_splits: int,
-                 configurations: list[dict[str, Any]]) -> dict[str, Any]:
+                 configurations: list[dict[str, Any]], record: dict[str, Any] | None = None) -> dict[str, Any]:
     """``sweep --json``: the data, the grid, the settings every configuration shares and each
-    configuration's runs (``configurations``: :func:`jaxgcn.sweep.rows_to_json`, best first)."""
+    configuration's runs (``configurations``: :func:`jaxgcn.sweep.rows_to_json`, best first), and
+    the :func:`run_record`."""
     swept = dataclasses.asdict(grid)
     fixed = {k: v for k, v in dataclasses.asdict(train_config).items() if k not in swept}
     return {**data, "seeds": seeds, "splits": n_splits, "grid": swept, "fixed": fixed,
-            "best": configurations[0], "configurations": configurations}
+            "best": configurations[0], "configurations": configurations,
+            **({"record": record} if record is not None else {})}
 
 
 def evaluation_report(on: str, class_names: list[str], metrics: Classification) -> dict[str, Any]:
@@ -104,3 +113,92 @@ def evaluation_report(on: str, class_names: list[str], metrics: Classification) 
     return {"on": on, "nodes": metrics.n, "accuracy": metrics.accuracy, "macro_f1": metrics.macro_f1,
             "classes": class_names, "precision": metrics.precision.tolist(), "recall": metrics.recall.tolist(),
             "f1": metrics.f1.tolist(), "confusion": metrics.confusion.tolist()}
+
+
+# What a run record (``--json``'s "record") names the versions of; Python is added as "python".
+RECORDED_PACKAGES = ("jaxgcn", "jax", "jaxlib", "numpy", "scipy", "optax")
+
+
+def versions() -> dict[str, str | None]:
+    """The installed versions of :data:`RECORDED_PACKAGES` and Python (``None``: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    found["python"] = platform.python_version()
+    return found
+
+
+def devices_report() -> dict[str, Any]:
+    """The devices JAX sees: their count, and the platform, kind and name of each."""
+    import jax
+
+    seen = [{"platform": d.platform, "kind": d.device_kind, "name": str(d)} for d in jax.devices()]
+    return {"count": len(seen), "process_count": jax.process_count(), "devices": seen}
+
+
+def devices_line(devices: dict[str, Any]) -> str:
+    """One line for :func:`devices_report`: each group of alike devices as ``N x platform (kind)``, the
+    names standing in for a kind that only repeats the platform (CPUs).
+
+    >>> cpu = {"platform": "cpu", "kind": "cpu", "name": "TFRT_CPU_0"}
+    >>> devices_line({"count": 1, "devices": [cpu]})
+    'devices: 1 x cpu (TFRT_CPU_0)'
+    >>> gpu = {"platform": "gpu", "kind": "NVIDIA H200", "name": "cuda:0"}
+    >>> devices_line({"count": 2, "devices": [gpu, {**gpu, "name": "cuda:1"}]})
+    'devices: 2 x gpu (NVIDIA H200)'
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
+    for d in devices["devices"]:
+        groups.setdefault((d["platform"], d["kind"]), []).append(d["name"])
+    parts = []
+    for (plat, kind), names in groups.items():
+        shown = kind if kind.lower() != plat.lower() else ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        parts.append(f"{len(names)} x {plat} ({shown})")
+    return "devices: " + "; ".join(parts)
+
+
+def run_record(command: str, argv: list[str], options: dict[str, Any],
+               fingerprint: dict[str, str] | None) -> dict[str, Any]:
+    """The ``record`` key of ``train/sweep --json``: what reproduces the run and what it ran on.
+
+    Args:
+        command: the ``jaxgcn`` command (``train``, ``sweep``).
+        argv: the command line as given (program name first).
+        options: every parsed option, by its name in the parser (``weight_decay``), as JSON values.
+        fingerprint: :func:`jaxgcn.checkpoint.data_fingerprint` of the prepared data (``None`` where
+            no process holds the whole data: partition files).
+    """
+    return {"format": 1, "command": command, "argv": list(argv), "options": options,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "versions": versions(), "platform": {"platform": platform.platform(), "machine": platform.machine()},
+            "devices": devices_report(), "data_sha256": fingerprint}
+
+
+def record_differences(recorded: dict[str, Any], here: dict[str, Any]) -> dict[str, list[str]]:
+    """What differs between a run record and this run's (both :func:`run_record`): ``versions``
+    (``"jax 0.10.2 recorded, 0.10.3 here"``), ``data`` (the fingerprint parts that differ, or why
+    they cannot be compared) and ``devices``. Empty lists: a match.
+
+    >>> a = {"versions": {"jax": "0.10.2"}, "data_sha256": {"graph": "1"}, "devices": {"devices": []}}
+    >>> b = {"versions": {"jax": "0.10.3"}, "data_sha256": {"graph": "2"}, "devices": {"devices": []}}
+    >>> record_differences(a, b)
+    {'versions': ['jax 0.10.2 recorded, 0.10.3 here'], 'data': ['graph'], 'devices': []}
+    """
+    old_v, new_v = recorded.get("versions") or {}, here.get("versions") or {}
+    changed = [f"{k} {old_v.get(k)} recorded, {new_v.get(k)} here" for k in dict.fromkeys([*old_v, *new_v])
+               if old_v.get(k) != new_v.get(k)]
+    old_fp, new_fp = recorded.get("data_sha256"), here.get("data_sha256")
+    if not old_fp or not new_fp:
+        data = ["no fingerprint " + ("recorded" if not old_fp else "here")]
+    else:
+        data = [k for k in dict.fromkeys([*old_fp, *new_fp]) if old_fp.get(k) != new_fp.get(k)]
+    kinds = [[(d.get("platform"), d.get("kind")) for d in (r.get("devices") or {}).get("devices", [])]
+             for r in (recorded, here)]
+    devices = [] if kinds[0] == kinds[1] else [f"{devices_line(recorded['devices'])[9:]} recorded, "
+                                               f"{devices_line(here['devices'])[9:]} here"]
+    return {"versions": changed, "data": data, "devices": devices}

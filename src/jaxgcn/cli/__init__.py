@@ -15,6 +15,7 @@ from typing import Sequence
 from jaxgcn.cli.common import os_error
 from jaxgcn.cli.config import to_flags
 from jaxgcn.cli.parser import EXIT_USAGE, build_parser
+from jaxgcn.cli.records import parse_args
 from jaxgcn.train import TrainingDiverged
 
 EXIT_DIVERGED = 1
@@ -26,9 +27,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxgcn`` console script; returns the exit code."""
     from_console = argv is None  # in-process callers keep their own JAX device setup
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(build_parser(), argv)  # --from-record/--config: defaults from a file
     except SystemExit as exc:  # --help, or a usage error already printed on one line
         return int(exc.code or 0)
+    except ValueError as exc:  # a --config/--from-record file that cannot be used
+        print(f"jaxgcn: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         setup = getattr(args, "setup", None)
         if setup is not None:

@@ -1,4 +1,5 @@
-"""``jaxgcn info``: what the graph is and what preparing it did, and the training memory estimate."""
+"""``jaxgcn info``: what the graph is and what preparing it did, the training memory estimate, and the
+devices JAX sees."""
 
 from __future__ import annotations
 
@@ -30,9 +31,12 @@ def run(args: argparse.Namespace) -> int:
     loaded = load(args, lambda msg: None, backend="auto", on_device=False, two_classes=False, raw=raw)
     del raw
     est = _estimate(loaded, args.hidden, nnz, sparse)
-    stats: dict[str, Any] = {**dataset_stats(loaded.prepared, nnz), "memory_estimate_bytes": est.total}
+    devices = reports.devices_report()
+    stats: dict[str, Any] = {**dataset_stats(loaded.prepared, nnz), "memory_estimate_bytes": est.total,
+                             "devices": devices}
     print("\n".join(describe(stats)))
     print(f"  training memory estimate (backend {loaded.prepared.backend}, hidden {args.hidden}): {est.describe()}")
+    print(reports.devices_line(devices))
     with outputs.Staged() as out:
         if args.json is not None:
             out.add(args.json, reports.json_text(stats), label=f"--json {args.json}")

@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from jaxgcn.cli import datasets, evaluate, info, partition, plot, predict, runtime, sweep, train
+from jaxgcn.cli import datasets, evaluate, info, partition, plot, predict, records, runtime, sweep, train
 from jaxgcn.cli import values as v
 from jaxgcn.cli.data import REORDER_MIN_NODES
 from jaxgcn.datasets import available
@@ -246,6 +246,7 @@ def add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> dict[str, 
     _add_job_args(p.add_argument_group("devices and processes (docs/distributed.md)"), grid)
     output = p.add_argument_group("output")
     _add_output_args(output, grid)
+    records.add_file_args(p.add_argument_group("defaults from a file (docs/reproducibility.md)"))
     return {"execution": execution, "output": output}
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from jaxgcn import outputs, reports
+from jaxgcn.cli import records
 from jaxgcn.cli.common import Say, plan, prelude
 from jaxgcn.cli.config import sweep_base, sweep_grid
 from jaxgcn.cli.data import Loaded, load, split_csv
@@ -18,7 +19,6 @@ from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
 from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json, run_grid
 from jaxgcn.train import TrainConfig
-
 
 
 def _share(args: argparse.Namespace, say: Say) -> dict[str, Any]:
@@ -49,14 +49,14 @@ def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int],
 
 
 def _write(args: argparse.Namespace, loaded: Loaded, grid: Grid, train_config: TrainConfig, seeds: list[int],
-           rows: list[Row]) -> None:
+           rows: list[Row], record: dict[str, Any] | None) -> None:
     """Together at the end, the split file last; nothing on an error."""
     with outputs.Staged() as out:
         if args.csv is not None:
             out.add(args.csv, csv_text(rows), label=f"--csv {args.csv}")
         if args.json is not None:
             report = reports.sweep_report(reports.dataset_report(loaded.prepared.info, loaded.prepared.backend),
-                                          grid, train_config, seeds, args.splits, rows_to_json(rows))
+                                          grid, train_config, seeds, args.splits, rows_to_json(rows), record)
             out.add(args.json, reports.json_text(report), label=f"--json {args.json}")
         if args.save_split is not None:
             out.add(args.save_split, split_csv(loaded), label=f"--save-split {args.save_split}")
@@ -77,5 +77,6 @@ def run(args: argparse.Namespace) -> int:
     if not is_writer():
         return 0
     print(format_table(rows))
-    _write(args, loaded, grid, train_config, seeds, rows)
+    record = records.for_run(args, loaded.prepared.data)  # what reproduces the sweep (--json's "record")
+    _write(args, loaded, grid, train_config, seeds, rows, record)
     return 0

@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxgcn import checkpoint, outputs, reports
 from jaxgcn.batched import concat_specs, fit_runs, make_specs
-from jaxgcn.cli import checkpointing, train_sharded
+from jaxgcn.cli import checkpointing, records, train_sharded
 from jaxgcn.cli.common import Say, plan, prelude, warn_tensorboard
 from jaxgcn.cli.config import configs
 from jaxgcn.cli.data import Loaded, load, one_split, split_csv
@@ -169,7 +169,8 @@ def _hint(outcome: TrainOutcome, loaded: Loaded, train_config: TrainConfig) -> s
 
 
 def _write(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
-           execution: Execution, outcome: TrainOutcome, saved_facts: dict[str, Any] | None, say: Say) -> None:
+           execution: Execution, outcome: TrainOutcome, saved_facts: dict[str, Any] | None,
+           record: dict[str, Any] | None, say: Say) -> None:
     """The outputs appear together at the end, the split file last; a failure leaves none of them."""
     prepared = loaded.prepared
     with outputs.Staged() as out:
@@ -177,7 +178,7 @@ def _write(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, tr
             report = reports.train_report(
                 reports.dataset_report(prepared.info, prepared.backend),
                 reports.config_report(model_config, train_config, args.norm, args.feature_norm, execution),
-                outcome.runs, args.splits, outcome.compile_seconds, outcome.train_seconds)
+                outcome.runs, args.splits, outcome.compile_seconds, outcome.train_seconds, record=record)
             out.add(args.json, reports.json_text(report), label=f"--json {args.json}")
         if args.save_split is not None:
             out.add(args.save_split, split_csv(loaded), label=f"--save-split {args.save_split}")
@@ -206,5 +207,6 @@ def _train_single(args: argparse.Namespace, say: Say) -> int:
     hint = _hint(outcome, loaded, train_config)
     if hint:
         print(hint)
-    _write(args, loaded, model_config, train_config, execution, outcome, saved_facts, say)
+    record = records.for_run(args, loaded.prepared.data)  # what reproduces the run (--json's "record")
+    _write(args, loaded, model_config, train_config, execution, outcome, saved_facts, record, say)
     return 0

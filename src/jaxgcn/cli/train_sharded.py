@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import jax
 
 from jaxgcn import checkpoint, distributed, memory, outputs, reports
-from jaxgcn.cli import checkpointing
+from jaxgcn.cli import checkpointing, records
 from jaxgcn.cli.common import Say
 from jaxgcn.cli.config import configs, first_layer
 from jaxgcn.cli.data import Loaded, load, one_split, split_csv
@@ -118,7 +118,7 @@ def _fit(args: argparse.Namespace, layout: Layout, sharded: Any, train_config: T
 
 
 def _report(args: argparse.Namespace, layout: Layout, train_config: TrainConfig, res: Any, n_parts: int,
-            est: MemoryEstimate) -> dict[str, Any]:
+            est: MemoryEstimate, record: dict[str, Any] | None) -> dict[str, Any]:
     prepared, m = layout.loaded.prepared, res.metrics
     return reports.train_report(
         reports.dataset_report(prepared.info, prepared.backend),
@@ -127,7 +127,8 @@ def _report(args: argparse.Namespace, layout: Layout, train_config: TrainConfig,
         res.compile_seconds, res.train_seconds,
         details={"metrics": m, "history": {k: v.tolist() for k, v in res.history.items()}},
         distributed={"processes": jax.process_count(), "devices": n_parts, "exchange": layout.exchange,
-                     "partition": layout.stats, "memory_estimate_per_device": est.parts})
+                     "partition": layout.stats, "memory_estimate_per_device": est.parts},
+        record=record)
 
 
 def _write(args: argparse.Namespace, layout: Layout, train_config: TrainConfig, res: Any, report: dict[str, Any],
@@ -169,5 +170,6 @@ def run(args: argparse.Namespace, say: Say) -> int:
     print(f"test accuracy {m['test_acc']:.4f} | val {m['val_acc']:.4f} | epochs {res.epochs_run} | "
           f"{n_parts} devices, {layout.exchange} | compile {res.compile_seconds:.2f}s | train "
           f"{res.train_seconds:.2f}s ({1e3 * res.train_seconds / res.epochs_run:.2f} ms/epoch)")
-    _write(args, layout, train_config, res, _report(args, layout, train_config, res, n_parts, est), say)
+    record = records.for_run(args, layout.data)  # partition files: no host copy, no fingerprint
+    _write(args, layout, train_config, res, _report(args, layout, train_config, res, n_parts, est, record), say)
     return 0

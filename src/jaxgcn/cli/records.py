@@ -1,0 +1,209 @@
+"""Run records and config files: ``--from-record FILE`` and ``--config FILE`` set a command's
+option defaults from a mapping (flags given on the command line still win), ``--json``'s
+``record`` key is built from the parsed options, and a re-run says whether it matches its record.
+
+One mechanism serves both files: :func:`file_defaults` reads them into ``{dest: value}`` and
+:func:`to_defaults` checks every name and value against the command's parser (its types and
+choices, exactly as the flags are checked) before ``set_defaults``. docs/reproducibility.md
+describes the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, Sequence
+
+from jaxgcn import checkpoint, reports
+
+# Options that are not the run's configuration: the files that set defaults, and what a re-run must
+# not take over from its record (where it writes, which checkpoint it resumes, how a job's processes
+# find each other; give them again on the re-run's command line when wanted).
+FILE_OPTIONS = ("from_record", "config")
+NOT_REPLAYED = ("json", "csv", "save", "save_split", "log", "tensorboard", "checkpoint_every", "resume",
+                "coordinator", "num_processes", "process_id")
+NOT_OPTIONS = ("command", "func", "setup", "argv")  # namespace entries that are not options
+
+
+def add_file_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--config`` and ``--from-record``, for the commands that write a record (train, sweep)."""
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML (.toml) or JSON file of option defaults, by the flags' names (e.g. lr = 0.01, "
+                        "weight-decay = 5e-4); flags given on the command line win; docs/reproducibility.md")
+    p.add_argument("--from-record", type=Path, default=None,
+                   help="re-run the configuration recorded in a --json report (its options become the "
+                        "defaults; flags given win) and say whether the versions and the data match it")
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
+def _read_json(flag: str, path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{flag} {path}: no such file; give the path of an existing file") from None
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: cannot be read ({err.strerror}); check the path and its permissions") \
+            from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{flag} {path}: not valid JSON ({err}); give a JSON file") from None
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """The ``record`` of a report written by ``train/sweep --json`` (``--from-record``)."""
+    report = _read_json("--from-record", path)
+    record = report.get("record") if isinstance(report, dict) else None
+    if not isinstance(record, dict) or not isinstance(record.get("options"), dict):
+        raise ValueError(f"--from-record {path}: holds no \"record\" with \"options\"; give a file written by "
+                         "`jaxgcn train --json` (or sweep --json)")
+    return record
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The mapping of a ``--config`` file: TOML (``.toml``) or JSON (``.json``), by suffix."""
+    if path.suffix.lower() == ".json":
+        table = _read_json("--config", path)
+    elif path.suffix.lower() == ".toml":
+        try:
+            with open(path, "rb") as f:
+                table = tomllib.load(f)
+        except FileNotFoundError:
+            raise ValueError(f"--config {path}: no such file; give the path of an existing file") from None
+        except OSError as err:
+            raise ValueError(f"--config {path}: cannot be read ({err.strerror}); check the path") from None
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            raise ValueError(f"--config {path}: not valid TOML ({err})") from None
+    else:
+        raise ValueError(f"--config {path}: unknown suffix {path.suffix or '(none)'!r}; name a TOML file *.toml "
+                         "or a JSON file *.json")
+    if not isinstance(table, dict):
+        raise ValueError(f"--config {path}: holds {type(table).__name__}, not a table of option = value")
+    return table
+
+
+def _text(value: Any) -> str:
+    """A config value as the flag's text: lists (sweep's grids) as a comma list."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _convert(source: str, key: str, action: argparse.Action, value: Any) -> Any:
+    """``value`` checked and converted as the flag ``action`` would be (``source`` names the file)."""
+    flag = action.option_strings[-1]
+    if action.nargs == 0:  # a switch (store_true)
+        if not isinstance(value, bool):
+            raise ValueError(f"{source}: {key} = {value!r}: {flag} is a switch; give true or false")
+        return value
+    if value is None:
+        return None
+    if isinstance(value, (dict, bool)):
+        raise ValueError(f"{source}: {key} = {value!r}: {flag} takes a value such as {_text(action.default)!r}")
+    text = _text(value)
+    try:
+        converted = action.type(text) if action.type is not None else text
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as err:
+        raise ValueError(f"{source}: {key} = {value!r}: invalid {flag} value ({err})") from None
+    if action.choices is not None and converted not in action.choices:
+        raise ValueError(f"{source}: {key} = {value!r}: {flag} takes one of {', '.join(map(str, action.choices))}")
+    return converted
+
+
+def to_defaults(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: str) -> dict[str, Any]:
+    """``{dest: value}`` for ``parser.set_defaults`` from ``mapping`` (names as the flags', hyphens or
+    underscores, with or without ``--``); an unknown name or a bad value is a ValueError naming
+    ``source``, the key and the closest valid names."""
+    actions = {a.dest: a for a in parser._actions
+               if a.option_strings and a.dest not in (argparse.SUPPRESS, "help", *FILE_OPTIONS)}
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        dest = str(key).lstrip("-").replace("-", "_")
+        if dest not in actions:
+            names = sorted(d.replace("_", "-") for d in actions)
+            close = difflib.get_close_matches(str(key).lstrip("-").replace("_", "-"), names, n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else f"valid names: {', '.join(names)}"
+            raise ValueError(f"{source}: unknown option {key!r} for `jaxgcn {parser.prog.split()[-1]}`; {hint}")
+        out[dest] = _convert(source, key, actions[dest], value)
+    return out
+
+
+def file_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """The defaults ``--from-record`` and then ``--config`` set (the config's win over the record's)."""
+    command = _command_parser(parser, args.command)
+    defaults: dict[str, Any] = {}
+    if getattr(args, "from_record", None) is not None:
+        record = read_record(args.from_record)
+        if record.get("command", args.command) != args.command:
+            raise ValueError(f"--from-record {args.from_record}: records a `jaxgcn {record['command']}` run; re-run "
+                             f"it with `jaxgcn {record['command']} --from-record {args.from_record}`")
+        replayed = {k: v for k, v in record["options"].items() if k not in NOT_REPLAYED}
+        defaults.update(to_defaults(command, replayed, f"--from-record {args.from_record}"))
+    if getattr(args, "config", None) is not None:
+        defaults.update(to_defaults(command, read_config(args.config), f"--config {args.config}"))
+    return defaults
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; with ``--from-record``/``--config`` parse again with the files' values as the
+    command's defaults, so the flags given still win. ``args.argv`` keeps the command line as given."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(given)
+    defaults = file_defaults(parser, args) if hasattr(args, "from_record") else {}
+    if defaults:
+        _command_parser(parser, args.command).set_defaults(**defaults)
+        args = parser.parse_args(given)
+    args.argv = [sys.argv[0] if argv is None else parser.prog, *given]
+    return args
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def options(args: argparse.Namespace) -> dict[str, Any]:
+    """Every option of the parsed command by its parser name (``weight_decay``), as JSON values."""
+    return {k: _json_value(v) for k, v in sorted(vars(args).items()) if k not in (*NOT_OPTIONS, *FILE_OPTIONS)}
+
+
+def record(args: argparse.Namespace, data: Any | None) -> dict[str, Any]:
+    """This run's ``record`` (:func:`jaxgcn.reports.run_record`); ``data``: the prepared
+    :class:`~jaxgcn.train.TrainData` whose fingerprint it holds (None: not on this host)."""
+    fingerprint = checkpoint.data_fingerprint(data) if data is not None else None
+    return reports.run_record(args.command, getattr(args, "argv", [args.command]), options(args), fingerprint)
+
+
+def match_line(args: argparse.Namespace, here: dict[str, Any]) -> str | None:
+    """With ``--from-record``: one line saying whether the versions and the data match the record,
+    naming what differs (None without ``--from-record``)."""
+    if getattr(args, "from_record", None) is None:
+        return None
+    differ = reports.record_differences(read_record(args.from_record), here)
+    parts = ["versions match" if not differ["versions"] else "versions differ: " + "; ".join(differ["versions"])]
+    parts.append("data matches" if not differ["data"] else
+                 f"data differs: {', '.join(differ['data'])} (SHA-256 of the prepared arrays)")
+    if differ["devices"]:
+        parts.append("devices differ: " + differ["devices"][0])
+    return f"record {args.from_record}: " + "; ".join(parts)
+
+
+def for_run(args: argparse.Namespace, data: Any | None) -> dict[str, Any] | None:
+    """The run's record when ``--json`` writes it or ``--from-record`` compares it (None otherwise:
+    the fingerprint reads every array of the data); with ``--from-record`` the match line is printed."""
+    if getattr(args, "json", None) is None and getattr(args, "from_record", None) is None:
+        return None
+    here = record(args, data)
+    matched = match_line(args, here)
+    if matched:
+        print(matched)
+    return here
