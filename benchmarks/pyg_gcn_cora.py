@@ -15,7 +15,11 @@ It needs a separate PyG environment, not the jaxgcn one:
 Run it from the repository root:
 
     PYG_VENV/bin/python benchmarks/pyg_gcn_cora.py --seeds 10 --json out.json
-    PYG_VENV/bin/python benchmarks/pyg_gcn_cora.py --dataset CiteSeer --seeds 3
+    PYG_VENV/bin/python benchmarks/pyg_gcn_cora.py --dataset CiteSeer --seeds 3 --data-dir DIR
+
+DIR holds the raw Planetoid files ind.<name>.{x,y,tx,ty,allx,ally,graph,test.index} (from
+https://github.com/kimiyoung/planetoid/tree/master/data). Without --data-dir: $PLANETOID_DIR,
+else a shared/datasets/planetoid folder beside the repository when there is one.
 """
 import time
 
@@ -23,6 +27,7 @@ T_START = time.perf_counter()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -41,7 +46,21 @@ SUFFIXES = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 
 
 def default_data_dir():
-    return Path(__file__).resolve().parents[2] / "shared" / "datasets" / "planetoid"  # ../shared beside the repo
+    """$PLANETOID_DIR, else <repository>/../shared/datasets/planetoid if it exists, else None."""
+    if os.environ.get("PLANETOID_DIR"):
+        return os.environ["PLANETOID_DIR"]
+    beside = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "planetoid"
+    return str(beside) if beside.is_dir() else None
+
+
+def check_data_dir(parser, name, data_dir):
+    """Fail with the fix when the raw files are not there (rather than a traceback from shutil)."""
+    missing = [f"ind.{name.lower()}.{s}" for s in SUFFIXES
+               if data_dir is None or not (Path(data_dir) / f"ind.{name.lower()}.{s}").is_file()]
+    if missing:
+        parser.error(f"no raw Planetoid files for {name} in {data_dir or '(no --data-dir given)'}: missing "
+                     f"{', '.join(missing)}; pass --data-dir DIR with the ind.{name.lower()}.* files of "
+                     "https://github.com/kimiyoung/planetoid/tree/master/data (or set $PLANETOID_DIR)")
 
 
 def load_dataset(name, data_dir):
@@ -124,12 +143,15 @@ def mean_std(values):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="Cora", choices=["Cora", "CiteSeer"])
-    p.add_argument("--data-dir", default=str(default_data_dir()))
+    p.add_argument("--data-dir", default=default_data_dir(),
+                   help="folder with the raw ind.<name>.* Planetoid files (default: $PLANETOID_DIR, else "
+                        "shared/datasets/planetoid beside the repository)")
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default=None, help="write results to this file")
     args = p.parse_args()
+    check_data_dir(p, args.dataset, args.data_dir)
 
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
