@@ -99,20 +99,12 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
     if backend == "auto":
         backend = graph_backend(graph)
     n = x.shape[0]
-    loops = jnp.asarray(graph.self_weights, x.dtype)[:, None] * x
     if backend != "csr" and not graph.has_edge_list:
         raise ValueError(f"backend {backend!r} needs the edge list, but this graph keeps only its CSR form "
                          "(prepared for backend 'csr'); prepare it with the backend you want")
     if chunk_edges is not None and backend != "segment":
         raise ValueError(f"chunk_edges={chunk_edges} applies to the segment backend, not {backend!r} "
                          "(csr has no message buffer to bound)")
-    if backend == "segment" and chunk_edges is not None:
-        if chunk_edges < 1:
-            raise ValueError(f"chunk_edges={chunk_edges} must be >= 1")
-        return loops + _segment_chunked(graph, x, int(chunk_edges))
-    if backend == "segment":
-        msgs = x[graph.senders] * jnp.asarray(graph.weights)[:, None].astype(x.dtype)
-        return loops + jax.ops.segment_sum(msgs, graph.receivers, num_segments=n, indices_are_sorted=True)
     if backend == "csr":
         if graph.csr is None:
             raise ValueError("backend 'csr' needs the CSR adjacency: attach it with jaxgcn.graph.with_csr(graph)")
@@ -120,6 +112,14 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
 
         # the self-loops inside the kernel: one pass over x and the output instead of two more
         return spmm(graph.csr, x.astype(jnp.float32), diag=jnp.asarray(graph.self_weights)).astype(x.dtype)
+    loops = jnp.asarray(graph.self_weights, x.dtype)[:, None] * x
+    if backend == "segment" and chunk_edges is not None:
+        if chunk_edges < 1:
+            raise ValueError(f"chunk_edges={chunk_edges} must be >= 1")
+        return loops + _segment_chunked(graph, x, int(chunk_edges))
+    if backend == "segment":
+        msgs = x[graph.senders] * jnp.asarray(graph.weights)[:, None].astype(x.dtype)
+        return loops + jax.ops.segment_sum(msgs, graph.receivers, num_segments=n, indices_are_sorted=True)
     if backend == "bcoo":
         idx = jnp.stack([jnp.asarray(graph.receivers), jnp.asarray(graph.senders)], axis=1)
         adj = jsparse.BCOO((jnp.asarray(graph.weights, x.dtype), idx), shape=(n, n),
