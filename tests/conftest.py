@@ -22,6 +22,18 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 os.environ["JAXGCN_DATA"] = tempfile.mkdtemp(prefix="jaxgcn-test-data-")
 os.environ.pop("JAXGCN_MIRROR", None)
 
+# JAX's persistent compilation cache, on from the first test, for this process and (through the
+# environment) every subprocess it starts: many tests compile the same programs (the same fit on
+# the same fixture, the CLI in a subprocess), and a hit skips the compile. The folder is
+# $JAX_COMPILATION_CACHE_DIR when set (.ci/run keeps one across its passes), else a fresh temp
+# folder per session: the suite never writes into the user's ~/.cache (the CLI keeps a folder
+# already configured instead of switching to its own).
+XLA_CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="jaxgcn-test-xla-"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+jax.config.update("jax_compilation_cache_dir", XLA_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                  float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+
 
 class EdgeList(NamedTuple):
     """A raw edge list as a user would pass it to ``from_edges`` (``senders[k] -> receivers[k]``)."""

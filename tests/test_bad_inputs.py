@@ -253,6 +253,8 @@ CASES = [
     # section 2: sparse structures validated at the boundary (today: garbage training, then a segfault)
     Case("npz-column-index-x1000", bad_csr(indices=lambda a: a * 1000 + 1000), {**ROW_IDS, "--features": "x.npz"}, [],
          r"features file .*x\.npz: column index \d+ \(stored entry 0\) is outside \[0, 3\) of the 30 x 3 matrix"),
+    Case("npz-column-index-at-the-count", bad_csr(indices=setitem(2, 3)), {**ROW_IDS, "--features": "x.npz"}, [],
+         r"x\.npz: column index 3 \(stored entry 2\) is outside \[0, 3\)"),  # the first index past the end
     Case("npz-negative-column-index", bad_csr(indices=setitem(2, -3)), {**ROW_IDS, "--features": "x.npz"}, [],
          r"x\.npz: column index -3 \(stored entry 2\) is outside \[0, 3\)"),
     Case("npz-indptr-decreasing", bad_csr(indptr=setitem(5, 0)), {**ROW_IDS, "--features": "x.npz"}, [],
@@ -552,11 +554,13 @@ def test_library_boundaries_refuse_absurd_node_ids_and_bad_sparse_structures():
         from_edges([0], [1], [1e39])
     from jaxgcn.layers import sparse_features
 
-    bad = sp.csr_matrix(np.eye(3, dtype=np.float32))
-    bad.indices[1] = 7
-    for layout in ("bcoo", "csr"):
-        with pytest.raises(ValueError, match=r"sparse_features: column index 7 \(stored entry 1\) is outside \[0, 3\)"):
-            sparse_features(bad, layout=layout)
+    for column in (7, 3):  # 3: the first index past the end
+        bad = sp.csr_matrix(np.eye(3, dtype=np.float32))
+        bad.indices[1] = column
+        for layout in ("bcoo", "csr"):
+            with pytest.raises(ValueError, match=rf"sparse_features: column index {column} \(stored entry 1\) is "
+                                                 r"outside \[0, 3\)"):
+                sparse_features(bad, layout=layout)
 
 
 # --- property-based: the loaders never crash -----------------------------------------------------------

@@ -87,6 +87,15 @@ def test_corrupted_truncated_and_foreign_checkpoints_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"params-1\.npz: \d+ bytes that do not match the recorded size/SHA-256; "
                                          r"the file is truncated or corrupted"):
         checkpoint.load(tmp_path / "ck")
+    save(tmp_path / "ck")  # a flipped bit in a weight: same size, so only the SHA-256 can tell
+    params = next((tmp_path / "ck").glob("params-*.npz"))
+    blob = bytearray(params.read_bytes())
+    w = np.asarray(PARAMS["layer_0"]["w"], np.float32).tobytes()
+    at = bytes(blob).index(w)  # the weight's bytes inside the (uncompressed) npz
+    blob[at] ^= 0x01
+    params.write_bytes(bytes(blob))
+    with pytest.raises(ValueError, match=r"params-\d+\.npz: \d+ bytes that do not match the recorded size/SHA-256"):
+        checkpoint.load(tmp_path / "ck")
     (tmp_path / "ck" / "checkpoint.json").write_text("{oops")
     with pytest.raises(ValueError, match=r"checkpoint\.json: unreadable JSON .*corrupted"):
         checkpoint.load(tmp_path / "ck")

@@ -392,3 +392,16 @@ def test_synthetic_is_deterministic_per_seed():
 def test_synthetic_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         synthetic(**kwargs)
+
+
+def test_split_codes_are_in_the_input_node_order_after_a_reorder():
+    """The split saved with a model (and written by --save-split) is per INPUT node: a prepared graph
+    renumbered by RCM must give the same codes as the unreordered one, not its own numbering's."""
+    raw = synthetic(300, n_classes=3, n_features=8, seed=4)
+    plain, reordered = prepare(raw, on_device=False), prepare(raw, reorder="rcm", on_device=False)
+    order = np.asarray(reordered.info["node_order"])
+    assert not np.array_equal(order, np.arange(300))  # the renumbering really moved nodes
+    codes = datasets.split_codes(plain)
+    assert sorted(np.unique(codes).tolist()) == [1, 2, 3]
+    np.testing.assert_array_equal(datasets.split_codes(reordered), codes)
+    np.testing.assert_array_equal(codes[raw.splits["train"]], 1)

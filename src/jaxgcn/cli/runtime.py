@@ -28,8 +28,13 @@ def setup(args: argparse.Namespace, from_console: bool) -> None:
 
 
 def enable_compile_cache() -> None:
-    cache = Path(os.environ.get("JAXGCN_CACHE_DIR", Path.home() / ".cache" / "jaxgcn" / "xla"))
-    jax.config.update("jax_compilation_cache_dir", str(cache))
+    """JAX's persistent compilation cache in ``$JAXGCN_CACHE_DIR/xla`` (``~/.cache/jaxgcn/xla``),
+    unless a cache folder is already configured (``JAX_COMPILATION_CACHE_DIR``, or a library
+    caller's ``jax.config``): then that one is kept (the test suite keeps its own)."""
+    if jax.config.jax_compilation_cache_dir:
+        return
+    root = os.environ.get("JAXGCN_CACHE_DIR") or Path.home() / ".cache" / "jaxgcn"
+    jax.config.update("jax_compilation_cache_dir", str(Path(root) / "xla"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
