@@ -6,6 +6,7 @@ import io
 import json
 import re
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -107,22 +108,50 @@ def test_cli_log_matches_the_run_and_its_json(tmp_path, capsys):
     assert any(report["stopped_early"])  # Kipf's rule fires within 300 epochs here
 
 
-def test_tensorboard_without_tensorboardx_says_so_and_trains(tmp_path, capsys):
+def _event_scalars(path) -> dict[str, dict[int, float]]:
+    """The scalars of one TensorBoard event file: tag -> {step: value}. The file is TFRecord
+    framing (8-byte length, 4-byte CRC, the record, 4-byte CRC) around Event protobufs."""
+    from tensorboardX.proto import event_pb2
+
+    out: dict[str, dict[int, float]] = {}
+    data, pos = path.read_bytes(), 0
+    while pos < len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+        pos += 12 + length + 4
+        for value in event.summary.value:
+            out.setdefault(value.tag, {})[event.step] = value.simple_value
+    return out
+
+
+def test_tensorboard_writes_each_runs_scalars(tmp_path, capsys):
+    pytest.importorskip("tensorboardX")  # in the [test] extra: this runs in the README suite
+    log = tmp_path / "log.jsonl"
+    args = [*SYNTH, "--epochs", "20", "--seeds", "2", "--tensorboard", str(tmp_path / "tb"), "--log", str(log),
+            "--quiet"]
+    assert run_main(args) == 0
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    for run in (0, 1):
+        files = list((tmp_path / "tb").glob(f"run-{run}-seed-{run}/events.out.tfevents.*"))
+        assert len(files) == 1, sorted(p.name for p in (tmp_path / "tb").rglob("*"))
+        scalars = _event_scalars(files[0])
+        mine = [r for r in records if r.get("run") == run and "epoch" in r]
+        assert mine and {"loss", "val_acc"} <= set(scalars)
+        for r in mine:  # the same numbers as the JSON log, at the same epochs
+            assert scalars["val_acc"][r["epoch"]] == pytest.approx(r["val_acc"], abs=1e-6)
+            assert scalars["loss"][r["epoch"]] == pytest.approx(r["loss"], rel=1e-6)
+
+
+def test_tensorboard_without_tensorboardx_says_so_and_trains(tmp_path, capsys, monkeypatch):
     pytest.importorskip("tqdm")
-    try:
-        import tensorboardX  # noqa: F401
-        have = True
-    except ImportError:
-        have = False
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import raises ImportError, find_spec gives None
     assert run_main([*SYNTH, "--epochs", "20", "--tensorboard", str(tmp_path / "tb"), "--quiet"]) == 0
     captured = capsys.readouterr()
-    if have:
-        assert any((tmp_path / "tb").rglob("events.out.tfevents.*"))
-    else:  # said even with --quiet, on stderr, once
-        warning = [line for line in captured.err.splitlines() if "tensorboardX is not installed" in line]
-        assert len(warning) == 1 and warning[0].startswith("jaxgcn: warning: --tensorboard ")
-        assert "no event files are written" in warning[0] and "tensorboardX" not in captured.out
-        assert "test accuracy" in captured.out
+    warning = [line for line in captured.err.splitlines() if "tensorboardX is not installed" in line]
+    assert len(warning) == 1 and warning[0].startswith("jaxgcn: warning: --tensorboard ")  # even with --quiet, once
+    assert "no event files are written" in warning[0] and "tensorboardX" not in captured.out
+    assert "test accuracy" in captured.out
+    assert not any((tmp_path / "tb").rglob("events.out.tfevents.*"))
 
 
 # --- hints and diagnostics -----------------------------------------------------------------------------
