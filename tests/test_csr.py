@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -118,19 +120,25 @@ def test_build_failure_names_the_command(monkeypatch, tmp_path):
     assert not list((tmp_path / "kernels").glob("*.so"))  # nothing half-written left behind
 
 
-def test_gradient_skips_zero_rows_of_the_cotangent_exactly():
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gradient_skips_zero_rows_of_the_cotangent_exactly(symmetric):
     # A loss masked to a few rows gives a cotangent with all-zero rows, which the kernel skips.
     a = random_matrix(400, 400, 0.02, 10)
-    a = a + a.T
+    a = a + a.T if symmetric else a
     m = csr_from_scipy(a, check_symmetric=True)
+    assert m.symmetric == symmetric
     rows = np.zeros((400, 1), np.float32)
     rows[::37] = 1.0
     b = jnp.asarray(np.random.default_rng(11).standard_normal((400, 5)).astype(np.float32))
+    csr_mod.reset_kernel_counters()
     got = jax.grad(lambda b: jnp.sum(rows * jnp.sin(spmm(m, b))))(b)
+    counters = csr_mod.kernel_counters()
     dense = jnp.asarray(a.toarray().astype(np.float32))
     want = jax.grad(lambda b: jnp.sum(rows * jnp.sin(dense @ b)))(b)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
     assert np.count_nonzero(np.abs(np.asarray(got)).sum(axis=1)) < 400  # rows no train node reaches stay 0
+    # the forward product reads every row; the gradient's skips the 389 zero rows of the cotangent
+    assert (counters["calls"], counters["skip_calls"], counters["skipped_rows"]) == (2, 1, 400 - 11)
 
 
 def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):
@@ -152,70 +160,114 @@ def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):
 
 
 # --- every regime of the kernel, against SciPy (issue 12) --------------------------------------------
-# The kernel switches on row prefetching when b exceeds 256 KiB (kTileBytes) and cuts the rows into
-# chunks on the thread pool when (nnz + rows) * width >= 2**18; the gradient passes skip flags. Each
-# regime is checked with one value column (V = 1) and with R per-run value columns (V = R), against
-# SciPy and against R separate V = 1 calls.
+# The kernel switches on row prefetching when b exceeds 256 KiB and cuts the rows into chunks on the
+# thread pool when (nnz + rows) * width >= 2**18; it sums a row in vector registers when V = 1 or
+# W / V is a multiple of 16, else in a loop; the gradient passes skip flags. Each case names the
+# regime it must reach and the kernel's own counters (csr.kernel_counters) say which it did, so a
+# changed threshold fails here instead of silently testing another regime.
 
-PREFETCH_BYTES, CHUNK_COST = 256 * 1024, 1 << 18
+def _kernel_run(a, vals, b, skip=False, skip_mask=None):
+    """One raw kernel call and the kernel's counters for it.
+
+    Args:
+        a: [n, m] SciPy CSR pattern (its indices sorted).
+        vals: [nnz, V] values.
+        b: [m, W] dense operand.
+        skip: flag the all-zero rows of b and do not read them.
+        skip_mask: optional [m] bool, rows of b not to read (in place of those flags).
+
+    Returns:
+        ([n, W] float32 output, the counters of this call).
+    """
+    csr_mod.require_kernel()
+    csr_mod.reset_kernel_counters()
+    out = csr_mod._call(jnp.asarray(a.indptr, jnp.int32), jnp.asarray(a.indices, jnp.int32),
+                        jnp.asarray(vals, jnp.float32), jnp.asarray(b, jnp.float32), skip,
+                        skip_mask=None if skip_mask is None else jnp.asarray(skip_mask))
+    return np.asarray(out), csr_mod.kernel_counters()
 
 
 def _kernel(a, vals, b, skip=False):
-    """The raw kernel call (``skip``: flag the all-zero rows of b and do not read them)."""
-    csr_mod.require_kernel()
-    return np.asarray(csr_mod._call(jnp.asarray(a.indptr, jnp.int32), jnp.asarray(a.indices, jnp.int32),
-                                    jnp.asarray(vals, jnp.float32), jnp.asarray(b, jnp.float32), skip))
+    """The raw kernel's [n, W] output (``_kernel_run`` without the counters)."""
+    return _kernel_run(a, vals, b, skip)[0]
+
+
+def _regime(counters, n):
+    """The regime of one kernel call over n output rows, as the kernel counted it."""
+    assert counters["calls"] == 1, counters
+    paths = {(n, 0): "blocked", (0, n): "scalar"}
+    assert (counters["blocked_rows"], counters["scalar_rows"]) in paths, counters  # every row once, one path
+    return {"prefetch": counters["prefetch_calls"] == 1, "chunks": counters["chunked_calls"] == 1,
+            "path": paths[counters["blocked_rows"], counters["scalar_rows"]]}
+
+
+def _plant_zero_rows(b, frac, rng):
+    """Zero a share ``frac`` of the rows of b [m, W] in place (+0.0 and -0.0 mixed), half of them
+    all zero and half zero but in one lane that a check of only some lanes would miss: one of the
+    first 16, the last, or one of each later vector of 16 in turn.
+
+    Returns:
+        [m] bool: the rows that are now all zero (the ones the kernel may skip).
+    """
+    m, width = b.shape
+    kind = rng.choice(3, size=m, p=[1 - frac, frac / 2, frac / 2])  # 0: as is, 1: zero, 2: zero but one lane
+    signed_zeros = np.where(rng.random(b.shape) < 0.5, -0.0, 0.0).astype(np.float32)
+    b[kind > 0] = signed_zeros[kind > 0]
+    lanes = [int(rng.integers(0, min(16, width))), width - 1]
+    lanes += [int(rng.integers(start, min(start + 16, width))) for start in range(16, width, 16)]
+    partly = np.flatnonzero(kind == 2)
+    b[partly, np.array(lanes)[np.arange(partly.size) % len(lanes)]] = (
+        rng.choice([-1.0, 1.0], partly.size) * (1.0 + rng.random(partly.size)))
+    return kind == 1
 
 
 def check_kernel_case(n, m, density, runs, h, skip_frac, seed):
-    """V = R and V = 1 products equal SciPy, with a share of b's rows all zero (-0.0 among them)
-    that the skipping pass flags and leaves unread."""
+    """V = R and V = 1 products equal SciPy, with a share of b's rows zero (-0.0 among them, and
+    rows zero but in one lane) that the skipping pass must flag exactly.
+
+    Returns:
+        The regime of the V = R call (``_regime``).
+    """
     rng = np.random.default_rng(seed)
     a = sp.random(n, m, density=density, random_state=seed, format="csr", dtype=np.float64)
     a.sort_indices()
     width = runs * h
     b = rng.standard_normal((m, width)).astype(np.float32)
     skip = skip_frac > 0
-    if skip:
-        zero = rng.random(m) < skip_frac
-        b[zero] = 0.0
-        b[zero & (rng.random(m) < 0.5), 0] = -0.0
-    b_read = b
+    zero = _plant_zero_rows(b, skip_frac, rng) if skip else np.zeros(m, bool)
     vals = (rng.standard_normal((a.nnz, runs)) * (rng.random((a.nnz, runs)) > 0.5)).astype(np.float32)
-    out = _kernel(a, vals, b, skip)
+    out, counters = _kernel_run(a, vals, b, skip)
     assert out.shape == (n, width) and np.all(np.isfinite(out))
+    # the kernel flagged exactly the all-zero rows: a -0.0 row is zero, a row non-zero in one lane is not
+    assert (counters["skip_calls"], counters["skipped_rows"]) == (int(skip), int(zero.sum()))
     separate = []
     for r in range(runs):
         a_r = sp.csr_matrix((vals[:, r].astype(np.float64), a.indices, a.indptr), shape=a.shape)
         cols = slice(r * h, (r + 1) * h)
-        np.testing.assert_allclose(out[:, cols], a_r @ b_read[:, cols].astype(np.float64), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(out[:, cols], a_r @ b[:, cols].astype(np.float64), rtol=1e-4, atol=1e-4)
         separate.append(_kernel(a, vals[:, r:r + 1], np.ascontiguousarray(b[:, cols]), skip))
     # the same sums in the same order: bit for bit (a run that read run 0's values would differ)
     np.testing.assert_array_equal(out, np.concatenate(separate, axis=1))
     shared = _kernel(a, a.data[:, None].astype(np.float32), b, skip)  # V = 1 over the whole width
-    np.testing.assert_allclose(shared, a @ b_read.astype(np.float64), rtol=1e-4, atol=1e-4)
-    return {"prefetch": m * width * 4 > PREFETCH_BYTES, "chunks": (a.nnz + n) * width >= CHUNK_COST}
+    np.testing.assert_allclose(shared, a @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
+    return _regime(counters, n)
 
 
-@pytest.mark.parametrize(("n", "m", "density", "runs", "h", "skip"), [
-    (40, 30, 0.2, 3, 5, 0.0),            # one chunk, b in cache
-    (40, 30, 0.2, 3, 5, 0.5),            # + skipped rows
-    (3000, 2000, 0.01, 4, 16, 0.0),      # prefetch + several chunks, width a multiple of 16
-    (3000, 2000, 0.01, 3, 13, 0.4),      # prefetch + chunks + skips, width not a multiple of 16
-    (20000, 50, 0.05, 2, 7, 0.3),        # many rows, small b in cache, several chunks
-    (300, 9000, 0.002, 5, 3, 0.0),       # prefetch, one chunk
-], ids=["small", "small-skip", "prefetch-chunks", "prefetch-chunks-skip-odd", "chunks-only", "prefetch-only"])
-def test_kernel_regimes_equal_scipy(n, m, density, runs, h, skip):
+@pytest.mark.parametrize(("n", "m", "density", "runs", "h", "skip", "prefetch", "chunks", "path"), [
+    (40, 30, 0.2, 3, 5, 0.0, False, False, "scalar"),
+    (40, 30, 0.2, 3, 5, 0.5, False, False, "scalar"),          # + skipped rows
+    (40, 30, 0.2, 2, 24, 0.5, False, False, "scalar"),         # rows zero but past lane 16, in the loop
+    (40, 30, 0.2, 3, 16, 0.5, False, False, "blocked"),        # ... and in registers
+    (3000, 2000, 0.01, 4, 16, 0.0, True, True, "blocked"),     # width a multiple of 16
+    (3000, 2000, 0.01, 3, 13, 0.4, True, True, "scalar"),      # + skips, width not a multiple of 16
+    (3000, 3000, 0.005, 3, 16, 0.4, True, True, "blocked"),    # b over 2**17 values: flagged in chunks too
+    (20000, 50, 0.05, 2, 7, 0.3, False, True, "scalar"),       # many rows, small b in cache
+    (300, 9000, 0.002, 5, 3, 0.0, True, False, "scalar"),
+], ids=["small", "small-skip", "small-skip-wide", "small-skip-blocked", "prefetch-chunks", "prefetch-chunks-skip-odd",
+        "prefetch-chunks-skip-blocked", "chunks-only", "prefetch-only"])
+def test_kernel_regimes_equal_scipy(n, m, density, runs, h, skip, prefetch, chunks, path):
     regime = check_kernel_case(n, m, density, runs, h, skip, seed=n + m)
-    expected = {"small": (False, False), "small-skip": (False, False)}
-    if n == 3000:
-        assert regime == {"prefetch": True, "chunks": True}
-    elif n == 20000:
-        assert regime == {"prefetch": False, "chunks": True}
-    elif n == 300:
-        assert regime == {"prefetch": True, "chunks": False}
-    else:
-        assert tuple(regime.values()) == expected["small"]
+    assert regime == {"prefetch": prefetch, "chunks": chunks, "path": path}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -223,6 +275,50 @@ def test_kernel_regimes_equal_scipy(n, m, density, runs, h, skip):
        h=st.integers(1, 40), skip=st.sampled_from([0.0, 0.3, 0.9]), seed=st.integers(0, 2**16))
 def test_kernel_equals_scipy_over_random_shapes(n, m, density, runs, h, skip, seed):
     check_kernel_case(n, m, density, runs, h, skip, seed)
+
+
+# Rows of b a test marks as skipped hold NaN: an output that read one is NaN. The kernel computes
+# its own flags from all-zero rows (where skipping and reading give the same numbers), so only an
+# explicit mask shows that the flags are obeyed. Each regime, with one value column, R of them in
+# registers (W / R = 16) and R of them in the loop (W / R = 20).
+MASK_SHAPES = {  # (n, m, density), (prefetch, chunks) at 32 to 40 columns
+    "one-chunk": ((40, 30, 0.2), (False, False)),
+    "prefetch": ((200, 3000, 0.002), (True, False)),
+    "chunks": ((8000, 500, 0.01), (False, True)),
+    "prefetch-chunks": ((3000, 3000, 0.003), (True, True)),
+}
+MASK_LAYOUTS = {"v1": (1, 40, "blocked"), "vr-blocked": (2, 16, "blocked"), "vr-loop": (2, 20, "scalar")}
+
+
+@pytest.mark.parametrize("layout", MASK_LAYOUTS)
+@pytest.mark.parametrize("shape", MASK_SHAPES)
+def test_masked_rows_of_b_are_never_read(shape, layout):
+    (n, m, density), (prefetch, chunks) = MASK_SHAPES[shape]
+    runs, h, path = MASK_LAYOUTS[layout]
+    rng = np.random.default_rng(n + h)
+    a = sp.random(n, m, density=density, random_state=n, format="csr", dtype=np.float64)
+    a.sort_indices()
+    b = rng.standard_normal((m, runs * h)).astype(np.float32)
+    mask = rng.random(m) < 0.4
+    b[~mask & (rng.random(m) < 0.2)] = 0.0  # unmasked zero rows: read, since the mask replaces the flags
+    vals = (rng.standard_normal((a.nnz, runs)) * (rng.random((a.nnz, runs)) > 0.5)).astype(np.float32)
+    out, counters = _kernel_run(a, vals, np.where(mask[:, None], np.nan, b), skip=True, skip_mask=mask)
+    assert np.all(np.isfinite(out)), f"{np.count_nonzero(~np.isfinite(out).all(axis=1))} rows read a masked row"
+    unmasked = np.where(mask[:, None], 0.0, b.astype(np.float64))
+    for r in range(runs):
+        a_r = sp.csr_matrix((vals[:, r].astype(np.float64), a.indices, a.indptr), shape=a.shape)
+        cols = slice(r * h, (r + 1) * h)
+        np.testing.assert_allclose(out[:, cols], a_r @ unmasked[:, cols], rtol=1e-4, atol=1e-4)
+    assert _regime(counters, n) == {"prefetch": prefetch, "chunks": chunks, "path": path}
+    assert (counters["skip_calls"], counters["mask_calls"], counters["skipped_rows"]) == (1, 1, mask.sum())
+
+
+def test_kernel_reports_its_isa():
+    # JAXGCN_KERNEL_ISA=portable keeps to the portable branch; native takes AVX-512 where the CPU has it
+    want = os.environ.get("JAXGCN_KERNEL_ISA") or "native"
+    if want == "native":
+        want = "avx512" if "avx512f" in csr_mod._cpu_id().split() else "portable"
+    assert csr_mod.kernel_isa() == want
 
 
 def test_kernel_entry_refuses_out_of_range_patterns():
@@ -235,6 +331,10 @@ def test_kernel_entry_refuses_out_of_range_patterns():
     bad.indices[2] = -3
     with pytest.raises(Exception, match=r"out of range"):
         _kernel(bad, bad.data[:, None], np.ones((4, 2)))
+    bad.indices[2] = 4  # the first row past b's last: in the register path (V = 1) and the loop path (V = 2, H = 3)
+    for vals, b in ((bad.data[:, None], np.ones((4, 2))), (np.ones((4, 2)), np.ones((4, 6)))):
+        with pytest.raises(Exception, match=r"out of range"):
+            _kernel(bad, vals, b)
     shuffled = sp.csr_matrix((a.data, a.indices, np.array([0, 2, 1, 3, 4])), shape=a.shape)
     with pytest.raises(Exception, match=r"out of range"):
         _kernel(shuffled, shuffled.data[:, None], np.ones((4, 2)))
@@ -297,6 +397,29 @@ def test_run_matmul_gradient_is_exactly_zero_where_the_cotangent_is():
     np.testing.assert_allclose(np.asarray(dw), np.asarray(want), rtol=1e-4, atol=1e-4)
 
 
+def test_run_matmul_gradients_read_rows_zero_only_in_their_first_lanes():
+    # The gradient products skip the all-zero rows of the cotangent, 39 = 3 runs x 13 classes wide
+    # here: rows zero but in one lane (of the second vector of 16, the tail, or the last run) must
+    # be read, and all-zero rows (-0.0 too) skipped, in both directions (mode 1: dx, mode 2: dw).
+    n, runs, h, c = 64, 3, 5, 13
+    rng = np.random.default_rng(8)
+    x = jnp.asarray(rng.standard_normal((n, runs * h)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((h, runs, c)), jnp.float32)
+    g = rng.standard_normal((n, runs * c)).astype(np.float32)
+    kind = np.arange(n) % 4  # 0: as is, 1: zero but one lane past 16, 2: all zero, 3: zero but the last lane
+    g[kind > 0] = np.where(rng.random((n, runs * c)) < 0.5, -0.0, 0.0)[kind > 0]
+    g[kind == 1, 16 + np.arange(n // 4) % (runs * c - 16)] = 1.0 + rng.random(n // 4)
+    g[kind == 3, -1] = -1.0 - rng.random(n // 4)
+    want_dx = jnp.einsum("nrc,hrc->nrh", g.reshape(n, runs, c), w, precision="highest")
+    want_dw = jnp.einsum("nrh,nrc->hrc", x.reshape(n, runs, h), g.reshape(n, runs, c), precision="highest")
+    for got, want in ((lambda: csr_mod._times_t(jnp.asarray(g), w), want_dx.reshape(n, runs * h)),
+                      (lambda: csr_mod._outer(x, jnp.asarray(g), w.shape), want_dw)):
+        csr_mod.reset_kernel_counters()
+        np.testing.assert_allclose(np.asarray(got()), np.asarray(want), rtol=1e-5, atol=1e-5)
+        counters = csr_mod.kernel_counters()
+        assert (counters["dense_calls"], counters["dense_skipped_rows"]) == (1, n // 4)
+
+
 def test_run_matmul_refuses_mismatched_weights():
     from jaxgcn.csr import run_matmul
 
@@ -318,21 +441,34 @@ def test_batched_model_without_the_kernel_equals_with_it(monkeypatch):
 
 # --- the diagonal (a graph's self-loops) inside the kernel ---------------------------------------
 
-@pytest.mark.parametrize(("n", "width"), [(30, 7), (3000, 64), (200, 33)], ids=["narrow", "threaded", "odd"])
-def test_diagonal_equals_scipy_with_gradients(n, width):
+@pytest.mark.parametrize(("n", "runs", "h"), [(30, 1, 7), (3000, 1, 64), (200, 1, 33), (60, 3, 5)],
+                         ids=["narrow", "threaded", "odd", "per-run-loop"])
+def test_diagonal_equals_scipy_with_gradients(n, runs, h):
+    # runs > 1 with h % 16 != 0: per-run values, summed in the loop rather than in registers (and
+    # no longer symmetric, so the gradient takes the transposed pattern)
     rng = np.random.default_rng(n)
-    a = random_matrix(n, n, 0.02, n)
-    a = a + a.T
+    a = random_matrix(n, n, 0.02 if n > 100 else 0.1, n)
+    m = csr_from_scipy(a + a.T, check_symmetric=runs == 1)
+    assert m.symmetric == (runs == 1)
     d = rng.random(n).astype(np.float32)
-    m = csr_from_scipy(a, check_symmetric=True)
-    b = jnp.asarray(rng.standard_normal((n, width)), jnp.float32)
-    full = (a + sp.diags(d.astype(np.float64))).toarray()
-    np.testing.assert_allclose(spmm(m, b, diag=jnp.asarray(d)), full @ np.asarray(b, np.float64), rtol=1e-4, atol=1e-4)
+    values = (m.data[:, None] * (rng.random((m.nse, runs)) < (0.7 if runs > 1 else 1.0))).astype(np.float32)
+    b = jnp.asarray(rng.standard_normal((n, runs * h)), jnp.float32)
+    dense = [sp.csr_matrix((values[:, r].astype(np.float64), m.cols, m.indptr), shape=(n, n)).toarray()
+             for r in range(runs)]
+    want_out = np.concatenate([(dense[r] + np.diag(d)) @ np.asarray(b[:, r * h:(r + 1) * h], np.float64)
+                               for r in range(runs)], axis=1)
+    vals = None if runs == 1 else jnp.asarray(values)  # one run: a's own (symmetric) values
+    got_out = spmm(m, b, vals, diag=jnp.asarray(d))
+    np.testing.assert_allclose(np.asarray(got_out), want_out, rtol=1e-4, atol=1e-4)
     rows = (rng.random((n, 1)) < 0.1).astype(np.float32)  # a masked loss: the gradient skips zero rows
-    got_b, got_d = jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(spmm(m, b, diag=d))), (0, 1))(b, jnp.asarray(d))
-    dense = jnp.asarray(a.toarray(), jnp.float32)
-    want = jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(dense @ b + d[:, None] * b)), (0, 1))
-    want_b, want_d = want(b, jnp.asarray(d))
+    got_b, got_d = jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(spmm(m, b, vals, diag=d))), (0, 1))(
+        b, jnp.asarray(d))
+
+    def dense_product(b, d):
+        return jnp.concatenate([jnp.asarray(dense[r], jnp.float32) @ b[:, r * h:(r + 1) * h] for r in range(runs)],
+                               axis=1) + d[:, None] * b
+
+    want_b, want_d = jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(dense_product(b, d))), (0, 1))(b, jnp.asarray(d))
     np.testing.assert_allclose(np.asarray(got_b), np.asarray(want_b), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.asarray(got_d), np.asarray(want_d), rtol=1e-4, atol=1e-4)
 
@@ -341,3 +477,75 @@ def test_diagonal_needs_a_square_matrix():
     m = csr_from_scipy(sp.random(5, 4, density=0.5, random_state=0, format="csr"))
     with pytest.raises(ValueError, match=r"diag has shape \(5,\); it needs a square matrix \(here \(5, 4\)\)"):
         spmm(m, jnp.ones((4, 2)), diag=jnp.ones(5))
+
+
+# --- the pair product: training (per-run values) and evaluation (a's values) from one pass -------
+
+@pytest.mark.parametrize(("n", "m", "runs", "h", "big"), [
+    (60, 40, 3, 16, False), (60, 40, 3, 13, False), (3000, 2000, 2, 32, True), (3000, 2000, 4, 13, True)],
+    ids=["blocked", "loop", "blocked-threaded", "loop-threaded"])
+def test_spmm_pair_equals_scipy(n, m, runs, h, big):
+    # big: b over 256 KiB (prefetched) and several row chunks; blocked when h % 16 == 0, else the loop
+    from jaxgcn.csr import spmm_pair
+
+    a = csr_from_scipy(random_matrix(n, m, 0.2 if n < 100 else 0.01, n + h))
+    rng = np.random.default_rng(h)
+    values = a.data[:, None] * (rng.random((a.nse, runs)) < 0.5) / 0.5  # a dropout of a's values per run
+    b = rng.standard_normal((m, runs * h)).astype(np.float32)
+    csr_mod.reset_kernel_counters()
+    train, evaluation = spmm_pair(a, jnp.asarray(b), jnp.asarray(values))
+    counters = csr_mod.kernel_counters()
+    for r in range(runs):
+        a_r = sp.csr_matrix((values[:, r].astype(np.float64), a.cols, a.indptr), shape=a.shape)
+        cols = slice(r * h, (r + 1) * h)
+        np.testing.assert_allclose(np.asarray(train)[:, cols], a_r @ b[:, cols].astype(np.float64), rtol=1e-4,
+                                   atol=1e-4)
+    a_own = sp.csr_matrix((a.data.astype(np.float64), a.cols, a.indptr), shape=a.shape)
+    np.testing.assert_allclose(np.asarray(evaluation), a_own @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
+    assert _regime(counters, n) == {"prefetch": big, "chunks": big, "path": "scalar" if h % 16 else "blocked"}
+    assert counters["pair_calls"] == 1
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_spmm_given_has_the_gradients_of_spmm(symmetric):
+    from jaxgcn.csr import spmm_given, spmm_pair
+
+    a = random_matrix(40, 40, 0.15, 12)
+    a = csr_from_scipy(a + a.T if symmetric else a, check_symmetric=True)
+    assert a.symmetric == symmetric
+    rng = np.random.default_rng(13)
+    values = jnp.asarray(a.data[:, None] * (rng.random((a.nse, 3)) < 0.7) / 0.7, jnp.float32)
+    b = jnp.asarray(rng.standard_normal((40, 15)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((40, 15)) * (rng.random((40, 1)) < 0.3), jnp.float32)  # a masked loss
+
+    def loss(out):
+        return jnp.sum(jnp.sin(out) * g)
+
+    if symmetric:  # a symmetric pattern takes a's own values only (per-entry ones are refused)
+        product = spmm(a, b)
+        given = jax.grad(lambda b: loss(spmm_given(a, b, None, product)))(b)
+        np.testing.assert_allclose(np.asarray(given), np.asarray(jax.grad(lambda b: loss(spmm(a, b)))(b)),
+                                   rtol=1e-5, atol=1e-5)
+        return
+    product = spmm_pair(a, b, values)[0]  # as the step before computes it
+    np.testing.assert_allclose(np.asarray(product), np.asarray(spmm(a, b, values)), rtol=1e-6, atol=1e-6)
+    given_grads = jax.grad(lambda b, v: loss(spmm_given(a, b, v, product)), (0, 1))(b, values)
+    spmm_grads = jax.grad(lambda b, v: loss(spmm(a, b, v)), (0, 1))(b, values)
+    for got, want in zip(given_grads, spmm_grads):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    assert float(jnp.abs(given_grads[1]).sum()) > 0  # the values' gradient is not trivially zero
+
+
+def test_values_on_a_symmetric_pattern_are_refused():
+    """A symmetric CSR keeps no transposed pattern: its gradient reuses the matrix, which is wrong for
+    per-entry values that are not symmetric, so such values are refused instead of differentiated."""
+    a = random_matrix(6, 6, 0.5, 1)
+    m = csr_from_scipy(a + a.T, check_symmetric=True)
+    assert m.symmetric
+    with pytest.raises(ValueError, match=r"spmm: values replacing a's entries need a's transposed pattern .*"
+                                         r"check_symmetric=False"):
+        spmm(m, jnp.ones((6, 2)), jnp.ones((m.nse, 1)))
+    plain = csr_from_scipy(a + a.T)  # the same matrix with its transpose: per-run values are fine
+    np.testing.assert_allclose(spmm(plain, jnp.ones((6, 2)), jnp.ones((plain.nse, 2))), (a + a.T).astype(bool) @
+                               np.ones((6, 2)), rtol=1e-6)

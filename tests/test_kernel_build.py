@@ -1,12 +1,19 @@
 """Building the fused CSR kernel where the compiler is not the friendly g++ of this machine: a
 compiler that refuses -march=native (the build retries without it), one that always fails (the
-failure is recorded once per cache key, not retried by every process), and the CLI's one line
-when ``auto`` keeps to ``segment``."""
+failure is recorded once per cache key, not retried by every process), the CLI's one line
+when ``auto`` keeps to ``segment``, and both branches of the kernel's masked loads and stores:
+the portable one built and tested on any machine (``JAXGCN_KERNEL_ISA=portable``), the AVX-512
+one compiled wherever the compiler takes it and tested where the CPU has it."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +25,11 @@ import jaxgcn.csr as csr_mod
 from jaxgcn.csr import csr_from_scipy
 
 GXX = shutil.which("g++")
+REPO = Path(__file__).resolve().parents[1]
+AVX512_FLAGS = ("-mavx512f", "-mavx512bw", "-mavx512vl")
+# The kernel's correctness tests in tests/test_csr.py that a build for another ISA must pass: every
+# regime, the masked skip, the pair, the lanes of the zero-row checks, and the ISA it reports.
+KERNEL_TESTS = "regimes or masked or pair or given or isa or first_lanes or cotangent"
 
 
 def _script(tmp_path, name: str, body: str) -> tuple[str, object]:
@@ -136,3 +148,71 @@ def test_the_cli_says_in_one_line_why_auto_keeps_to_segment(monkeypatch, tmp_pat
     assert run_main(["train", "--dataset", "cora", "--epochs", "3", "--early-stopping", "none"]) == 0
     out = capsys.readouterr().out
     assert "backend segment: disabled by JAXGCN_NO_KERNELS" in out.splitlines()
+
+
+# --- the portable and the AVX-512 branches ---------------------------------------------------------
+
+def _kernel_tests_with(isa: str, tmp_path) -> None:
+    """Run KERNEL_TESTS in a new process whose kernel is built with ``JAXGCN_KERNEL_ISA=isa`` into
+    an empty cache (not the cached native build), and require them all to pass."""
+    env = {**os.environ, "JAXGCN_KERNEL_ISA": isa, "JAXGCN_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("JAXGCN_NO_KERNELS", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_csr.py",
+                           "-k", KERNEL_TESTS], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert list((tmp_path / "cache" / "kernels").glob("libjaxgcn_spmm-*.so")), "no kernel built for this ISA"
+    passed = re.search(r"(\d+) passed", proc.stdout)
+    assert passed and int(passed.group(1)) >= 30 and "skipped" not in proc.stdout, proc.stdout[-2000:]
+
+
+def test_the_portable_build_passes_the_kernel_tests(tmp_path):
+    # on an AVX-512 CPU the only run of the portable branch; the ISA test in there asserts "portable"
+    if not csr_mod.kernel_status()[0]:
+        pytest.skip("the kernel does not build here")
+    _kernel_tests_with("portable", tmp_path)
+
+
+def _compiler_takes(cxx: str, flags: tuple[str, ...], tmp_path) -> bool:
+    probe = tmp_path / "probe.cc"
+    probe.write_text("int main() { return 0; }\n")
+    cmd = [cxx, *flags, "-c", str(probe), "-o", str(tmp_path / "probe.o")]
+    return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
+def test_the_avx512_branch_compiles_wherever_the_compiler_takes_avx512(tmp_path):
+    # Compiled, not run (this CPU may lack AVX-512): an error in that branch fails here on any machine.
+    cxx = csr_mod._compiler()
+    if cxx is None or not _compiler_takes(cxx, AVX512_FLAGS, tmp_path):
+        pytest.skip(f"the compiler ({cxx}) does not take {' '.join(AVX512_FLAGS)}")
+    out = str(tmp_path / "avx512.so")
+    failure = csr_mod._compile(cxx, ("-O1", *AVX512_FLAGS, "-DJAXGCN_EXPECT_ISA=1"), out)
+    assert failure is None, failure[1]
+    # JAXGCN_PORTABLE selects the portable branch even for an AVX-512 target ...
+    failure = csr_mod._compile(cxx, ("-fsyntax-only", *AVX512_FLAGS, "-DJAXGCN_PORTABLE", "-DJAXGCN_EXPECT_ISA=0"), out)
+    assert failure is None, failure[1]
+    # ... and JAXGCN_EXPECT_ISA is checked: the other answer is refused
+    refused = csr_mod._compile(cxx, ("-fsyntax-only", *AVX512_FLAGS, "-DJAXGCN_PORTABLE", "-DJAXGCN_EXPECT_ISA=1"), out)
+    assert refused is not None and "JAXGCN_EXPECT_ISA" in refused[1]
+
+
+@pytest.mark.skipif("avx512f" not in csr_mod._cpu_id().split(),
+                    reason="this CPU has no AVX-512 (no avx512f in /proc/cpuinfo): its branch is only compiled here")
+def test_the_avx512_build_passes_the_kernel_tests(tmp_path):
+    # -march=native on this CPU takes the AVX-512 branch; the ISA test in there asserts "avx512"
+    _kernel_tests_with("native", tmp_path)
+
+
+def test_an_unknown_isa_is_a_clear_reason(monkeypatch, fresh_loader):
+    monkeypatch.setenv("JAXGCN_KERNEL_ISA", "avx9000")
+    assert csr_mod._load() == (False, "JAXGCN_KERNEL_ISA='avx9000' is not one of native, portable")
+    assert not csr_mod.kernel_possible()
+
+
+def test_the_isa_is_part_of_the_cache_key(monkeypatch):
+    cxx = csr_mod._compiler() or "/usr/bin/c++"
+    monkeypatch.delenv("JAXGCN_KERNEL_ISA", raising=False)
+    native = csr_mod._library(cxx)
+    monkeypatch.setenv("JAXGCN_KERNEL_ISA", "native")
+    assert csr_mod._library(cxx) == native
+    monkeypatch.setenv("JAXGCN_KERNEL_ISA", "portable")
+    assert csr_mod._library(cxx) != native

@@ -12,6 +12,11 @@ that fails (with ``-march=native``, then once without it) is remembered as
 ``libjaxgcn_spmm-<key>.failed`` beside the cache, so later processes report it without compiling
 again; a new source, compiler or jaxlib is a new key and a new attempt.
 
+``JAXGCN_KERNEL_ISA=portable`` builds the kernel without its AVX-512 branches even where the CPU
+has AVX-512 (``native``, the default, uses them where ``-march=native`` enables them), so that
+one machine can test both; :func:`kernel_isa` says which the loaded library has, and
+:func:`kernel_counters` which regime its calls ran in.
+
 The same library holds the per-run dense products of a batch of runs (:func:`run_matmul`:
 ``[n, R, H] x [H, R, C]``), which XLA computes either through transposes to ``[R, H, n]`` or as a
 materialized ``[n, R, H, C]`` broadcast product.
@@ -150,6 +155,18 @@ _NO_COMPILER = "no C++ compiler found (set CXX or install g++ for the faster csr
 # (older Apple clang on arm64, clang on aarch64 Linux, an assembler older than the CPU), so once without.
 _FLAG_SETS = (("-O3", "-march=native"), ("-O3",))
 
+# JAXGCN_KERNEL_ISA -> extra compiler flags: "portable" compiles the non-AVX-512 branches of
+# LoadFirst/StoreFirst even with -march=native on an AVX-512 CPU (kernels/spmm.cc).
+_ISA_FLAGS = {"native": (), "portable": ("-DJAXGCN_PORTABLE",)}
+
+
+def _isa() -> str:
+    """The kernel build asked for by ``JAXGCN_KERNEL_ISA`` (default ``native``)."""
+    isa = os.environ.get("JAXGCN_KERNEL_ISA") or "native"
+    if isa not in _ISA_FLAGS:
+        raise ValueError(f"JAXGCN_KERNEL_ISA={isa!r} is not one of {', '.join(_ISA_FLAGS)}")
+    return isa
+
 
 class KernelBuildError(RuntimeError):
     """Every attempt to compile the kernel failed, now or in an earlier process: ``summary`` is the
@@ -162,8 +179,9 @@ class KernelBuildError(RuntimeError):
 
 
 def _library(cxx: str) -> Path:
-    """Where the build for this source, jaxlib (its FFI headers), CPU and compiler is cached; the
-    compiler counts with its size and date, so an upgraded compiler gets a new attempt."""
+    """Where the build for this source, jaxlib (its FFI headers), CPU, compiler and
+    ``JAXGCN_KERNEL_ISA`` is cached; the compiler counts with its size and date, so an upgraded
+    compiler gets a new attempt."""
     import jaxlib
 
     try:
@@ -171,7 +189,7 @@ def _library(cxx: str) -> Path:
         stamp = f"{st.st_size}:{st.st_mtime_ns}"
     except OSError:
         stamp = ""
-    parts = (jaxlib.__version__, _cpu_id(), cxx, stamp)
+    parts = (jaxlib.__version__, _cpu_id(), cxx, stamp, _isa())
     key = hashlib.sha256(_SOURCE.read_bytes() + "\0".join(parts).encode()).hexdigest()[:16]
     return _cache_dir() / f"libjaxgcn_spmm-{key}.so"
 
@@ -206,7 +224,8 @@ def _compile(cxx: str, flags: tuple[str, ...], out: str) -> tuple[str, str] | No
 
 def _build(cxx: str) -> Path:
     """Compile the kernel into the cache (atomically: a temp file renamed into place), with
-    -march=native and, if that fails, once without. When both fail, the failure is remembered
+    -march=native and, if that fails, once without (each with the flags of ``JAXGCN_KERNEL_ISA``).
+    When both fail, the failure is remembered
     next to where the library would be (``.failed``, same key) and raised again by later calls and
     processes without running the compiler."""
     out = _library(cxx)
@@ -221,7 +240,7 @@ def _build(cxx: str) -> Path:
     failures = []
     try:
         for flags in _FLAG_SETS:
-            failure = _compile(cxx, flags, tmp)
+            failure = _compile(cxx, (*flags, *_ISA_FLAGS[_isa()]), tmp)
             if failure is None:
                 os.replace(tmp, out)
                 return out
@@ -234,9 +253,14 @@ def _build(cxx: str) -> Path:
     raise KernelBuildError(summary, marker)
 
 
+# The library _load registered (its debug counters and ISA are read through it), or None.
+_LIBRARY: ctypes.CDLL | None = None
+
+
 @functools.lru_cache(maxsize=None)
 def _load() -> tuple[bool, str]:
     """Build (once per machine) and register the kernel (once per process): (ok, reason)."""
+    global _LIBRARY
     if os.environ.get("JAXGCN_NO_KERNELS"):
         return False, "disabled by JAXGCN_NO_KERNELS"
     cxx = _compiler()
@@ -248,8 +272,12 @@ def _load() -> tuple[bool, str]:
         jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmm), platform="cpu")
         jax.ffi.register_ffi_target(_DENSE_TARGET, jax.ffi.pycapsule(lib.JaxgcnRunDense), platform="cpu")
         jax.ffi.register_ffi_target(_PAIR_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmPair), platform="cpu")
-    except (OSError, RuntimeError, subprocess.SubprocessError) as err:
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as err:
         return False, str(err)
+    lib.JaxgcnKernelCounterNames.restype = ctypes.c_char_p
+    lib.JaxgcnKernelCounters.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    lib.JaxgcnKernelIsa.restype = ctypes.c_int
+    _LIBRARY = lib
     return True, f"built with {cxx} in {path.parent}"
 
 
@@ -265,7 +293,7 @@ def kernel_possible() -> bool:
         return False
     try:
         ctypes.cdll.LoadLibrary(str(_build(cxx)))  # dlopen only: registering it would start JAX
-    except (OSError, RuntimeError, subprocess.SubprocessError):
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError):
         return False
     return True
 
@@ -297,14 +325,74 @@ def require_kernel() -> None:
                          "use backend='segment' (or 'auto')")
 
 
+def _loaded_library() -> ctypes.CDLL:
+    """The kernel library this process registered (built and loaded first if need be)."""
+    require_kernel()
+    assert _LIBRARY is not None  # set by the _load that require_kernel ran
+    return _LIBRARY
+
+
+def kernel_isa() -> str:
+    """Which branch of the kernel's masked loads and stores the loaded library was built with:
+    ``"avx512"`` (``-march=native`` on an AVX-512 CPU) or ``"portable"`` (any other CPU, or
+    ``JAXGCN_KERNEL_ISA=portable``). Needs :func:`kernel_status`."""
+    return "avx512" if _loaded_library().JaxgcnKernelIsa() == 1 else "portable"
+
+
+def kernel_counters() -> dict[str, int]:
+    """The kernel's debug counters, cumulative since the library was loaded or
+    :func:`reset_kernel_counters` (the tests read which regime a call ran in from them; counting
+    costs a few relaxed atomic adds per call). Needs :func:`kernel_status`.
+
+    - ``calls``: sparse products (:func:`spmm`, its gradient, :func:`spmm_pair`); ``pair_calls``
+      of them from :func:`spmm_pair`.
+    - ``prefetch_calls``: products that prefetched rows of ``b`` (``b`` over 256 KiB).
+    - ``chunked_calls``: products cut into several row chunks on the thread pool.
+    - ``skip_calls``: products that left rows of ``b`` unread (its all-zero rows, in a gradient, or
+      a test's mask); ``mask_calls``: of them with a mask; ``skipped_rows``: rows of ``b`` so flagged.
+    - ``blocked_rows`` / ``scalar_rows``: output rows summed in vector registers (one value column,
+      or ``W / V`` a multiple of 16) / in the loop for other widths.
+    - ``dense_calls``: :func:`run_matmul` products, any direction; ``dense_skipped_rows``: all-zero
+      rows of the incoming gradient that they skipped.
+    """
+    lib = _loaded_library()
+    names = lib.JaxgcnKernelCounterNames().decode().split(",")
+    values = (ctypes.c_int64 * len(names))()
+    lib.JaxgcnKernelCounters(values)
+    return dict(zip(names, map(int, values)))
+
+
+def reset_kernel_counters() -> None:
+    """Set every :func:`kernel_counters` counter to 0."""
+    _loaded_library().JaxgcnResetKernelCounters()
+
+
 # ----------------------------------------------------------------------------- the product
 
 def _call(indptr: jax.Array, cols: jax.Array, vals: jax.Array, b: jax.Array, skip: bool,
-          diag: jax.Array | None = None) -> jax.Array:
+          diag: jax.Array | None = None, skip_mask: jax.Array | None = None) -> jax.Array:
+    """The raw kernel: ``(A + diag(diag)) @ b`` for the pattern ``indptr``/``cols``.
+
+    Args:
+        indptr: [n + 1] int32 row pointers.
+        cols: [nnz] int32 column indices, each in [0, m).
+        vals: [nnz, V] float32 values, V dividing W.
+        b: [m, W] float32.
+        skip: flag the all-zero rows of ``b`` and do not read them (a masked loss's gradient).
+        diag: optional [n] float32 self-loop weights (square ``A`` only).
+        skip_mask: for tests only: optional [m] bool, True for the rows of ``b`` the kernel must
+            treat as zero without reading them, in place of the flags ``skip`` computes (so a test
+            can fill them with NaN and see whether the kernel read them).
+
+    Returns:
+        [n, W] float32.
+    """
     n = indptr.shape[0] - 1
     out = jax.ShapeDtypeStruct((n, b.shape[1]), jnp.float32)
     diag = jnp.zeros((0,), jnp.float32) if diag is None else diag.astype(jnp.float32)
-    return jax.ffi.ffi_call(_TARGET, out)(indptr, cols, vals, b, diag, skip_zero_rows=np.int64(skip))
+    # the kernel's own convention: 1 = read the row, 0 = do not; empty = no mask
+    read = jnp.zeros((0,), jnp.uint8) if skip_mask is None else jnp.logical_not(skip_mask).astype(jnp.uint8)
+    return jax.ffi.ffi_call(_TARGET, out)(indptr, cols, vals, b, diag, read, skip_zero_rows=np.int64(skip))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8,))
@@ -361,6 +449,11 @@ def _operands(a: CSR, b: jax.Array, values: jax.Array | None) -> tuple[Any, ...]
     """The arrays of one product, checked: ``a``'s pattern, the values [nnz, V], ``b`` as float32."""
     require_kernel()  # builds and registers it on first use; raises when it cannot run here
     vals = jnp.asarray(a.data, jnp.float32)[:, None] if values is None else values.astype(jnp.float32)
+    if values is not None and a.symmetric:
+        # the gradient of a symmetric pattern reuses it as its own transpose, which holds for a's own
+        # values only: other values (a dropout mask per entry) are not symmetric in general
+        raise ValueError("spmm: values replacing a's entries need a's transposed pattern for the gradient; "
+                         "build the matrix with csr_from_scipy(..., check_symmetric=False)")
     if b.ndim != 2 or b.shape[1] % vals.shape[1]:
         raise ValueError(f"spmm: b has shape {b.shape}; its width must be a multiple of the {vals.shape[1]} "
                          "value columns")

@@ -12,13 +12,26 @@
 // With skip_zero_rows it first flags the rows of b that are all zero and never reads them: the
 // gradient of a loss masked to the training nodes is zero on every other row, and reading those
 // rows (one cache miss each) would be most of the work.
+//
+// Debug counters (jaxgcn.csr.kernel_counters) record which regime each call ran in: a few relaxed
+// atomic adds per call, per-row counts summed per chunk first. JaxgcnKernelIsa says which branch of
+// LoadFirst/StoreFirst was compiled: AVX-512 masked moves, or the portable copies.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX512F__)
+// JAXGCN_PORTABLE (JAXGCN_KERNEL_ISA=portable) keeps to the portable branches where the compiler
+// targets AVX-512 too, so that one machine can build and test both.
+#if defined(__AVX512F__) && !defined(JAXGCN_PORTABLE)
+#define JAXGCN_AVX512 1
 #include <immintrin.h>
+#else
+#define JAXGCN_AVX512 0
+#endif
+// The tests compile with -DJAXGCN_EXPECT_ISA=0 or 1 to check which branch a set of flags selects.
+#if defined(JAXGCN_EXPECT_ISA) && JAXGCN_EXPECT_ISA != JAXGCN_AVX512
+#error "JAXGCN_EXPECT_ISA: these flags select the other branch of LoadFirst/StoreFirst"
 #endif
 #include <memory>
 #include <mutex>
@@ -33,6 +46,21 @@ namespace {
 // ---------------------------------------------------------------------------------------------- helpers
 
 constexpr int64_t kLanes = 16;
+
+// The debug counters, in the order of kCounterNames (jaxgcn.csr.kernel_counters documents them).
+enum Counter : int {
+  kCalls, kPairCalls, kPrefetchCalls, kChunkedCalls, kSkipCalls, kMaskCalls, kSkippedRows, kBlockedRows,
+  kScalarRows, kDenseCalls, kDenseSkippedRows, kNumCounters
+};
+constexpr const char* kCounterNames =
+    "calls,pair_calls,prefetch_calls,chunked_calls,skip_calls,mask_calls,skipped_rows,blocked_rows,scalar_rows,"
+    "dense_calls,dense_skipped_rows";
+std::atomic<int64_t> g_counters[kNumCounters];
+
+// Relaxed: the counters order nothing; the caller reads them after the call has returned.
+inline void Count(Counter c, int64_t v = 1) {
+  if (v != 0) g_counters[c].fetch_add(v, std::memory_order_relaxed);
+}
 
 int64_t Padded(int64_t v) { return (v + kLanes - 1) / kLanes * kLanes; }
 
@@ -83,7 +111,7 @@ inline void Store(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
 
 // p[0..n) (n <= 16) in the first lanes, zeros after; reads nothing past p + n.
 inline V16 LoadFirst(const float* p, int64_t n) {
-#if defined(__AVX512F__)
+#if JAXGCN_AVX512
   return reinterpret_cast<V16>(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p));
 #else
   float tmp[kLanes] = {};
@@ -94,7 +122,7 @@ inline V16 LoadFirst(const float* p, int64_t n) {
 
 // The first n (<= 16) lanes of v to p.
 inline void StoreFirst(float* p, V16 v, int64_t n) {
-#if defined(__AVX512F__)
+#if JAXGCN_AVX512
   _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), reinterpret_cast<__m512>(v));
 #else
   float tmp[kLanes];
@@ -123,7 +151,7 @@ struct Work {
   const int32_t* cols;
   const float* vals;
   const float* b;
-  const uint8_t* skip;  // optional [m]: 0 marks an all-zero row of b, which is not read
+  const uint8_t* skip;  // optional [m]: 0 marks a row of b that is not read (all zero, or a test's mask)
   float* out;
   const float* shared;  // optional [nnz]: one more product with these values, into out2
   const float* diag;    // optional [n] (square matrices): out[i] += diag[i] * b[i], after the entries
@@ -215,6 +243,7 @@ void BlockedRow(const Work& w, int64_t i, int32_t k_begin, int32_t k_end) {
 void RunRows(const Work& w, int64_t lo, int64_t hi) {
   const int64_t W = w.W, V = w.V, H = w.H;
   const uint32_t m = static_cast<uint32_t>(w.m);
+  int64_t blocked = 0, scalar = 0;  // rows per path, for the debug counters (one add per chunk)
   for (int64_t i = lo; i < hi; ++i) {
     float* __restrict o = w.out + i * W;
     std::memset(o, 0, sizeof(float) * W);
@@ -234,9 +263,11 @@ void RunRows(const Work& w, int64_t lo, int64_t hi) {
         w.bad.store(true, std::memory_order_relaxed);
         continue;
       }
+      ++blocked;
       if (o2 != nullptr) BlockedRow<true>(w, i, k_begin, k_end); else BlockedRow<false>(w, i, k_begin, k_end);
       continue;
     }
+    ++scalar;
     for (int32_t k = k_begin; k < k_end; ++k) {
       if (static_cast<uint32_t>(w.cols[k]) >= m) {
         w.bad.store(true, std::memory_order_relaxed);
@@ -284,6 +315,8 @@ void RunRows(const Work& w, int64_t lo, int64_t hi) {
       for (int64_t j = 0; j < W; ++j) o[j] += d * own[j];
     }
   }
+  Count(kBlockedRows, blocked);
+  Count(kScalarRows, scalar);
 }
 
 // Takes tasks until none are left; returns after marking each one done.
@@ -299,10 +332,55 @@ void Drain(const std::shared_ptr<Work>& w) {
   }
 }
 
+// The rows of b to read (1) or not (0), or nullptr to read all: a test's explicit mask [m] when
+// one is given (it replaces the flags: rows it marks are never read, whatever they hold), else
+// with skip_zero_rows the all-zero rows of b flagged here into flags (one pass over b).
+const uint8_t* SkipFlags(ffi::ThreadPool& pool, const float* b, int64_t m, int64_t W, bool skip_zero_rows,
+                         const uint8_t* mask, int64_t n_mask, std::vector<uint8_t>& flags) {
+  if (n_mask != 0) {
+    Count(kMaskCalls);
+    Count(kSkippedRows, std::count(mask, mask + n_mask, uint8_t{0}));
+    return mask;
+  }
+  if (!skip_zero_rows) return nullptr;
+  flags.resize(m);
+  ParallelFor(pool, m, m * W, [&](int64_t lo, int64_t hi) {
+    int64_t zero_rows = 0;
+    for (int64_t j = lo; j < hi; ++j) {
+      flags[j] = ZeroRow(b + j * W, W) ? 0 : 1;
+      zero_rows += 1 - flags[j];
+    }
+    Count(kSkippedRows, zero_rows);
+  });
+  return flags.data();
+}
+
+// Cuts rows [0, n) into w.n_tasks chunks of about equal nnz + rows (w.bounds).
+void SplitRows(Work& w, int64_t n, int64_t threads) {
+  const int64_t nnz = w.nnz_end;
+  // Work ~ (nnz + rows) * W; small products run on the calling thread only.
+  const int64_t cost = (nnz + n) * w.W;
+  const int64_t n_chunks = cost < (1 << 18) ? 1 : std::min<int64_t>(n, std::max<int64_t>(1, 4 * threads));
+  w.n_tasks = n_chunks;
+  w.bounds.resize(n_chunks + 1);
+  w.bounds[0] = 0;
+  for (int64_t c = 1; c < n_chunks; ++c) {  // equal shares of (nnz + rows)
+    const int64_t target = (nnz + n) * c / n_chunks;
+    int64_t lo = w.bounds[c - 1], hi = n;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (w.indptr[mid] + mid < target) lo = mid + 1; else hi = mid;
+    }
+    w.bounds[c] = lo;
+  }
+  w.bounds[n_chunks] = n;
+}
+
+// mask/n_mask: the test-only skip mask (SkipFlags); diag/n_diag: the self-loop weights.
 ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffer<ffi::S32>& cols,
                 ffi::Buffer<ffi::F32>& vals, ffi::Buffer<ffi::F32>& b, ffi::ResultBuffer<ffi::F32>& out,
                 int64_t skip_zero_rows, const float* shared, float* out2, const float* diag = nullptr,
-                int64_t n_diag = 0) {
+                int64_t n_diag = 0, const uint8_t* mask = nullptr, int64_t n_mask = 0) {
   const auto vdims = vals.dimensions();
   const auto bdims = b.dimensions();
   const auto odims = out->dimensions();
@@ -317,60 +395,41 @@ ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffe
   if (diag != nullptr && (n_diag != n || bdims[0] != n)) {
     return ffi::Error::InvalidArgument("jaxgcn_spmm: diag needs a square matrix and one weight per row");
   }
+  if (n_mask != 0 && n_mask != bdims[0]) {
+    return ffi::Error::InvalidArgument("jaxgcn_spmm: the skip mask needs one flag per row of b");
+  }
   auto w = std::make_shared<Work>();
   w->diag = diag;
   w->indptr = indptr.typed_data();
   w->cols = cols.typed_data();
   w->vals = vals.typed_data();
   w->b = b.typed_data();
-  // skip_zero_rows: flag the all-zero rows of b first (one pass over b), then never read them
-  std::vector<uint8_t> flags;
-  if (skip_zero_rows != 0) {
-    flags.resize(bdims[0]);
-    const float* bp = b.typed_data();
-    ParallelFor(pool, bdims[0], bdims[0] * W, [&](int64_t lo, int64_t hi) {
-      for (int64_t j = lo; j < hi; ++j) flags[j] = ZeroRow(bp + j * W, W) ? 0 : 1;
-    });
+  const int64_t nnz = w->indptr[n];
+  if (w->indptr[0] != 0 || nnz != vdims[0]) {
+    return ffi::Error::InvalidArgument("jaxgcn_spmm: indptr must start at 0 and end at the number of entries");
   }
-  w->skip = flags.empty() ? nullptr : flags.data();
+  std::vector<uint8_t> flags;
+  w->skip = SkipFlags(pool, w->b, bdims[0], W, skip_zero_rows != 0, mask, n_mask, flags);
   w->out = out->typed_data();
   w->shared = shared;
   w->out2 = out2;
   w->V = V;
   w->W = W;
   w->H = W / V;
-  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  const int64_t nnz = w->indptr[n];
-  if (w->indptr[0] != 0 || nnz != vdims[0]) {
-    return ffi::Error::InvalidArgument("jaxgcn_spmm: indptr must start at 0 and end at the number of entries");
-  }
   w->nnz_end = nnz;
   w->m = bdims[0];
   // Rows of a large b are prefetched ahead; a b that fits in L2 needs no help. (Column tiles that
   // kept a slice of a mid-sized b in L2 were measured slower, every tile re-reading the pattern,
   // and were removed: each task covers whole rows.)
   w->prefetch = bdims[0] * W * 4 > kTileBytes;
-  // Work ~ (nnz + rows) * W; small products run on the calling thread only.
-  const int64_t cost = (nnz + n) * W;
-  const int64_t n_chunks = cost < (1 << 18) ? 1 : std::min<int64_t>(n, std::max<int64_t>(1, 4 * threads));
-  w->n_tasks = n_chunks;
-  w->bounds.resize(n_chunks + 1);
-  w->bounds[0] = 0;
-  for (int64_t c = 1; c < n_chunks; ++c) {  // equal shares of (nnz + rows)
-    const int64_t target = (nnz + n) * c / n_chunks;
-    int64_t lo = w->bounds[c - 1], hi = n;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (w->indptr[mid] + mid < target) lo = mid + 1; else hi = mid;
-    }
-    w->bounds[c] = lo;
-  }
-  w->bounds[n_chunks] = n;
-  if (w->n_tasks > 1 && cost >= (1 << 18)) {
-    for (int64_t t = 0; t < std::min<int64_t>(threads, w->n_tasks) - 1; ++t) {
-      pool.Schedule([w] { Drain(w); });
-    }
-  }
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  SplitRows(*w, n, threads);
+  Count(kCalls);
+  Count(kPairCalls, shared != nullptr);
+  Count(kPrefetchCalls, w->prefetch);
+  Count(kChunkedCalls, w->n_tasks > 1);
+  Count(kSkipCalls, w->skip != nullptr);
+  for (int64_t t = 0; t < std::min<int64_t>(threads, w->n_tasks) - 1; ++t) pool.Schedule([w] { Drain(w); });
   Drain(w);
   std::unique_lock<std::mutex> lock(w->mu);
   w->cv.wait(lock, [&] { return w->done.load() == w->n_tasks; });
@@ -380,13 +439,15 @@ ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffe
   return ffi::Error::Success();
 }
 
+// mask: the test-only skip mask, [m] uint8 (0: do not read that row of b) or empty.
 ffi::Error SpmmImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buffer<ffi::S32> cols,
                     ffi::Buffer<ffi::F32> vals, ffi::Buffer<ffi::F32> b, ffi::Buffer<ffi::F32> diag,
-                    ffi::ResultBuffer<ffi::F32> out, int64_t skip_zero_rows) {
+                    ffi::Buffer<ffi::U8> mask, ffi::ResultBuffer<ffi::F32> out, int64_t skip_zero_rows) {
   // an empty diag: no self-loop term
   const bool has_diag = diag.element_count() != 0;
   return Spmm(pool, indptr, cols, vals, b, out, skip_zero_rows, nullptr, nullptr,
-              has_diag ? diag.typed_data() : nullptr, static_cast<int64_t>(diag.element_count()));
+              has_diag ? diag.typed_data() : nullptr, static_cast<int64_t>(diag.element_count()),
+              mask.typed_data(), static_cast<int64_t>(mask.element_count()));
 }
 
 // Two products over one pattern and one read of b: out with the per-run values [nnz, R] and out2
@@ -448,6 +509,7 @@ ffi::Error RunDenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buff
   }
   const float* __restrict A = a.typed_data();
   float* __restrict O = out->typed_data();
+  Count(kDenseCalls);
   if (mode == 0 || mode == 1) {
     // w padded per run: mode 0 [R, H, Cp] (rows of c), mode 1 [R, C, Hp] (rows of h)
     const int64_t K = mode == 0 ? H : C, M = mode == 0 ? C : H, Mp = Padded(M);
@@ -463,12 +525,14 @@ ffi::Error RunDenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buff
     constexpr int kBlock = 8;  // nodes per block
     ParallelFor(pool, (n + kBlock - 1) / kBlock, n * R * H * C, [&](int64_t lo, int64_t hi) {
       int64_t rows[kBlock];
+      int64_t zero_rows = 0;  // for the debug counters: one add per chunk
       for (int64_t blk = lo; blk < hi; ++blk) {
         // the block's rows; in mode 1 only those whose gradient is not all zero (the others are 0)
         int64_t nb = 0;
         for (int64_t i = blk * kBlock; i < std::min<int64_t>(n, (blk + 1) * kBlock); ++i) {
           if (mode == 1 && ZeroRow(A + i * R * K, R * K)) {
             std::memset(O + i * R * M, 0, sizeof(float) * R * M);
+            ++zero_rows;
           } else {
             rows[nb++] = i;
           }
@@ -485,6 +549,7 @@ ffi::Error RunDenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buff
           }
         }
       }
+      Count(kDenseSkippedRows, zero_rows);
     });
     return ffi::Error::Success();
   }
@@ -497,6 +562,7 @@ ffi::Error RunDenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buff
     if (!ZeroRow(G + i * R * C, R * C)) live.push_back(i);
   }
   const int64_t Cp = Padded(C), n_live = static_cast<int64_t>(live.size());
+  Count(kDenseSkippedRows, n - n_live);
   constexpr int kRowsH = 8;
   const int64_t h_blocks = (H + kRowsH - 1) / kRowsH;
   ParallelFor(pool, R * h_blocks, n_live * R * H * C, [&](int64_t lo, int64_t hi) {
@@ -524,6 +590,21 @@ ffi::Error RunDenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buff
 
 }  // namespace
 
+// The debug counters and the compiled branch, read by jaxgcn.csr through ctypes.
+extern "C" {
+const char* JaxgcnKernelCounterNames() { return kCounterNames; }
+
+void JaxgcnKernelCounters(int64_t* out) {
+  for (int c = 0; c < kNumCounters; ++c) out[c] = g_counters[c].load(std::memory_order_relaxed);
+}
+
+void JaxgcnResetKernelCounters() {
+  for (auto& c : g_counters) c.store(0, std::memory_order_relaxed);
+}
+
+int JaxgcnKernelIsa() { return JAXGCN_AVX512; }  // 1: AVX-512 masked moves, 0: the portable branch
+}
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmm, SpmmImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
@@ -532,6 +613,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmm, SpmmImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<int64_t>("skip_zero_rows"));
 
