@@ -29,6 +29,7 @@ from jaxgcn.train import (
     make_optimizer,
     masked_accuracy,
     masked_cross_entropy,
+    should_stop_early,
 )
 
 GRAD_TOL = dict(atol=1e-2, rtol=1e-2, eps=1e-2)  # float32 finite differences
@@ -291,6 +292,37 @@ def test_kipf_rule_stops_when_val_loss_exceeds_the_window_mean(hard):
     assert fired.tolist() == [len(gaps) - 1]  # it fires at the last epoch and at no earlier one
 
 
+# The window [0.25, 0.5, 0.75] has the exact float32 mean 0.5.
+@pytest.mark.parametrize(("epoch", "kipf_loss", "stops"), [
+    (3, 1.0, False),  # epoch == window: the window is full, but the reference code waits for epoch > window
+    (4, 1.0, True),
+    (4, 0.5, False),  # equal to the mean is not above it
+    (4, 0.5000001, True),
+    (40, 0.25, False),
+])
+def test_kipf_rule_at_its_boundaries(epoch, kipf_loss, stops):
+    config = TrainConfig(early_stopping=Kipf(window=3))
+    window = jnp.asarray([0.25, 0.5, 0.75], jnp.float32)
+    got = should_stop_early(config, jnp.int32(epoch), jnp.float32(kipf_loss), window, jnp.int32(1))
+    assert bool(got) is stops
+
+
+@pytest.mark.parametrize(("epoch", "best_epoch", "stops"), [
+    (13, 5, False),  # the 14th epoch, 9 after the best (the 5th)
+    (14, 5, True),  # 10 after it: patience 10 is used up
+    (14, 15, False),  # this epoch is the best
+    (3, 0, False),
+])
+def test_patience_rule_at_its_boundaries(epoch, best_epoch, stops):
+    config = TrainConfig(early_stopping=Patience(10))
+    got = should_stop_early(config, jnp.int32(epoch), jnp.float32(9.0), jnp.zeros(1, jnp.float32),
+                            jnp.int32(best_epoch))
+    assert bool(got) is stops
+    never = TrainConfig(early_stopping=None)
+    assert not bool(should_stop_early(never, jnp.int32(epoch), jnp.float32(9.0), jnp.zeros(1, jnp.float32),
+                                      jnp.int32(best_epoch)))
+
+
 def test_fit_runs_under_strict_dtype_promotion(hard):
     # A configuration used nowhere else, so no program compiled under standard promotion is reused.
     config = TrainConfig(epochs=3, lr=0.02, early_stopping=None)
@@ -298,10 +330,12 @@ def test_fit_runs_under_strict_dtype_promotion(hard):
     assert res.epochs_run == 3
 
 
-def test_weight_decay_is_added_to_the_loss(hard):
-    # Without dropout the first recorded loss is exactly CE(train) + wd * l2 of the initial params.
+@pytest.mark.parametrize("l2", ["first", "all"])
+def test_weight_decay_is_added_to_the_loss(hard, l2):
+    # Without dropout the first recorded loss is exactly CE(train) + wd * l2 of the initial params,
+    # the L2 term over the first layer's weights (the paper's) or over every layer's.
     model_config, execution = GCNConfig(dropout=0.0), Execution(backend=hard.backend)
-    config = TrainConfig(epochs=1, weight_decay=0.3, l2="all", early_stopping=None)
+    config = TrainConfig(epochs=1, weight_decay=0.3, l2=l2, early_stopping=None)
     key = jax.random.key(4)
     res = fit(hard.data, hard.n_classes, model_config=model_config, execution=execution, config=config, key=key,
               log=None)
@@ -310,9 +344,9 @@ def test_weight_decay_is_added_to_the_loss(hard):
     params = model.init(k_init, hard.data.x.shape[1], hard.n_classes)
     ce = float(masked_cross_entropy(model.apply(params, hard.data.graph, hard.data.x), hard.data.labels,
                                     hard.data.train_mask))
-    l2_all, l2_first = float(l2_penalty(params, "all")), float(l2_penalty(params, "first"))
-    assert res.history["loss"][0] == pytest.approx(ce + 0.3 * l2_all, rel=1e-5)
-    assert abs((ce + 0.3 * l2_first) - res.history["loss"][0]) > 1e-3
+    scope, other = float(l2_penalty(params, l2)), float(l2_penalty(params, "all" if l2 == "first" else "first"))
+    assert res.history["loss"][0] == pytest.approx(ce + 0.3 * scope, rel=1e-5)
+    assert abs((ce + 0.3 * other) - res.history["loss"][0]) > 1e-3
 
 
 DIVERGING = TrainConfig(lr=1e20, epochs=20, early_stopping=None)
@@ -345,3 +379,20 @@ def test_diverging_run_on_clean_data_blames_only_the_learning_rate(raw_easy):
     assert "features are unnormalized" not in str(exc.value)
     assert "adjacency is unnormalized" not in str(exc.value)
 
+
+
+def test_the_host_loop_refuses_a_chunk_that_advances_no_epoch():
+    """A compiled loop that returns with runs still running but no epoch done would make the host
+    loop spin forever; it raises instead (a planted bug in the loop condition then fails fast)."""
+    from jaxgcn import train
+
+    def view(state):
+        return state, {}, np.array([train.RUNNING, train.FINISHED])
+
+    with pytest.raises(RuntimeError, match=r"no progress at epoch 3: 1 run\(s\) still running but the compiled "
+                                           r"loop advanced no epoch"):
+        train.drive(lambda state, stop: state, 3, view, epochs=10, chunk=2, hooks=[])
+    seen = []
+    state, last = train.drive(lambda state, stop: stop, 0, lambda s: (s, {}, np.array(
+        [train.RUNNING if s < 10 else train.FINISHED])), epochs=10, chunk=4, hooks=[lambda s, c: seen.append(c.epoch)])
+    assert state == 10 and seen == [4, 8, 10]

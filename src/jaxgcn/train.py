@@ -752,6 +752,12 @@ def drive(step: Callable[[Any, int], Any], state: Any, view: Callable[[Any], tup
         epoch = view(state)[0]
         state = step(state, min(epoch + max(chunk, 1), epochs))
         seen = Chunk(*view(state), time.perf_counter() - start)
+        if seen.epoch <= epoch and np.any(seen.reason == RUNNING):
+            # the compiled loop ended a chunk without an epoch while runs still train: looping on
+            # would never end (a loop condition or a stop mask that misreads the runs' states)
+            raise RuntimeError(f"training made no progress at epoch {epoch}: {int(np.sum(seen.reason == RUNNING))} "
+                               "run(s) still running but the compiled loop advanced no epoch (a jaxgcn bug; "
+                               "please report it)")
         for hook in hooks:
             hook(state, seen)
         if not np.any(seen.reason == RUNNING):
