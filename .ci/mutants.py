@@ -104,7 +104,7 @@ def copy_tree(dest: Path) -> Path:
 
 def run_tests(root: Path, args: str, env: dict[str, str], timeout: float) -> tuple[str, str]:
     """('pass' | 'fail' | 'timeout' | 'error', detail) of one pytest invocation in the copy."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *shlex.split(args)]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *shlex.split(args)]
     try:
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -28,11 +28,32 @@ os.environ.pop("JAXGCN_MIRROR", None)
 # $JAX_COMPILATION_CACHE_DIR when set (.ci/run keeps one across its passes), else a fresh temp
 # folder per session: the suite never writes into the user's ~/.cache (the CLI keeps a folder
 # already configured instead of switching to its own).
-XLA_CACHE = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="jaxgcn-test-xla-"))
+# With pytest-xdist the controller sets it first and the workers inherit it: one cache for all.
+_OWN_XLA_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _OWN_XLA_CACHE:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxgcn-test-xla-")
+XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"]
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
 jax.config.update("jax_compilation_cache_dir", XLA_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs",
                   float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's own compilation cache goes with it (removed by the process that made it: the
+    xdist controller, or a plain session)."""
+    if _OWN_XLA_CACHE and not hasattr(config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(XLA_CACHE, ignore_errors=True)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): one worker per CPU this process may use (affinity mask,
+    cgroup quota), at most 4: each worker holds its own JAX runtime and module fixtures."""
+    from jaxgcn.memory import available_cpus
+
+    return min(4, available_cpus())
 
 
 class EdgeList(NamedTuple):

@@ -6,6 +6,7 @@ this process started it long ago. ```text blocks (PyTorch code, torch is not ins
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import struct
@@ -76,7 +77,9 @@ def test_every_block_runs(tmp_path, monkeypatch, capsys):
     from jaxgcn.cli import main
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("JAXGCN_CACHE_DIR", str(tmp_path / "cache"))  # not the user's compilation cache
+    # the CLI keeps the session's compilation cache (tests/conftest.py), not the user's; the kernel
+    # stays in its usual cache, built once (a fresh JAXGCN_CACHE_DIR would rebuild it per process)
+    assert os.environ["JAX_COMPILATION_CACHE_DIR"]
     namespace: dict = {"__name__": "tutorial"}
     ran = []
     for kind, body in blocks():
