@@ -149,6 +149,27 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
                           cwd=cwd, timeout=600)
 
 
+@pytest.fixture(scope="module")
+def cora_on_two_devices(tmp_path_factory):
+    """``run(exchange)`` -> the JSON report of ``jaxgcn train --dataset cora --shard-graph --devices 2
+    --exchange EXCHANGE`` in one process: the reference the multi-process jobs must equal, run once
+    per exchange for the module."""
+    reports: dict[str, dict] = {}
+
+    def run(exchange: str) -> dict:
+        if exchange not in reports:
+            env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+            env.pop("XLA_FLAGS", None)
+            d = tmp_path_factory.mktemp(f"one-{exchange}")
+            one = _cli(["train", "--dataset", "cora", "--shard-graph", "--devices", "2", "--exchange", exchange,
+                        "--json", "one.json"], env, d)
+            assert one.returncode == 0, one.stderr[-3000:]
+            reports[exchange] = json.loads((d / "one.json").read_text())
+            assert reports[exchange]["distributed"]["exchange"] == exchange
+        return reports[exchange]
+    return run
+
+
 def test_cli_shard_graph_on_cora_reaches_the_single_device_accuracy(tmp_path):
     # With dropout the masks differ (each device hashes its own rows), so the runs are not identical;
     # the accuracy must agree within the seed-to-seed spread (std ~0.5 points on Cora).
@@ -227,7 +248,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_cli_two_processes_train_one_graph_and_only_process_0_writes(tmp_path):
+def test_cli_two_processes_train_one_graph_and_only_process_0_writes(tmp_path, cora_on_two_devices):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)  # one CPU device per process
     port = _free_port()
@@ -244,12 +265,9 @@ def test_cli_two_processes_train_one_graph_and_only_process_0_writes(tmp_path):
     two = json.loads((tmp_path / "out.json").read_text())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out.json"]
     assert two["distributed"]["processes"] == 2 and two["distributed"]["devices"] == 2
-    # the same job in one process with 2 devices: the same dropout masks (device p draws from
-    # fold_in(key, p)) and the same sums, so the same run
-    one = _cli(["train", "--dataset", "cora", "--shard-graph", "--devices", "2", "--json", "one.json"], env,
-               tmp_path)
-    assert one.returncode == 0, one.stderr[-3000:]
-    single = json.loads((tmp_path / "one.json").read_text())
+    # the same job in one process with 2 devices (with the exchange the default chose): the same
+    # dropout masks (device p draws from fold_in(key, p)) and the same sums, so the same run
+    single = cora_on_two_devices(two["distributed"]["exchange"])
     assert single["distributed"]["processes"] == 1 and single["epochs_run"] == two["epochs_run"]
     assert np.abs(np.array(single["history"]["loss"]) - np.array(two["history"]["loss"])).max() < 1e-4
     assert abs(single["test_acc_mean"] - two["test_acc_mean"]) < 2e-3 and two["test_acc_mean"] > 0.79
@@ -314,7 +332,7 @@ def test_rcm_numbering_shrinks_the_cut_and_the_halo():
     assert after["cut_fraction"] < 0.01 and after["halo_rows"] < 0.3 * after["all_gather_rows"], after
 
 
-def test_cli_partition_files_train_with_each_process_reading_its_own_blocks(tmp_path):
+def test_cli_partition_files_train_with_each_process_reading_its_own_blocks(tmp_path, cora_on_two_devices):
     # `jaxgcn partition` writes per-device blocks; two processes then train from them, each reading only
     # its own part file (the log says how many it read), and match the run made from the dataset itself.
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -343,10 +361,7 @@ def test_cli_partition_files_train_with_each_process_reading_its_own_blocks(tmp_
     assert "this process read 1 of them" in outs[0][0]
     from_parts = json.loads((tmp_path / "out.json").read_text())
     # the same training from the dataset itself in one process with 2 devices: the same run
-    one = _cli(["train", "--dataset", "cora", "--shard-graph", "--devices", "2", "--exchange", "halo", "--json",
-                "one.json"], env, tmp_path)
-    assert one.returncode == 0, one.stderr[-3000:]
-    direct = json.loads((tmp_path / "one.json").read_text())
+    direct = cora_on_two_devices("halo")
     assert from_parts["distributed"]["exchange"] == "halo" and from_parts["epochs_run"] == direct["epochs_run"]
     assert np.abs(np.array(from_parts["history"]["loss"]) - np.array(direct["history"]["loss"])).max() < 1e-4
     assert abs(from_parts["test_acc_mean"] - direct["test_acc_mean"]) < 2e-3
