@@ -30,7 +30,9 @@ by hand.
 promotion, `jax_numpy_rank_promotion="raise"`), turns warnings into errors, gives the session a
 fresh dataset cache and JAX compilation cache (`JAX_COMPILATION_CACHE_DIR` overrides it; the
 suite never writes into `~/.cache`), and never reaches the network (downloads are served by a
-local HTTP server). No test has a timing threshold: speed is measured by `benchmarks/`.
+local HTTP server). No test has a timing threshold: speed is measured by `benchmarks/`. The suite
+runs one pytest-xdist worker per core (at most 4; a module's tests stay in one worker); add `-n 0`
+to run a few tests in one process without starting workers.
 
 ## The mutation table
 
