@@ -1,7 +1,7 @@
 """Shared test setup: strict JAX promotion rules and a tiny hand-built graph.
 
 Strict dtype promotion and ``rank_promotion="raise"`` make any silent float32/float64 mix or
-implicit broadcast an error (CONVENTIONS.md, item 15); pyproject.toml turns warnings into errors.
+implicit broadcast an error (the project's test conventions); pyproject.toml turns warnings into errors.
 The dataset cache ($JAXGCN_DATA) is a fresh folder per test session and no mirror is set: the
 tests never read or write the user's cache and never reach the network.
 """

@@ -33,7 +33,7 @@ def cora(example):
 def test_the_example_cleans_cora_as_the_package_does(example, cora):
     data, n_features, n_classes = cora
     n = data.labels.shape[0]
-    # 5,278 undirected edges after cleaning (CONVENTIONS.md), both directions, plus one self-loop per node
+    # 5,278 undirected edges after cleaning (tests/test_datasets.py), both directions, plus one self-loop per node
     assert (n, n_features, n_classes) == (2708, 1433, 7)
     assert data.senders.shape[0] == 2 * 5278 + n
     # Kipf's row normalization: every non-empty feature row sums to 1

@@ -80,7 +80,7 @@ def test_gnnbench_cora_matches_the_file_and_the_planetoid_graph():
     assert (row, first) == (1, 2399) and (int(g.senders[0]), int(g.receivers[0])) == (row, first)
     p = datasets.load_raw(need(PLANETOID), "cora")
     # same 2,708 papers; 5,429 directed entries here vs Planetoid's 10,858 (both directions, 302
-    # duplicates): after symmetrizing and cleaning both give CONVENTIONS.md's 5,278 edges
+    # duplicates): after symmetrizing and cleaning both give Cora's 5,278 cleaned edges
     assert p.features.shape[0] == 2708 and p.senders.size == 10858
     assert undirected_pairs(g.senders, g.receivers) == undirected_pairs(p.senders, p.receivers) == 5278
 
