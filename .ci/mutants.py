@@ -40,6 +40,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = ("name", "file", "find", "replace", "tests", "why")
+OPTIONAL = ("timeout",)  # seconds per pytest invocation, for a row whose bug makes a test hang
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Mutant:
     replace: str
     tests: tuple[str, ...]
     why: str
+    timeout: float | None = None
 
 
 def load_table(path: Path) -> list[Mutant]:
@@ -61,13 +63,13 @@ def load_table(path: Path) -> list[Mutant]:
     mutants, problems = [], []
     for i, row in enumerate(rows):
         missing = [f for f in FIELDS if f not in row]
-        extra = sorted(set(row) - set(FIELDS))
+        extra = sorted(set(row) - set(FIELDS) - set(OPTIONAL))
         if missing or extra:
             problems.append(f"row {i} ({row.get('name', '?')}): missing {missing}, unknown {extra}")
             continue
         tests = row["tests"]
         m = Mutant(row["name"], row["file"], row["find"], row["replace"],
-                   tuple(tests) if isinstance(tests, list) else (tests,), row["why"])
+                   tuple(tests) if isinstance(tests, list) else (tests,), row["why"], row.get("timeout"))
         target = REPO / m.file
         if not target.is_file():
             problems.append(f"{m.name}: {m.file} does not exist")
@@ -129,7 +131,7 @@ def run_mutant(m: Mutant, root: Path, env: dict[str, str], timeout: float) -> tu
     target.write_text(original.replace(m.find, m.replace, 1))
     try:
         for args in m.tests:
-            outcome, detail = run_tests(root, args, env, timeout)
+            outcome, detail = run_tests(root, args, env, m.timeout or timeout)
             if outcome in ("fail", "timeout"):
                 return "killed", detail
             if outcome == "error":
