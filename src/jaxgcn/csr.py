@@ -225,9 +225,8 @@ def _compile(cxx: str, flags: tuple[str, ...], out: str) -> tuple[str, str] | No
 def _build(cxx: str) -> Path:
     """Compile the kernel into the cache (atomically: a temp file renamed into place), with
     -march=native and, if that fails, once without (each with the flags of ``JAXGCN_KERNEL_ISA``).
-    When both fail, the failure is remembered
-    next to where the library would be (``.failed``, same key) and raised again by later calls and
-    processes without running the compiler."""
+    When both fail, the failure is remembered next to where the library would be (``.failed``, same
+    key) and raised again by later calls and processes without running the compiler."""
     out = _library(cxx)
     marker = out.with_suffix(".failed")
     if out.exists():
