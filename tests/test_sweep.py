@@ -155,9 +155,11 @@ def test_processes_each_run_a_share_and_combine_to_the_whole_table(prepared, swe
              process_index=1, process_count=2, combine=first)
     shared = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
                       log=None, process_index=0, process_count=2, combine=lambda local: local + captured[1])
+    # a combine that drops the other process's runs is refused (one group of the grid shows it)
     with pytest.raises(RuntimeError, match=r"runs have no result \(process 0 of 2"):
-        run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
-                 log=None, process_index=0, process_count=2, combine=lambda local: local)
+        run_grid(prepared.data, prepared.n_classes, Grid(lr=(0.01,), hidden=(8,), layers=(2,)), SEEDS,
+                 model_config=MODEL, execution=EXEC, config=BASE, log=None, process_index=0, process_count=2,
+                 combine=lambda local: local)
     n_runs = len(GRID.configs()) * len(SEEDS)
     assert captured[1][:, 3].sum() == n_runs // 2  # process 1 ran half of the runs
     assert len(shared) == len(rows)
