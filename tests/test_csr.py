@@ -428,15 +428,45 @@ def test_run_matmul_refuses_mismatched_weights():
 
 
 def test_batched_model_without_the_kernel_equals_with_it(monkeypatch):
-    # the hidden products fall back to XLA where the kernel cannot run: same numbers
+    # the hidden products fall back to XLA where the kernel cannot run (or another backend is named):
+    # same numbers
     from jaxgcn import models
 
     rng = np.random.default_rng(6)
     h = jnp.asarray(rng.standard_normal((40, 3, 16)), jnp.float32)
     w = jnp.asarray(rng.standard_normal((16, 3, 7)), jnp.float32)
-    with_kernel = models._matmul_runs(h, None, w)
+    csr_mod.reset_kernel_counters()
+    with_kernel = models._matmul_runs(h, None, w, True)
+    assert csr_mod.kernel_counters()["dense_calls"] == 1
+    np.testing.assert_allclose(models._matmul_runs(h, None, w, False), with_kernel, rtol=1e-5, atol=1e-5)
+    assert csr_mod.kernel_counters()["dense_calls"] == 1
+    assert models.kernels_for(models.Execution(backend="csr")) and models.kernels_for(models.Execution())
+    assert not any(models.kernels_for(models.Execution(backend=b)) for b in ("segment", "bcoo", "dense"))
     monkeypatch.setattr(models, "kernel_status", lambda: (False, "no kernel here"))
-    np.testing.assert_allclose(models._matmul_runs(h, None, w), with_kernel, rtol=1e-5, atol=1e-5)
+    assert not models.kernels_for(models.Execution(backend="csr"))
+
+
+@pytest.mark.parametrize("backend", ["segment", "bcoo"])
+def test_a_batch_on_another_backend_never_calls_the_kernel(backend):
+    # --backend segment --seeds N: propagation, the sparse first layer and the per-run dense products
+    # all in XLA (here with sparse features, dropout, a residual 3-layer model)
+    from jaxgcn import datasets
+    from jaxgcn.batched import fit_runs, make_specs
+    from jaxgcn.models import Execution, GCNConfig
+    from jaxgcn.train import TrainConfig
+
+    raw = datasets.synthetic(120, n_classes=3, n_features=30, seed=2)
+    raw = raw._replace(features=sp.csr_matrix(np.where(raw.features > 1.0, raw.features, 0)))
+    p = datasets.prepare(raw, backend=backend)
+    csr_mod.reset_kernel_counters()
+    res = fit_runs(p.data, p.n_classes, make_specs([0, 1, 2]), model_config=GCNConfig(layers=3, residual=True),
+                   execution=Execution(backend=backend), config=TrainConfig(epochs=3))
+    assert res.epochs_run.tolist() == [3, 3, 3]
+    assert csr_mod.kernel_counters()["calls"] == csr_mod.kernel_counters()["dense_calls"] == 0
+    fit_runs(p.data, p.n_classes, make_specs([0, 1, 2]), model_config=GCNConfig(layers=3, residual=True),
+             execution=Execution(), config=TrainConfig(epochs=3))
+    # "auto" propagates as the graph was prepared and lets the kernel do the per-run products
+    assert csr_mod.kernel_counters()["dense_calls"] > 0
 
 
 # --- the diagonal (a graph's self-loops) inside the kernel ---------------------------------------

@@ -15,11 +15,11 @@ import scipy.sparse as sp
 from jaxgcn import datasets
 from jaxgcn.batched import fit_runs, make_specs
 from jaxgcn.csr import CSR
-from jaxgcn.cli.train import TrainOutcome, restored_line, summary_line
+from jaxgcn.cli.train import TrainOutcome, summary_line
 from jaxgcn.datasets.stats import describe, self_loops_line
 from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_csr
 from jaxgcn.layers import gcn_apply, gcn_init
-from jaxgcn.reports import RunSummary
+from jaxgcn.reports import RunSummary, restored_line
 from jaxgcn.train import (
     Patience,
     TrainConfig,
@@ -218,14 +218,21 @@ def test_restored_line_forms():
                     "validation accuracy 0.7600)")
 
 
-def test_cli_patience_run_reports_the_restored_epoch(tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["single", "sharded"])
+def test_cli_patience_run_reports_the_restored_epoch(tmp_path, capsys, kind):
+    # sharded: the --shard-graph path on this process's one device (the same report, line and checkpoint)
     args = [*SYNTH, "--early-stopping", "patience", "--patience", "5", "--json", str(tmp_path / "r.json"),
-            "--save", str(tmp_path / "model")]
+            "--save", str(tmp_path / "model"), "--log", str(tmp_path / "log.jsonl"), "--log-every", "1",
+            *(["--shard-graph", "--devices", "1"] if kind == "sharded" else [])]
     assert run_main(args) == 0
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "r.json").read_text())
+    assert ("distributed" in report) == (kind == "sharded")
     epoch = report["runs"][0]["restored_epoch"]
     assert isinstance(epoch, int) and 1 <= epoch <= report["runs"][0]["epochs_run"]
+    logged = [e for e in map(json.loads, (tmp_path / "log.jsonl").read_text().splitlines()) if "epoch" in e]
+    assert [e["epoch"] for e in logged] == list(range(1, report["runs"][0]["epochs_run"] + 1))
+    assert epoch == best_epoch_by_rule([e["val_acc"] for e in logged], [e["val_loss"] for e in logged])
     assert report["restored_epoch"] == [epoch]
     line = [s for s in out.splitlines() if s.startswith("patience:")]
     assert line == [f"patience: restored the params of epoch {epoch} (best validation accuracy "

@@ -198,3 +198,29 @@ def test_large_synthetic_graph_is_generated_vectorized():
     assert raw.senders.size == 2_500_000 and raw.features.shape == (200_000, 8)
     assert raw.labels.max() == 46
 
+
+
+@pytest.mark.parametrize(("args", "n_runs", "hidden", "runs"), [
+    ([], 1, 16, 1), (["--seeds", "3"], 3, 16, 3),
+    (["--seeds", "16"], 16, 16, 16),  # hidden 16: fit_runs puts 16 runs in one program (it planned for 8)
+    (["--seeds", "20"], 20, 16, 16),  # two slices of 16, the second padded: 16 at a time
+    (["--seeds", "6", "--hidden", "64"], 6, 64, 4),  # 256 floats per row: 4 runs of width 64
+    (["--seeds", "2", "--splits", "3", "--split", "random"], 6, 16, 6),
+])
+def test_the_memory_check_plans_for_the_runs_that_execute_together(monkeypatch, capsys, args, n_runs, hidden, runs):
+    import jaxgcn.memory as memory
+    from jaxgcn.batched import runs_per_program
+
+    planned = []
+    real = memory.estimate
+
+    def recording(*a, **kw):
+        planned.append(kw["runs"])
+        return real(*a, **kw)
+    monkeypatch.setattr(memory, "estimate", recording)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1)  # refused after the estimate: nothing compiles
+    data = ["--dataset", "synthetic", "--nodes", "300", "--classes", "3", "--features", "8"]
+    assert main(["train", *data, *args, "--no-compile-cache"]) == 2
+    assert "more than the 0.0 GiB available" in capsys.readouterr().err
+    assert planned == [runs]
+    assert runs_per_program(n_runs, hidden, Execution(backend="csr")) == runs

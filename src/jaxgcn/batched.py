@@ -163,16 +163,32 @@ def run_mesh(n_devices: int | None = None) -> jax.sharding.Mesh | None:
     return jax.sharding.Mesh(np.asarray(devices), ("runs",)) if len(devices) > 1 else None
 
 
-def _batch_mesh(spec: RunSpec, execution: Execution, n_devices: int | None,
+def _batch_mesh(n_runs: int, execution: Execution, n_devices: int | None,
                 graph: Any = None) -> jax.sharding.Mesh | None:
     """The run-axis mesh for a batch, or None. The ``csr`` kernel already uses every core of the
     CPU, and XLA cannot partition a custom call (it would replicate it on each device: measured
     0.79 s per run on 2 CPU devices against 0.55 s on one), so ``csr`` batches stay on one device."""
     csr = execution.backend == "csr" or (execution.backend == "auto" and graph is not None
                                              and graph.csr is not None)
-    if spec.n_runs <= 1 or csr:
+    if n_runs <= 1 or csr:
         return None
     return run_mesh(n_devices)
+
+
+def runs_per_program(n_runs: int, hidden: int, execution: Execution, n_devices: int | None = None,
+                     graph: Any = None, runs_per_device: int | None = None) -> int:
+    """How many runs :func:`fit_runs` executes together in one program (the last slice is padded
+    to the same size): what a memory estimate must plan for. Arguments as :func:`fit_runs`."""
+    return min(n_runs, _slice_size(n_runs, hidden, execution, n_devices, graph, runs_per_device))
+
+
+def _slice_size(n_runs: int, hidden: int, execution: Execution, n_devices: int | None, graph: Any,
+                runs_per_device: int | None) -> int:
+    """The runs of one slice of :func:`fit_runs`: runs per device times the run-axis mesh size."""
+    mesh = _batch_mesh(n_runs, execution, n_devices, graph)
+    if runs_per_device is None:
+        runs_per_device = runs_per_device_for(hidden)
+    return max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
 
 
 def _shard_runs(tree: Any, mesh: jax.sharding.Mesh | None, axes: Any = 0) -> Any:
@@ -281,10 +297,7 @@ def fit_runs(
     last one is padded), so the program is compiled once and executed ``ceil(runs / slice)``
     times. Arguments as :func:`fit_batch`.
     """
-    mesh = _batch_mesh(spec, execution, n_devices, data.graph)
-    if runs_per_device is None:
-        runs_per_device = runs_per_device_for(model_config.hidden)
-    size = max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
+    size = _slice_size(spec.n_runs, model_config.hidden, execution, n_devices, data.graph, runs_per_device)
     if spec.n_runs <= size:
         return fit_batch(data, n_classes, spec, model_config=model_config, execution=execution, config=config,
                          log_every=log_every, log=log, n_devices=n_devices, progress=progress)
@@ -349,7 +362,7 @@ def fit_batch(
     """
     n_runs = spec.n_runs if keep is None else keep
     data = with_focus(data)
-    mesh = _batch_mesh(spec, execution, n_devices, data.graph)
+    mesh = _batch_mesh(spec.n_runs, execution, n_devices, data.graph)
     padded = _pad_spec(spec, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
     params = _shard_runs(params, mesh, jax.tree.map(run_axis, params))

@@ -286,15 +286,22 @@ def _materialize(x: jax.Array, key: jax.Array) -> jax.Array:
                               (jnp.zeros_like(once), x))[1]
 
 
-def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Array:
-    """Per-run ``x_r @ w_r`` -> [n, R, out] with ``w``: [in, R, out].
+def kernels_for(execution: Execution) -> bool:
+    """Whether the products of a forward pass run on the C++ kernel (:mod:`jaxgcn.csr`): where it
+    is available, unless the execution names a backend other than ``csr`` (``--backend segment``
+    means no C++ kernel anywhere, the dense per-run products included)."""
+    return execution.backend in ("csr", "auto") and kernel_status()[0]
+
+
+def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array, kernels: bool) -> jax.Array:
+    """Per-run ``x_r @ w_r`` -> [n, R, out] with ``w``: [in, R, out]; on the C++ kernel when ``kernels``.
 
     ``x`` is the shared input (sparse, with per-run ``values`` [nnz, R] after dropout or shared
     when ``values`` is None; or dense [n, in]) or per-run hidden activations [n, R, in].
     """
     d_in, r, d_out = w.shape
     if isinstance(x, CSR):
-        if kernel_status()[0]:  # the fused kernel: R matrices with one pattern, no [nnz, R*out] buffer
+        if kernels:  # the fused kernel: R matrices with one pattern, no [nnz, R*out] buffer
             return spmm(x, w.reshape(d_in, r * d_out), values).reshape(x.shape[0], r, d_out)
         vals = x.data[:, None] if values is None else values  # XLA where the kernel cannot run (GPU)
         return jnp.stack([spmm_xla(x._replace(data=vals[:, min(k, vals.shape[1] - 1)]), w[:, k])
@@ -313,7 +320,7 @@ def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array) -> jax.Arr
     # of a batched epoch on Cora for R = 8-100 (benchmarks/profile_epoch.py). The kernel reads
     # each array once in its own layout; without it, a broadcast product summed over ``in``
     # (which XLA materializes as [n, R, in, out] once ``in`` is large).
-    if kernel_status()[0]:
+    if kernels:
         return run_matmul(x, w)
     return jnp.sum(x[:, :, :, None] * w.transpose(1, 0, 2)[None], axis=2)
 
@@ -342,7 +349,7 @@ def first_layer_pair(params: Params, x: Features, runs: RunInputs, *, execution:
     params: one gather of each weight row serves both (the evaluation forward was 25-35% of the
     first layer's time, benchmarks/profile_epoch.py).
     """
-    if not (isinstance(x, CSR) and kernel_status()[0]):
+    if not (isinstance(x, CSR) and kernels_for(execution)):
         return None
     w = params["layer_0"]["w"]
     d_in, r, d_out = w.shape
@@ -389,6 +396,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
     """
     if propagate is None:
         propagate = _default_propagate(execution)
+    kernels = kernels_for(execution)
     n = x.shape[0]
     dropping = train and keys is not None  # per-run rates; a rate of 0 keeps everything
     h, values = x, None
@@ -406,14 +414,14 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         if i == 0 and execution.aggregate_first and values is None and not is_sparse(h):
             # (Â · drop(X)) · W for dense inputs (see Execution); Â·X precomputed when X is undropped
             agg = aggregated if aggregated is not None and h is x else propagate(graph, h.reshape(n, -1))
-            out = _matmul_runs(agg.reshape(h.shape), None, layer["w"])  # shared [n, F] or per run [n, R, F]
+            out = _matmul_runs(agg.reshape(h.shape), None, layer["w"], kernels)  # shared [n, F] or per run [n, R, F]
         else:
             if i == 0 and first is not None:
                 d_in, r, width = layer["w"].shape
                 out = spmm_given(x, layer["w"].reshape(d_in, r * width), values,
                                  first.product.reshape(n, r * width)).reshape(n, r, width)
             else:
-                out = _matmul_runs(h, values, layer["w"])
+                out = _matmul_runs(h, values, layer["w"], kernels)
             r, width = out.shape[1], out.shape[2]
             out = propagate(graph, out.reshape(n, r * width)).reshape(n, r, width)
         if "b" in layer:
@@ -424,7 +432,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             out = _layer_norm_runs(layer["ln"], out)
         out = jax.nn.relu(out)
         if config.residual:
-            out = out + (_matmul_runs(h, values, layer["w_res"]) if "w_res" in layer else h)
+            out = out + (_matmul_runs(h, values, layer["w_res"], kernels) if "w_res" in layer else h)
         h, values = out, None
     raise AssertionError("unreachable")
 

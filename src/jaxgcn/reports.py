@@ -32,6 +32,23 @@ class RunSummary(NamedTuple):
     restored_epoch: int | None = None  # patience early stopping: the epoch whose params the run returns
 
 
+def restored_line(runs: list[RunSummary]) -> str | None:
+    """With patience early stopping, which epoch's params the runs returned (``None`` otherwise).
+
+    >>> restored_line([RunSummary(0, 0, 0.81, 0.795, 150, True, 100)])
+    'patience: restored the params of epoch 100 (best validation accuracy 0.7950)'
+    """
+    epochs = [r.restored_epoch for r in runs if r.restored_epoch is not None]
+    if not epochs:
+        return None
+    val = float(np.mean([r.val_acc for r in runs]))
+    if len(runs) == 1:
+        return f"patience: restored the params of epoch {epochs[0]} (best validation accuracy {val:.4f})"
+    span = f"{min(epochs)}" if min(epochs) == max(epochs) else f"{min(epochs)}-{max(epochs)}"
+    return (f"patience: restored each run's params of its best validation accuracy (epochs {span}; mean best "
+            f"validation accuracy {val:.4f})")
+
+
 GRAPH_REPORT = ("input_edges", "duplicates_merged", "self_loops_found", "edges_symmetrized", "isolated_nodes")
 
 

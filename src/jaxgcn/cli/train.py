@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from jaxgcn import checkpoint, outputs, reports
-from jaxgcn.batched import concat_specs, fit_runs, make_specs
+from jaxgcn.batched import concat_specs, fit_runs, make_specs, runs_per_program
 from jaxgcn.cli import checkpointing, records, train_sharded
 from jaxgcn.cli.common import Say, plan, prelude, warn_tensorboard
 from jaxgcn.cli.config import configs
@@ -20,7 +21,7 @@ from jaxgcn.cli.runtime import is_writer
 from jaxgcn.debug import CheckFailed, check_first_step
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
-from jaxgcn.reports import RunSummary
+from jaxgcn.reports import RunSummary, restored_line
 from jaxgcn.train import FitResult, TrainConfig, divergence_hint, fit
 
 OVERFIT_GAP = 0.3  # train minus validation accuracy above which the CLI prints a hint
@@ -144,23 +145,6 @@ def summary_line(outcome: TrainOutcome) -> str:
             f"{outcome.compile_seconds:.2f}s | train {train_s:.2f}s ({1e3 * train_s / max(epochs):.2f} ms/epoch)")
 
 
-def restored_line(runs: list[RunSummary]) -> str | None:
-    """With patience early stopping, which epoch's params the runs returned (``None`` otherwise).
-
-    >>> restored_line([RunSummary(0, 0, 0.81, 0.795, 150, True, 100)])
-    'patience: restored the params of epoch 100 (best validation accuracy 0.7950)'
-    """
-    epochs = [r.restored_epoch for r in runs if r.restored_epoch is not None]
-    if not epochs:
-        return None
-    val = float(np.mean([r.val_acc for r in runs]))
-    if len(runs) == 1:
-        return f"patience: restored the params of epoch {epochs[0]} (best validation accuracy {val:.4f})"
-    span = f"{min(epochs)}" if min(epochs) == max(epochs) else f"{min(epochs)}-{max(epochs)}"
-    return (f"patience: restored each run's params of its best validation accuracy (epochs {span}; mean best "
-            f"validation accuracy {val:.4f})")
-
-
 def _hint(outcome: TrainOutcome, loaded: Loaded, train_config: TrainConfig) -> str | None:
     diverged = divergence_hint(outcome.losses, loaded.prepared.data, train_config,
                                norm=loaded.prepared.info.get("norm"))
@@ -194,7 +178,11 @@ def _train_single(args: argparse.Namespace, say: Say) -> int:
     """``train`` on one device: one run, or several seeds/splits as one batched program."""
     model_config, train_config, execution = configs(args, "segment" if args.chunk_edges else "csr")  # validates
     loaded = load(args, say)
-    execution = plan(args, loaded.prepared, model_config, execution, min(args.seeds * args.splits, 8), say)
+    # the memory estimate covers the runs that execute together (fit_runs's slice), not all of them
+    runs = runs_per_program(args.seeds * args.splits, model_config.hidden,
+                            dataclasses.replace(execution, backend=loaded.prepared.backend), args.devices,
+                            loaded.prepared.data.graph)
+    execution = plan(args, loaded.prepared, model_config, execution, runs, say)
     if args.debug:
         debug_checks(loaded, model_config, train_config, execution, say)
     # what a checkpoint records about the data (its SHA-256 fingerprint is computed once, here)

@@ -22,7 +22,7 @@ from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
-from jaxgcn.reports import RunSummary
+from jaxgcn.reports import RunSummary, restored_line
 from jaxgcn.train import TrainConfig
 
 PARTITIONED = "partitioned:"
@@ -123,7 +123,8 @@ def _report(args: argparse.Namespace, layout: Layout, train_config: TrainConfig,
     return reports.train_report(
         reports.dataset_report(prepared.info, prepared.backend),
         reports.config_report(layout.model_config, train_config, args.norm, args.feature_norm, layout.execution),
-        [RunSummary(args.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early)], 1,
+        [RunSummary(args.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early,
+                    res.restored_epoch)], 1,
         res.compile_seconds, res.train_seconds,
         details={"metrics": m, "history": {k: v.tolist() for k, v in res.history.items()}},
         distributed={"processes": jax.process_count(), "devices": n_parts, "exchange": layout.exchange,
@@ -143,7 +144,7 @@ def _write(args: argparse.Namespace, layout: Layout, train_config: TrainConfig, 
         if args.save is not None:
             checkpoint.save(args.save, res.params, model_config=layout.model_config, train_config=train_config,
                             execution=layout.execution, info=layout.loaded.prepared.info, epoch=res.epochs_run,
-                            metrics=res.metrics,
+                            metrics=res.metrics, extra=checkpointing.result_facts(res),
                             **checkpointing.facts(args, layout.loaded, fingerprint=False, split=own))
             say(f"saved the model to {args.save}")
 
@@ -170,6 +171,10 @@ def run(args: argparse.Namespace, say: Say) -> int:
     print(f"test accuracy {m['test_acc']:.4f} | val {m['val_acc']:.4f} | epochs {res.epochs_run} | "
           f"{n_parts} devices, {layout.exchange} | compile {res.compile_seconds:.2f}s | train "
           f"{res.train_seconds:.2f}s ({1e3 * res.train_seconds / res.epochs_run:.2f} ms/epoch)")
+    restored = restored_line([RunSummary(args.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run,
+                                         res.stopped_early, res.restored_epoch)])
+    if restored is not None:
+        print(restored)
     record = records.for_run(args, layout.data)  # partition files: no host copy, no fingerprint
     _write(args, layout, train_config, res, _report(args, layout, train_config, res, n_parts, est, record), say)
     return 0

@@ -17,8 +17,8 @@ from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import _local, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
-from jaxgcn.train import (DIVERGED, STOPPED_EARLY, Collective, FitResult, Runner, TrainConfig, TrainingDiverged,
-                          drive, log_hook, make_runner, masked_sums, progress_hook, single_view)
+from jaxgcn.train import (DIVERGED, STOPPED_EARLY, Collective, FitResult, Patience, Runner, TrainConfig,
+                          TrainingDiverged, drive, log_hook, make_runner, masked_sums, progress_hook, single_view)
 
 
 def sharded_model(model_config: GCNConfig, execution: Execution = Execution()) -> Model:
@@ -165,5 +165,6 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     metrics = {k: float(v) for k, v in evaluate(params, data)._asdict().items()}
     history = {k: np.asarray(v)[:epoch] for k, v in state.history.items()}
     params = jax.tree.map(np.asarray, params)
+    restored = int(state.best_epoch) if isinstance(config.early_stopping, Patience) else None
     return FitResult(params, metrics, epoch, reason == STOPPED_EARLY, history, compile_seconds,
-                     time.perf_counter() - start)
+                     time.perf_counter() - start, restored)
