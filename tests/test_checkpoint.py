@@ -163,8 +163,53 @@ def test_predict_refuses_a_different_feature_space_and_writes_nothing(tmp_path, 
     assert main(["predict", "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "p.csv")]) == 2
     assert "not a checkpoint directory" in capsys.readouterr().err
     assert main(["train", "--dataset", "synthetic", "--nodes", "200", "--seeds", "2", "--save", str(tmp_path / "x"),
-                 "--quiet"]) == 2
-    assert "--save/--resume keep one model" in capsys.readouterr().err
+                 "--checkpoint-every", "5", "--quiet"]) == 2
+    assert "--checkpoint-every/--resume keep one run's state; they need one run, not --seeds 2" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+SEVERAL = ["--dataset", "synthetic", "--nodes", "300", "--classes", "3", "--features", "8", "--epochs", "40",
+           "--no-compile-cache"]
+
+
+def test_save_with_seeds_and_splits_keeps_every_run_and_evaluate_picks_one(tmp_path, capsys):
+    # 2 seeds x 2 random splits: 4 runs saved; each evaluates (on its own split) to the accuracy the
+    # training reported for it, and the default is the run with the best validation accuracy
+    m = tmp_path / "m"
+    assert main(["train", *SEVERAL, "--seeds", "2", "--splits", "2", "--split", "random", "--save", str(m),
+                 "--json", str(tmp_path / "r.json")]) == 0
+    assert "saved the 4 runs' models to" in capsys.readouterr().out
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    manifest = json.loads((m / "runs.json").read_text())
+    assert [(r["seed"], r["split"]) for r in manifest["runs"]] == [(r["seed"], r["split"]) for r in runs]
+    assert sorted({r["split"] for r in runs}) == [0, 1]
+    best = max(range(4), key=lambda j: (runs[j]["val_acc"], -j))
+    assert manifest["best"] == best != 0  # not the first run: the default must really choose
+    splits = [np.load(next((m / f"run-{j:03d}").glob("split-*.npy"))) for j in range(4)]
+    for j in range(4):  # each run keeps the split it trained on
+        assert [np.array_equal(splits[j], splits[i]) for i in range(4)] == [
+            runs[i]["split"] == runs[j]["split"] for i in range(4)]
+    for j in (None, 0, 1, 3):
+        out = tmp_path / f"ev{j}.json"
+        assert main(["evaluate", "--checkpoint", str(m), *SEVERAL[:8], "--json", str(out),
+                     *([] if j is None else ["--run", str(j)])]) == 0
+        said = capsys.readouterr().out
+        k = best if j is None else j
+        assert f"run {k} of 4 (seed {runs[k]['seed']}, split {runs[k]['split']}" in said
+        assert ("the best validation accuracy" in said) == (j is None)
+        assert json.loads(out.read_text())["accuracy"] == pytest.approx(runs[k]["test_acc"], abs=1e-6)
+    assert main(["predict", "--checkpoint", str(m), "--run", "1", *SEVERAL[:8], "--out", str(tmp_path / "p.csv")]) == 0
+    assert len((tmp_path / "p.csv").read_text().splitlines()) == 301
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(m), "--run", "4", *SEVERAL[:8]]) == 2
+    err = capsys.readouterr().err
+    assert "--run 4: checkpoint" in err and "holds runs 0-3; pick one of them" in err
+    assert main(["evaluate", "--checkpoint", str(m / "run-000"), "--run", "0", *SEVERAL[:8]]) == 2
+    assert "holds one run (no runs.json); drop --run" in capsys.readouterr().err
+    (m / "runs.json").write_text('{"format": "jaxgcn-runs-1", "best": 7, "runs": []}')
+    assert main(["evaluate", "--checkpoint", str(m), *SEVERAL[:8]]) == 2
+    assert "runs.json: not a jaxgcn-runs-1 manifest" in capsys.readouterr().err
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):

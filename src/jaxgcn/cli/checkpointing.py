@@ -18,7 +18,8 @@ from jaxgcn.train import TrainConfig
 def facts(args: argparse.Namespace, loaded: Loaded, *, fingerprint: bool = True,
           split: bool = True) -> dict[str, Any]:
     """What a checkpoint records about its training data besides the params (``checkpoint.save``'s
-    keyword arguments): node ids, the split per input node, the data's SHA-256 fingerprint."""
+    keyword arguments): node ids, the split per input node (the first of ``--splits K``: a
+    several-run save replaces it per run), the data's SHA-256 fingerprint."""
     out = {"node_ids": loaded.node_ids, "split": split_codes(loaded.prepared) if split else None,
            "identity_features": args.edges is not None and args.features is None}
     if fingerprint:

@@ -288,6 +288,7 @@ def _add_plot_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="the PNG file to write")
     p.add_argument("--log", type=Path, help="curves: a file written by train --log")
     p.add_argument("--checkpoint", type=Path, help="embeddings: a directory written by train --save")
+    p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
     p.add_argument("--method", choices=("pca", "tsne"), default="pca",
                    help="embeddings: 2-D projection (tsne needs scikit-learn)")
     p.add_argument("--sweep-json", type=Path, help="sweep: a file written by sweep --json")
@@ -307,12 +308,17 @@ def _add_info_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=info.run)
 
 
+RUN_HELP = ("which run of a checkpoint saved with --seeds N / --splits K (0-based; default: the run with the "
+            "best validation accuracy)")
+
+
 def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
     """``evaluate`` and ``predict``: a saved model on a dataset."""
     for name, text, module in (("evaluate", "metrics of a saved model on a dataset's split", evaluate),
                                ("predict", "class predictions of a saved model, written as CSV", predict)):
         p = sub.add_parser(name, help=text)
         p.add_argument("--checkpoint", type=Path, required=True, help="a directory written by train --save")
+        p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
         add_data_args(p)
         if name == "predict":
             p.add_argument("--out", type=Path, required=True, help="CSV node,label,prob_<class>...")

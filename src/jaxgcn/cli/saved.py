@@ -68,7 +68,9 @@ def load_for_checkpoint(args: argparse.Namespace, need_split: bool) -> ForCheckp
 
     With ``need_split`` (evaluate) and no split flags, the split is the one the model was trained on
     (saved in the checkpoint); a split given by flags must not evaluate the model's training nodes."""
-    ck = checkpoint.load(args.checkpoint)
+    directory, note = checkpoint.resolve_run(args.checkpoint, getattr(args, "run", None))
+    _say(note)
+    ck = checkpoint.load(directory)
     flags_split = _flags_split(args)
     raw = data.raw_graph(args, require_labels=need_split, split=need_split and (flags_split or ck.split is None))
     if not need_split:

@@ -12,11 +12,12 @@ import jax
 import numpy as np
 
 from jaxgcn import checkpoint, outputs, reports
-from jaxgcn.batched import concat_specs, fit_runs, make_specs, runs_per_program
+from jaxgcn.batched import concat_specs, fit_runs, make_specs, runs_per_program, unstack_params
 from jaxgcn.cli import checkpointing, records, train_sharded
 from jaxgcn.cli.common import Say, plan, prelude, warn_tensorboard
 from jaxgcn.cli.config import configs
 from jaxgcn.cli.data import Loaded, load, one_split, split_csv
+from jaxgcn.datasets import split_codes
 from jaxgcn.cli.runtime import is_writer
 from jaxgcn.debug import CheckFailed, check_first_step
 from jaxgcn.models import Execution, GCNConfig
@@ -35,12 +36,13 @@ class TrainOutcome(NamedTuple):
     train_seconds: float
     losses: np.ndarray  # the loss history: [epochs] of one run, [runs, epochs] of a batch
     fitted: FitResult | None  # the one run's full result (what --save writes); None for a batch
+    batch: Any = None  # a batch's BatchResult (what --save writes run by run); None for one run
 
 
 def _refuse_bad_combinations(args: argparse.Namespace) -> None:
-    if (args.save is not None or args.resume is not None) and (args.seeds > 1 or args.splits > 1):
-        raise ValueError(f"--save/--resume keep one model; they need one run, not --seeds {args.seeds} / "
-                         f"--splits {args.splits}")
+    if (args.resume is not None or args.checkpoint_every is not None) and (args.seeds > 1 or args.splits > 1):
+        raise ValueError(f"--checkpoint-every/--resume keep one run's state; they need one run, not --seeds "
+                         f"{args.seeds} / --splits {args.splits} (--save alone saves every run)")
     if args.checkpoint_every is not None and args.save is None:
         raise ValueError("--checkpoint-every K needs --save DIR (where the checkpoints go)")
 
@@ -99,7 +101,7 @@ def _fit_batch(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig
                        float(res.metrics["val_acc"][j]), int(res.epochs_run[j]), bool(res.stopped_early[j]),
                        None if restored is None else int(restored[j]))
             for j in range(spec.n_runs)]
-    return TrainOutcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], None)
+    return TrainOutcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], None, res)
 
 
 def train_runs(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
@@ -166,12 +168,31 @@ def _write(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, tr
             out.add(args.json, reports.json_text(report), label=f"--json {args.json}")
         if args.save_split is not None:
             out.add(args.save_split, split_csv(loaded), label=f"--save-split {args.save_split}")
-        if args.save is not None:
+        if args.save is not None and outcome.batch is not None:
+            _save_runs(args.save, loaded, model_config, train_config, execution, outcome, saved_facts)
+            say(f"saved the {len(outcome.runs)} runs' models to {args.save} (evaluate and predict take the best "
+                "validation run, or --run I)")
+        elif args.save is not None:
             res = outcome.fitted
             checkpoint.save(args.save, res.params, model_config=model_config, train_config=train_config,
                             execution=execution, info=prepared.info, epoch=res.epochs_run, metrics=res.metrics,
                             extra=checkpointing.result_facts(res), **saved_facts)
             say(f"saved the model to {args.save}")
+
+
+def _save_runs(directory: Any, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
+               execution: Execution, outcome: TrainOutcome, saved_facts: dict[str, Any]) -> None:
+    """Every run of a batch as an ordinary checkpoint (``run-000``, ...) with its own split, then
+    the manifest that names them (:func:`jaxgcn.checkpoint.save_runs`), last."""
+    res = outcome.batch
+    for j, run in enumerate(outcome.runs):
+        facts = {**saved_facts, "split": split_codes(loaded.prepared, run.split)}
+        checkpoint.save(checkpoint.run_dir(directory, j), unstack_params(res.params, j), model_config=model_config,
+                        train_config=train_config, execution=execution, info=loaded.prepared.info,
+                        epoch=run.epochs_run, metrics={k: float(v[j]) for k, v in res.metrics.items()},
+                        extra={"restored_epoch": run.restored_epoch, "seed": run.seed, "split_index": run.split},
+                        **facts)
+    checkpoint.save_runs(directory, [r._asdict() for r in outcome.runs])
 
 
 def _train_single(args: argparse.Namespace, say: Say) -> int:

@@ -29,6 +29,7 @@ def int_in(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
 
 
 positive_int = int_in(1, INT32_MAX)
+run_index = int_in(0, MAX_RUNS - 1)
 epochs = int_in(1, MAX_EPOCHS, " (every epoch's metrics are kept)")
 layers = int_in(1, MAX_LAYERS)
 runs = int_in(1, MAX_RUNS)

@@ -333,13 +333,14 @@ def with_splits(prepared: Prepared, splits: list[dict[str, np.ndarray]], name: s
     return prepared._replace(data=data, info=info)
 
 
-def split_codes(prepared: Prepared) -> np.ndarray:
-    """The (first) split of prepared data per INPUT node (the order of the files, before any
-    renumbering): [n] int8 codes of :data:`jaxgcn.datasets.splits.SPLIT_CODES` (0: in no split)."""
+def split_codes(prepared: Prepared, index: int = 0) -> np.ndarray:
+    """Split ``index`` (of the stacked ``--splits K``; the first by default) of prepared data per
+    INPUT node (the order of the files, before any renumbering): [n] int8 codes of
+    :data:`jaxgcn.datasets.splits.SPLIT_CODES` (0: in no split)."""
     n = prepared.info["n_nodes"]
     codes = np.zeros(n, np.int8)
     for name, code in SPLIT_CODES.items():
-        mask = np.asarray(getattr(prepared.data, f"{name}_mask")).reshape(-1, n)[0]
+        mask = np.asarray(getattr(prepared.data, f"{name}_mask")).reshape(-1, n)[index]
         codes[mask > 0] = code
     order = prepared.info.get("node_order")
     if order is None:
