@@ -48,20 +48,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(XLA_CACHE, ignore_errors=True)
 
 
-# The modules that take longest (about 40-100 s each on a 2-core machine, cold caches), which the
-# workers should start first: pytest-xdist (--dist loadfile) hands out modules in collection order,
-# so a long module collected last (alphabetical order puts test_tutorial there) would keep one
-# worker busy while the others have nothing left. The order changes nothing else.
-LONGEST_FIRST = ("test_distributed.py", "test_equivalence.py", "test_batched.py", "test_sweep.py",
-                 "test_tutorial.py", "test_progress_plots.py", "test_optimizers.py", "test_examples.py",
-                 "test_kernel_build.py", "test_checkpoint.py", "test_cli.py", "test_diagnostics.py")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its order
-
-
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): one worker per CPU this process may use (affinity mask,
     cgroup quota), at most 4: each worker holds its own JAX runtime and module fixtures."""
