@@ -28,7 +28,8 @@ def facts(args: argparse.Namespace, loaded: Loaded, *, fingerprint: bool = True,
 
 
 def result_facts(result: Any) -> dict[str, Any]:
-    """What the final checkpoint's ``extra`` records about the run's outcome: ``restored_epoch``,
+    """What the final checkpoint's ``extra`` records about the run's outcome (a fit result or a
+    batch run's :class:`~jaxgcn.reports.RunSummary`): ``restored_epoch``,
     the epoch whose params it holds under patience early stopping (``None`` otherwise; ``epoch``
     is then the last epoch trained)."""
     return {"restored_epoch": result.restored_epoch}

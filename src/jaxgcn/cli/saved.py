@@ -68,7 +68,7 @@ def load_for_checkpoint(args: argparse.Namespace, need_split: bool) -> ForCheckp
 
     With ``need_split`` (evaluate) and no split flags, the split is the one the model was trained on
     (saved in the checkpoint); a split given by flags must not evaluate the model's training nodes."""
-    directory, note = checkpoint.resolve_run(args.checkpoint, getattr(args, "run", None))
+    directory, note = checkpoint.resolve_run(args.checkpoint, args.run)
     _say(note)
     ck = checkpoint.load(directory)
     flags_split = _flags_split(args)

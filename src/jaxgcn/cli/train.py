@@ -17,8 +17,8 @@ from jaxgcn.cli import checkpointing, records, train_sharded
 from jaxgcn.cli.common import Say, plan, prelude, warn_tensorboard
 from jaxgcn.cli.config import configs
 from jaxgcn.cli.data import Loaded, load, one_split, split_csv
-from jaxgcn.datasets import split_codes
 from jaxgcn.cli.runtime import is_writer
+from jaxgcn.datasets import split_codes
 from jaxgcn.debug import CheckFailed, check_first_step
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
@@ -190,7 +190,7 @@ def _save_runs(directory: Any, loaded: Loaded, model_config: GCNConfig, train_co
         checkpoint.save(checkpoint.run_dir(directory, j), unstack_params(res.params, j), model_config=model_config,
                         train_config=train_config, execution=execution, info=loaded.prepared.info,
                         epoch=run.epochs_run, metrics={k: float(v[j]) for k, v in res.metrics.items()},
-                        extra={"restored_epoch": run.restored_epoch, "seed": run.seed, "split_index": run.split},
+                        extra={**checkpointing.result_facts(run), "seed": run.seed, "split_index": run.split},
                         **facts)
     checkpoint.save_runs(directory, [r._asdict() for r in outcome.runs])
 

@@ -117,14 +117,13 @@ def _fit(args: argparse.Namespace, layout: Layout, sharded: Any, train_config: T
         progress.done()
 
 
-def _report(args: argparse.Namespace, layout: Layout, train_config: TrainConfig, res: Any, n_parts: int,
-            est: MemoryEstimate, record: dict[str, Any] | None) -> dict[str, Any]:
+def _report(args: argparse.Namespace, layout: Layout, train_config: TrainConfig, res: Any, summary: RunSummary,
+            n_parts: int, est: MemoryEstimate, record: dict[str, Any] | None) -> dict[str, Any]:
     prepared, m = layout.loaded.prepared, res.metrics
     return reports.train_report(
         reports.dataset_report(prepared.info, prepared.backend),
         reports.config_report(layout.model_config, train_config, args.norm, args.feature_norm, layout.execution),
-        [RunSummary(args.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early,
-                    res.restored_epoch)], 1,
+        [summary], 1,
         res.compile_seconds, res.train_seconds,
         details={"metrics": m, "history": {k: v.tolist() for k, v in res.history.items()}},
         distributed={"processes": jax.process_count(), "devices": n_parts, "exchange": layout.exchange,
@@ -171,10 +170,12 @@ def run(args: argparse.Namespace, say: Say) -> int:
     print(f"test accuracy {m['test_acc']:.4f} | val {m['val_acc']:.4f} | epochs {res.epochs_run} | "
           f"{n_parts} devices, {layout.exchange} | compile {res.compile_seconds:.2f}s | train "
           f"{res.train_seconds:.2f}s ({1e3 * res.train_seconds / res.epochs_run:.2f} ms/epoch)")
-    restored = restored_line([RunSummary(args.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run,
-                                         res.stopped_early, res.restored_epoch)])
+    summary = RunSummary(args.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early,
+                         res.restored_epoch)
+    restored = restored_line([summary])
     if restored is not None:
         print(restored)
     record = records.for_run(args, layout.data)  # partition files: no host copy, no fingerprint
-    _write(args, layout, train_config, res, _report(args, layout, train_config, res, n_parts, est, record), say)
+    _write(args, layout, train_config, res, _report(args, layout, train_config, res, summary, n_parts, est, record),
+           say)
     return 0
