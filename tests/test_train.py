@@ -7,6 +7,7 @@ runs below share configurations where they can (fit caches compiled programs per
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import jax
@@ -233,6 +234,26 @@ def test_same_key_gives_identical_run_and_other_key_differs(easy, full_run):
         np.testing.assert_array_equal(again.history[name], values)
     jax.tree.map(np.testing.assert_array_equal, again.params, full_run.params)
     assert not np.array_equal(other.history["loss"], full_run.history["loss"])
+
+
+def test_runs_differing_only_in_lr_weight_decay_and_dropout_share_one_program(easy, full_run):
+    """A run's learning rate, weight decay and dropout rate are arguments of its compiled program,
+    not constants in it: another value compiles to the same program text (one persistent-cache
+    entry: a second ``jaxgcn train --lr 0.05`` skips XLA), and the values still reach the run."""
+    from jaxgcn.train import compile_runner
+
+    other_config = dataclasses.replace(FULL_RUN, lr=0.05, weight_decay=1e-3)
+    a = compile_runner(GCNConfig(), FULL_RUN, easy.data, easy.n_classes)
+    b = compile_runner(GCNConfig(dropout=0.3), other_config, easy.data, easy.n_classes)
+    def program(compiled) -> str:  # the instructions, without the source locations of their tracing
+        text = re.sub(r"\nFileNames\n.*?\n(?=%|ENTRY)", "\n", compiled.as_text(), flags=re.S)
+        return re.sub(r", metadata=\{[^}]*\}", "", text)
+
+    for name in ("init", "run_until", "evaluate"):
+        assert program(getattr(a, name)) == program(getattr(b, name)), name
+    other = fit(easy.data, easy.n_classes, config=other_config, key=jax.random.key(0), log=None)
+    assert other.history["loss"][0] != full_run.history["loss"][0]  # the weight decay's L2 term
+    assert not np.allclose(other.history["loss"], full_run.history["loss"], rtol=1e-3)
 
 
 def test_progress_log_lines(easy, full_run):

@@ -610,12 +610,16 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
 
 
 class Runner(NamedTuple):
-    """The pure functions of one training run (see :func:`make_runner`)."""
+    """The pure functions of one training run (see :func:`make_runner`). Each also takes the run's
+    :class:`jaxgcn.models.RunInputs` (``inputs()``, the default): passed as an argument, the run's
+    learning rate, weight decay and dropout rate are inputs of the compiled program, not constants
+    in it, so runs that differ only in them share one program (and its persistent-cache entry)."""
 
-    init: Callable[[jax.Array, TrainData], RunState]
-    run_until: Callable[[RunState, TrainData, jax.Array], RunState]
-    evaluate: Callable[[Params, TrainData], Evaluation]
+    init: Callable[..., RunState]
+    run_until: Callable[..., RunState]
+    evaluate: Callable[..., Evaluation]
     final_params: Callable[[RunState], Params]
+    inputs: Callable[[], RunInputs]
 
 
 def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
@@ -626,37 +630,53 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
     pass its params with a run axis of 1). ``propagate`` and ``collective`` as in
     :func:`make_batch_runner` (sharded training)."""
     model = gcn(model_config)
-    opt = make_optimizer(config)
+    factory = optimizer_factory(config)
     batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective)
     keep_best = isinstance(config.early_stopping, Patience)
 
-    def one() -> RunInputs:  # this run's settings, as a batch of one (constants of the program)
+    def one() -> RunInputs:  # this run's settings, as a batch of one
         return make_run_inputs(dropout=[model_config.dropout], hidden=[model_config.hidden], lr=[config.lr],
                                weight_decay=[config.weight_decay])
 
-    def init(key: jax.Array, data: TrainData) -> RunState:
+    def init(key: jax.Array, data: TrainData, runs: RunInputs | None = None) -> RunState:
+        runs = one() if runs is None else runs
         k_init, k_run = jax.random.split(key)
         params = model.init(k_init, n_features, n_classes)
         nan = jnp.full((config.epochs,), jnp.nan, jnp.float32)
         return RunState(
-            params=params, opt_state=opt.init(params), key=k_run, epoch=jnp.int32(0),
-            reason=jnp.int32(RUNNING), val_window=jnp.zeros((config.kipf_window,), jnp.float32),
+            params=params, opt_state=factory(runs.lr[0], runs.weight_decay[0]).init(params), key=k_run,
+            epoch=jnp.int32(0), reason=jnp.int32(RUNNING), val_window=jnp.zeros((config.kipf_window,), jnp.float32),
             best_params=params, best_val_acc=jnp.float32(-1.0), best_val_loss=jnp.float32(jnp.inf),
             best_epoch=jnp.int32(0),
             history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
         )
 
-    def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array) -> RunState:
-        return batch.run_until(BatchState(state, state.epoch), data, one(), stop_epoch).runs
+    def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array, runs: RunInputs | None = None) -> RunState:
+        return batch.run_until(BatchState(state, state.epoch), data, one() if runs is None else runs,
+                               stop_epoch).runs
 
-    def evaluate(params: Params, data: TrainData) -> Evaluation:
+    def evaluate(params: Params, data: TrainData, runs: RunInputs | None = None) -> Evaluation:
+        runs = one() if runs is None else runs
         stacked = jax.tree.map(jnp.expand_dims, params, _insert_axes(params))
-        return Evaluation(**{k: v[0] for k, v in batch.evaluate(stacked, data, one()).items()})
+        return Evaluation(**{k: v[0] for k, v in batch.evaluate(stacked, data, runs).items()})
 
     def final_params(state: RunState) -> Params:
         return state.best_params if keep_best else state.params
 
-    return Runner(init, run_until, evaluate, final_params)
+    return Runner(init, run_until, evaluate, final_params, one)
+
+
+class WithRuns(NamedTuple):
+    """A compiled :class:`Runner` function with its last argument, the run's settings, bound."""
+
+    program: Any  # jax.stages.Compiled
+    runs: RunInputs
+
+    def __call__(self, *args: Any) -> Any:
+        return self.program(*args, self.runs)
+
+    def as_text(self) -> str:
+        return self.program.as_text()
 
 
 class Compiled(NamedTuple):
@@ -686,12 +706,14 @@ def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData
     runner = make_runner(model_config, config, data.x.shape[1], n_classes, execution)
     start = time.perf_counter()
     key = jax.random.key(0)
-    init = jit(runner.init).lower(key, data).compile()
-    state = jax.eval_shape(runner.init, key, data)
-    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0)).compile()
-    evaluate = jit(runner.evaluate).lower(state.params, data).compile()
+    runs = runner.inputs()  # arguments, not constants: one program for every lr, weight decay, dropout
+    init = jit(runner.init).lower(key, data, runs).compile()
+    state = jax.eval_shape(runner.init, key, data, runs)
+    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0), runs).compile()
+    evaluate = jit(runner.evaluate).lower(state.params, data, runs).compile()
     final = jit(runner.final_params).lower(state).compile()
-    compiled = Compiled(init, run_until, evaluate, final, time.perf_counter() - start)
+    compiled = Compiled(WithRuns(init, runs), WithRuns(run_until, runs), WithRuns(evaluate, runs), final,
+                        time.perf_counter() - start)
     _COMPILED[cache_key] = compiled
     return compiled
 
