@@ -65,6 +65,33 @@ def test_edges_cross_every_partition_border():
         assert len(owners) == 4  # edges come in from every block
 
 
+def test_sharded_runs_differing_only_in_lr_weight_decay_and_dropout_share_one_program():
+    """As single runs (tests/test_train.py): the sharded program takes the run's settings as
+    arguments, so another lr, weight decay or dropout compiles to the same program text."""
+    import dataclasses
+    import re
+
+    import jax
+
+    from jaxgcn.distributed import make_sharded_runner, node_mesh, shard_data
+    from jaxgcn.distributed.sharded import compile_sharded
+    from jaxgcn.models import GCNConfig
+    from jaxgcn.train import TrainConfig
+
+    p = datasets.prepare(datasets.synthetic(403, n_classes=3, n_features=6, homophily=0.3, seed=0), on_device=False)
+    sharded = shard_data(p.data, node_mesh(1))
+    config = TrainConfig(epochs=20)
+
+    def program(model_config, train_config) -> str:
+        runner = make_sharded_runner(model_config, train_config, sharded.n_features, p.n_classes, sharded.mesh)
+        text = compile_sharded(runner, jax.random.key(0), sharded.data).run_until.as_text()
+        text = re.sub(r"\nFileNames\n.*?\n(?=%|ENTRY)", "\n", text, flags=re.S)
+        return re.sub(r", metadata=\{[^}]*\}", "", text)
+
+    assert program(GCNConfig(), config) == program(
+        GCNConfig(dropout=0.3), dataclasses.replace(config, lr=0.05, weight_decay=1e-3))
+
+
 @pytest.mark.parametrize("kernels", ["fused", "xla"])
 def test_sharded_forward_loss_and_gradients_equal_the_single_device_model(kernels):
     # "xla": the pure-XLA block product that GPUs/TPUs use (the kernel is CPU-only)

@@ -17,8 +17,9 @@ from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import _local, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
-from jaxgcn.train import (DIVERGED, STOPPED_EARLY, Collective, FitResult, Patience, Runner, TrainConfig,
-                          TrainingDiverged, drive, log_hook, make_runner, masked_sums, progress_hook, single_view)
+from jaxgcn.train import (DIVERGED, STOPPED_EARLY, Collective, Compiled, FitResult, Patience, Runner, TrainConfig,
+                          TrainingDiverged, WithRuns, drive, log_hook, make_runner, masked_sums, progress_hook,
+                          single_view)
 
 
 def sharded_model(model_config: GCNConfig, execution: Execution = Execution()) -> Model:
@@ -96,8 +97,8 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
             return fn(first, _local(data), *rest)
         return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=rep, check_vma=False)
 
-    return runner._replace(run_until=on_mesh(runner.run_until, (rep, spec, rep)),
-                           evaluate=on_mesh(runner.evaluate, (rep, spec)))
+    return runner._replace(run_until=on_mesh(runner.run_until, (rep, spec, rep, rep)),
+                           evaluate=on_mesh(runner.evaluate, (rep, spec, rep)))
 
 
 def _diverged_message(epoch: int, config: TrainConfig) -> str:
@@ -132,6 +133,19 @@ def shard_data(data: TrainData, mesh: jax.sharding.Mesh, *, exchange: str = "all
     return ShardedData(to_global(stacked, mesh), mesh, data.graph.n_nodes, n_pad, int(data.x.shape[1]), exchange)
 
 
+def compile_sharded(runner: Runner, key: jax.Array, data: Any) -> Compiled:
+    """Compile a :func:`make_sharded_runner` for ``data`` (global [P, L, ...] blocks). The run's
+    settings (lr, weight decay, dropout) are host values passed as arguments, the same on every
+    process: runs that differ only in them share one program, as single runs do."""
+    runs = jax.tree.map(np.asarray, runner.inputs())
+    init = jit(runner.init).lower(key, None, runs).compile()
+    state = init(key, None, runs)  # lowered with the state's own placement
+    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0), runs).compile()
+    evaluate = jit(runner.evaluate).lower(state.params, data, runs).compile()
+    return Compiled(WithRuns(init, runs), WithRuns(run_until, runs), WithRuns(evaluate, runs), runner.final_params,
+                    0.0)
+
+
 def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig, config: TrainConfig,
                 key: jax.Array, execution: Execution = Execution(), log_every: int = 20,
                 log: Callable[[str], None] | None = print,
@@ -145,10 +159,8 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     start = time.perf_counter()
     if progress is not None:
         progress.compiling()
-    init = jit(runner.init).lower(key, None).compile()
-    state = init(key, None)
-    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0)).compile()
-    evaluate = jit(runner.evaluate).lower(state.params, data).compile()
+    compiled = compile_sharded(runner, key, data)
+    state = compiled.init(key, None)
     compile_seconds = time.perf_counter() - start
     if progress is not None:
         progress.compiled(compile_seconds)
@@ -156,13 +168,13 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     hooks = [log_hook(log, log_every)] if log is not None and log_every > 0 else []
     if progress is not None:
         hooks.append(progress_hook(progress))
-    state, seen = drive(lambda s, stop: run_until(s, data, jnp.int32(stop)), state, single_view,
+    state, seen = drive(lambda s, stop: compiled.run_until(s, data, jnp.int32(stop)), state, single_view,
                         epochs=config.epochs, chunk=log_every, hooks=hooks)
     epoch, reason = seen.epoch, int(seen.reason[0])
     if reason == DIVERGED:
         raise TrainingDiverged(_diverged_message(epoch, config))
-    params = runner.final_params(state)
-    metrics = {k: float(v) for k, v in evaluate(params, data)._asdict().items()}
+    params = compiled.final_params(state)
+    metrics = {k: float(v) for k, v in compiled.evaluate(params, data)._asdict().items()}
     history = {k: np.asarray(v)[:epoch] for k, v in state.history.items()}
     params = jax.tree.map(np.asarray, params)
     restored = int(state.best_epoch) if isinstance(config.early_stopping, Patience) else None
