@@ -201,11 +201,17 @@ def masked_accuracy(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> ja
     return hits[0] / jnp.maximum(count[0], 1.0)
 
 
+def l2_covers(layer: str, key: str, scope: str) -> bool:
+    """Whether the L2 term (and ``adamw``'s decay) covers ``params[layer][key]``: the weight matrices
+    (``w``, ``w_res``) of the first layer (``scope="first"``, the paper's) or of every layer
+    (``"all"``); never biases or norms. The one statement of the rule."""
+    return key in ("w", "w_res") and (scope == "all" or layer == "layer_0")
+
+
 def l2_penalty(params: Params, scope: str = "first") -> jax.Array:
-    """``sum(w**2) / 2`` over weight matrices (not biases or norms) of the first or all layers."""
-    layers = [params["layer_0"]] if scope == "first" else list(params.values())
-    terms = [jnp.sum(jnp.square(layer[k])) for layer in layers for k in ("w", "w_res") if k in layer]
-    return 0.5 * sum(terms, jnp.float32(0.0))
+    """``sum(w**2) / 2`` over the weights :func:`l2_covers` names: the engine's per-run L2 of a
+    batch of one run (one definition for every kind of run)."""
+    return _per_run_l2(jax.tree.map(jnp.expand_dims, params, _insert_axes(params)), scope)[0]
 
 
 def standard_promotion(opt: optax.GradientTransformation) -> optax.GradientTransformation:
@@ -226,9 +232,8 @@ def standard_promotion(opt: optax.GradientTransformation) -> optax.GradientTrans
 
 
 def _decay_mask(params: Params, scope: str) -> Params:
-    """True on the weight matrices :func:`l2_penalty` covers (``w``/``w_res`` of the first or every
-    layer), False on biases and norms: what ``adamw`` decays."""
-    return {name: {k: (k in ("w", "w_res") and (scope == "all" or name == "layer_0")) if not isinstance(v, dict)
+    """True on the weights :func:`l2_covers` names, False on the rest: what ``adamw`` decays."""
+    return {name: {k: l2_covers(name, k, scope) if not isinstance(v, dict)
                    else jax.tree.map(lambda _: False, v) for k, v in layer.items()}
             for name, layer in params.items()}
 
@@ -396,9 +401,9 @@ def state_axes(config: TrainConfig, params: Params) -> RunState:
 
 
 def _per_run_l2(params: Params, scope: str) -> jax.Array:
-    """``sum(w**2) / 2`` per run ([R]) over the weights :func:`l2_penalty` covers."""
-    layers = [params["layer_0"]] if scope == "first" else list(params.values())
-    terms = [_sum_of_squares(layer[k]) for layer in layers for k in ("w", "w_res") if k in layer]
+    """``sum(w**2) / 2`` per run ([R]) over the weights :func:`l2_covers` names (stacked params)."""
+    terms = [_sum_of_squares(layer[k]) for name, layer in params.items() for k in ("w", "w_res")
+             if k in layer and l2_covers(name, k, scope)]
     return 0.5 * sum(terms[1:], terms[0])
 
 
