@@ -464,6 +464,19 @@ class BatchRunner(NamedTuple):
     final_params: Callable[[BatchState], Params]
 
 
+def init_run_state(config: TrainConfig, params: Params, key: jax.Array, lr: Any, weight_decay: Any) -> RunState:
+    """THE initial :class:`RunState` of one run (no run axis): its params, its optimizer's state with
+    its learning rate and weight decay, its key, empty early-stopping records and a NaN history. A
+    batch vmaps it over its runs (:func:`make_batch_runner`); a single run calls it (:func:`make_runner`)."""
+    nan = jnp.full((config.epochs,), jnp.nan, jnp.float32)
+    return RunState(
+        params=params, opt_state=optimizer_factory(config)(lr, weight_decay).init(params), key=key,
+        epoch=jnp.int32(0), reason=jnp.int32(RUNNING), val_window=jnp.zeros((config.kipf_window,), jnp.float32),
+        best_params=params, best_val_acc=jnp.float32(-1.0), best_val_loss=jnp.float32(jnp.inf),
+        best_epoch=jnp.int32(0), history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
+    )
+
+
 def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: Execution = Execution(), *,
                       propagate: Propagate | None = None,
                       collective: Collective = LOCAL) -> BatchRunner:
@@ -511,18 +524,8 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
 
     def init(params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
         keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
-        r, epochs = seeds.shape[0], config.epochs
-        nan = jnp.full((r, epochs), jnp.nan, jnp.float32)
-        opt_state = jax.vmap(lambda p, lr, wd: factory(lr, wd).init(p), in_axes=(_run_axes(params), 0, 0),
-                             out_axes=_opt_axes(config, _unstacked(params)))(params, runs_in.lr,
-                                                                              runs_in.weight_decay)
-        runs = RunState(
-            params=params, opt_state=opt_state, key=keys, epoch=jnp.zeros(r, jnp.int32),
-            reason=jnp.full(r, RUNNING, jnp.int32), val_window=jnp.zeros((r, config.kipf_window), jnp.float32),
-            best_params=params, best_val_acc=jnp.full(r, -1.0, jnp.float32),
-            best_val_loss=jnp.full(r, jnp.inf, jnp.float32), best_epoch=jnp.zeros(r, jnp.int32),
-            history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
-        )
+        runs = jax.vmap(functools.partial(init_run_state, config), in_axes=(_run_axes(params), 0, 0, 0),
+                        out_axes=state_axes(config, params))(params, keys, runs_in.lr, runs_in.weight_decay)
         return BatchState(runs, jnp.int32(0))
 
     def step_keys(st: RunState) -> tuple[jax.Array, jax.Array]:
@@ -635,7 +638,6 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
     pass its params with a run axis of 1). ``propagate`` and ``collective`` as in
     :func:`make_batch_runner` (sharded training)."""
     model = gcn(model_config)
-    factory = optimizer_factory(config)
     batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective)
     keep_best = isinstance(config.early_stopping, Patience)
 
@@ -646,15 +648,8 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
     def init(key: jax.Array, data: TrainData, runs: RunInputs | None = None) -> RunState:
         runs = one() if runs is None else runs
         k_init, k_run = jax.random.split(key)
-        params = model.init(k_init, n_features, n_classes)
-        nan = jnp.full((config.epochs,), jnp.nan, jnp.float32)
-        return RunState(
-            params=params, opt_state=factory(runs.lr[0], runs.weight_decay[0]).init(params), key=k_run,
-            epoch=jnp.int32(0), reason=jnp.int32(RUNNING), val_window=jnp.zeros((config.kipf_window,), jnp.float32),
-            best_params=params, best_val_acc=jnp.float32(-1.0), best_val_loss=jnp.float32(jnp.inf),
-            best_epoch=jnp.int32(0),
-            history={k: nan for k in ("loss", "train_acc", "val_loss", "val_acc")},
-        )
+        return init_run_state(config, model.init(k_init, n_features, n_classes), k_run, runs.lr[0],
+                              runs.weight_decay[0])
 
     def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array, runs: RunInputs | None = None) -> RunState:
         return batch.run_until(BatchState(state, state.epoch), data, one() if runs is None else runs,
