@@ -9,21 +9,23 @@ import numpy as np
 from jaxgcn.compiler import compiler_options, jit
 from jaxgcn.train import masked_cross_entropy
 
-# The option that turns the YNNPACK library fusions off, spelled here rather than read from
-# jaxgcn.compiler: these tests check that module's option list.
+# The options that turn the YNNPACK library fusions off and choose XLA's classic loop emitter,
+# spelled here rather than read from jaxgcn.compiler: these tests check that module's option list.
 YNN_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
+CLASSIC_EMITTER = {"xla_cpu_use_fusion_emitters": False}
 
 
-def library_fusions_can_be_turned_off() -> bool:
-    """Whether this jaxlib's CPU backend takes :data:`YNN_OFF` (jaxlib 0.10.2 does; where it does
-    not, jaxgcn compiles with the defaults and there is nothing to check)."""
+def accepted(options: dict) -> bool:
+    """Whether this jaxlib's CPU backend takes ``options`` (jaxlib 0.10.2 takes both sets; where it
+    does not, jaxgcn compiles with the defaults and there is nothing to check)."""
     if jax.default_backend() != "cpu":
         return False
     try:
-        jax.jit(jnp.negative, compiler_options=YNN_OFF).lower(jnp.zeros(1, jnp.float32)).compile()
+        jax.jit(jnp.negative, compiler_options=options).lower(jnp.zeros(1, jnp.float32)).compile()
     except Exception:  # noqa: BLE001 - XLA reports an unknown option with its own error types
         return False
     return True
+
 
 
 def per_run_loss(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
@@ -45,6 +47,20 @@ def test_per_run_reductions_past_32k_elements_are_per_run():
 
 
 def test_options_are_only_those_this_jaxlib_accepts():
-    # all of them where this jaxlib takes them (a jaxlib without the option gets none)
-    assert compiler_options() == (YNN_OFF if library_fusions_can_be_turned_off() else {})
+    # each where this jaxlib takes it (a jaxlib without an option compiles with its default for it)
+    want = {**(YNN_OFF if accepted(YNN_OFF) else {}), **(CLASSIC_EMITTER if accepted(CLASSIC_EMITTER) else {})}
+    assert compiler_options() == want
     assert jit(lambda x: x + 1)(jnp.zeros(2, jnp.float32)).tolist() == [1.0, 1.0]
+
+
+def test_an_option_this_jaxlib_does_not_know_is_left_out_alone(monkeypatch):
+    # another jaxlib may know one option and not the other: it keeps the one it knows
+    import jaxgcn.compiler as compiler
+
+    known = compiler.compiler_options()
+    monkeypatch.setattr(compiler, "_OPTIONS", {**compiler._OPTIONS, "xla_no_such_option_anywhere": "1"})
+    compiler.compiler_options.cache_clear()
+    try:
+        assert compiler.compiler_options() == known
+    finally:
+        compiler.compiler_options.cache_clear()
