@@ -74,9 +74,8 @@ def test_sharded_runs_differing_only_in_lr_weight_decay_and_dropout_share_one_pr
     import jax
 
     from jaxgcn.distributed import make_sharded_runner, node_mesh, shard_data
-    from jaxgcn.distributed.sharded import compile_sharded
     from jaxgcn.models import GCNConfig
-    from jaxgcn.train import TrainConfig
+    from jaxgcn.train import TrainConfig, compile_programs
 
     p = datasets.prepare(datasets.synthetic(403, n_classes=3, n_features=6, homophily=0.3, seed=0), on_device=False)
     sharded = shard_data(p.data, node_mesh(1))
@@ -84,7 +83,7 @@ def test_sharded_runs_differing_only_in_lr_weight_decay_and_dropout_share_one_pr
 
     def program(model_config, train_config) -> str:
         runner = make_sharded_runner(model_config, train_config, sharded.n_features, p.n_classes, sharded.mesh)
-        text = compile_sharded(runner, jax.random.key(0), sharded.data).run_until.as_text()
+        text = compile_programs(runner, jax.random.key(0), None, sharded.data).run_until.as_text()
         text = re.sub(r"\nFileNames\n.*?\n(?=%|ENTRY)", "\n", text, flags=re.S)
         return re.sub(r", metadata=\{[^}]*\}", "", text)
 

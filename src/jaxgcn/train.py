@@ -619,7 +619,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
 
 class Runner(NamedTuple):
     """The pure functions of one training run (see :func:`make_runner`). Each also takes the run's
-    :class:`jaxgcn.models.RunInputs` (``inputs()``, the default): passed as an argument, the run's
+    :class:`jaxgcn.models.RunInputs` (``inputs()``) as its last argument: passed so, the run's
     learning rate, weight decay and dropout rate are inputs of the compiled program, not constants
     in it, so runs that differ only in them share one program (and its persistent-cache entry)."""
 
@@ -645,18 +645,15 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
         return make_run_inputs(dropout=[model_config.dropout], hidden=[model_config.hidden], lr=[config.lr],
                                weight_decay=[config.weight_decay])
 
-    def init(key: jax.Array, data: TrainData, runs: RunInputs | None = None) -> RunState:
-        runs = one() if runs is None else runs
+    def init(key: jax.Array, data: TrainData, runs: RunInputs) -> RunState:
         k_init, k_run = jax.random.split(key)
         return init_run_state(config, model.init(k_init, n_features, n_classes), k_run, runs.lr[0],
                               runs.weight_decay[0])
 
-    def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array, runs: RunInputs | None = None) -> RunState:
-        return batch.run_until(BatchState(state, state.epoch), data, one() if runs is None else runs,
-                               stop_epoch).runs
+    def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array, runs: RunInputs) -> RunState:
+        return batch.run_until(BatchState(state, state.epoch), data, runs, stop_epoch).runs
 
-    def evaluate(params: Params, data: TrainData, runs: RunInputs | None = None) -> Evaluation:
-        runs = one() if runs is None else runs
+    def evaluate(params: Params, data: TrainData, runs: RunInputs) -> Evaluation:
         stacked = jax.tree.map(jnp.expand_dims, params, _insert_axes(params))
         return Evaluation(**{k: v[0] for k, v in batch.evaluate(stacked, data, runs).items()})
 
@@ -697,6 +694,24 @@ def signature(data: TrainData) -> Any:
     return treedef, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
 
+def compile_programs(runner: Runner, key: jax.Array, init_data: Any, data: Any) -> Compiled:
+    """AOT-compile a :class:`Runner`'s functions for ``data``, with the run's settings
+    (``runner.inputs()``, host values, the same on every process) bound as their last argument:
+    runs that differ only in lr, weight decay or dropout share one program. ``init_data`` is what
+    ``init`` reads (the data of a single run; ``None`` for a sharded run, whose ``init`` reads only
+    the key); ``run_until`` and ``evaluate`` are lowered for the state's shapes and dtypes, with no
+    placement: the state ``init`` returns is uncommitted, so a sharded run's programs replicate it
+    over their mesh."""
+    start = time.perf_counter()
+    runs = jax.tree.map(np.asarray, runner.inputs())
+    init = jit(runner.init).lower(key, init_data, runs).compile()
+    state = jax.eval_shape(runner.init, key, init_data, runs)
+    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0), runs).compile()
+    evaluate = jit(runner.evaluate).lower(state.params, data, runs).compile()
+    return Compiled(WithRuns(init, runs), WithRuns(run_until, runs), WithRuns(evaluate, runs), runner.final_params,
+                    time.perf_counter() - start)
+
+
 def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int,
                    execution: Execution = Execution()) -> Compiled:
     """Compile (once per configuration and data shapes; cached) the functions of a training run."""
@@ -704,18 +719,8 @@ def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData
     if cache_key in _COMPILED:
         return _COMPILED[cache_key]._replace(compile_seconds=0.0)
     runner = make_runner(model_config, config, data.x.shape[1], n_classes, execution)
-    start = time.perf_counter()
-    key = jax.random.key(0)
-    runs = runner.inputs()  # arguments, not constants: one program for every lr, weight decay, dropout
-    init = jit(runner.init).lower(key, data, runs).compile()
-    state = jax.eval_shape(runner.init, key, data, runs)
-    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0), runs).compile()
-    evaluate = jit(runner.evaluate).lower(state.params, data, runs).compile()
-    final = jit(runner.final_params).lower(state).compile()
-    compiled = Compiled(WithRuns(init, runs), WithRuns(run_until, runs), WithRuns(evaluate, runs), final,
-                        time.perf_counter() - start)
-    _COMPILED[cache_key] = compiled
-    return compiled
+    _COMPILED[cache_key] = compile_programs(runner, jax.random.key(0), data, data)
+    return _COMPILED[cache_key]
 
 
 class FitResult(NamedTuple):

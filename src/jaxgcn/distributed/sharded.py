@@ -12,13 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.compiler import jit
 from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import _local, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
-from jaxgcn.train import (DIVERGED, STOPPED_EARLY, Collective, Compiled, FitResult, Patience, Runner, TrainConfig,
-                          TrainingDiverged, WithRuns, drive, log_hook, make_runner, masked_sums, progress_hook,
+from jaxgcn.train import (DIVERGED, STOPPED_EARLY, Collective, FitResult, Patience, Runner, TrainConfig,
+                          TrainingDiverged, compile_programs, drive, log_hook, make_runner, masked_sums, progress_hook,
                           single_view)
 
 
@@ -133,19 +132,6 @@ def shard_data(data: TrainData, mesh: jax.sharding.Mesh, *, exchange: str = "all
     return ShardedData(to_global(stacked, mesh), mesh, data.graph.n_nodes, n_pad, int(data.x.shape[1]), exchange)
 
 
-def compile_sharded(runner: Runner, key: jax.Array, data: Any) -> Compiled:
-    """Compile a :func:`make_sharded_runner` for ``data`` (global [P, L, ...] blocks). The run's
-    settings (lr, weight decay, dropout) are host values passed as arguments, the same on every
-    process: runs that differ only in them share one program, as single runs do."""
-    runs = jax.tree.map(np.asarray, runner.inputs())
-    init = jit(runner.init).lower(key, None, runs).compile()
-    state = init(key, None, runs)  # lowered with the state's own placement
-    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0), runs).compile()
-    evaluate = jit(runner.evaluate).lower(state.params, data, runs).compile()
-    return Compiled(WithRuns(init, runs), WithRuns(run_until, runs), WithRuns(evaluate, runs), runner.final_params,
-                    0.0)
-
-
 def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig, config: TrainConfig,
                 key: jax.Array, execution: Execution = Execution(), log_every: int = 20,
                 log: Callable[[str], None] | None = print,
@@ -159,7 +145,7 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     start = time.perf_counter()
     if progress is not None:
         progress.compiling()
-    compiled = compile_sharded(runner, key, data)
+    compiled = compile_programs(runner, key, None, data)
     state = compiled.init(key, None)
     compile_seconds = time.perf_counter() - start
     if progress is not None:
