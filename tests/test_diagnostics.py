@@ -20,17 +20,9 @@ from jaxgcn.datasets.stats import describe, self_loops_line
 from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_csr
 from jaxgcn.layers import gcn_apply, gcn_init
 from jaxgcn.reports import RunSummary, restored_line
-from jaxgcn.train import (
-    Patience,
-    TrainConfig,
-    adjacency_cause,
-    adjacency_of,
-    adjacency_scale,
-    divergence_hint,
-    fit,
-    likely_causes,
-    row_sums_of,
-)
+from jaxgcn.diagnostics import (adjacency_cause, adjacency_of, adjacency_scale, divergence_hint, likely_causes,
+                                row_sums_of)
+from jaxgcn.train import Patience, TrainConfig, fit
 
 from cli_run import run_main
 

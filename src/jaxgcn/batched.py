@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgcn.compiler import jit
+from jaxgcn.diagnostics import divergence_message
 from jaxgcn.data import with_focus
 from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
@@ -42,7 +43,6 @@ from jaxgcn.train import (
     drive,
     make_batch_runner,
     TrainingDiverged,
-    divergence_message,
     progress_hook,
     run_axis,
     signature,

@@ -23,7 +23,8 @@ from jaxgcn.debug import CheckFailed, check_first_step
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
 from jaxgcn.reports import RunSummary, restored_line
-from jaxgcn.train import FitResult, TrainConfig, divergence_hint, fit
+from jaxgcn.diagnostics import divergence_hint
+from jaxgcn.train import FitResult, TrainConfig, fit
 
 OVERFIT_GAP = 0.3  # train minus validation accuracy above which the CLI prints a hint
 

@@ -101,7 +101,7 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
 
 
 def _diverged_message(epoch: int, config: TrainConfig) -> str:
-    """Library wording for a NaN/inf loss. Not :func:`jaxgcn.train.divergence_message`: that reads
+    """Library wording for a NaN/inf loss. Not :func:`jaxgcn.diagnostics.divergence_message`: that reads
     the adjacency's row sums from a :class:`~jaxgcn.graph.Graph` and the whole feature matrix, while
     a sharded run holds :class:`GraphBlock` rows spread over processes."""
     return (f"training diverged: the loss became NaN/inf at epoch {epoch}; lower the learning rate "
