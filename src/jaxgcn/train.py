@@ -699,9 +699,9 @@ def signature(data: TrainData) -> Any:
 def compile_programs(runner: Runner, key: jax.Array, init_data: Any, data: Any) -> Compiled:
     """AOT-compile a :class:`Runner`'s functions for ``data``, with the run's settings
     (``runner.inputs()``, host values, the same on every process) bound as their last argument:
-    runs that differ only in lr, weight decay or dropout share one program. ``init_data`` is what
-    ``init`` reads (the data of a single run; ``None`` for a sharded run, whose ``init`` reads only
-    the key); ``run_until`` and ``evaluate`` are lowered for the state's shapes and dtypes, with no
+    runs that differ only in lr, weight decay or dropout share one program. ``init_data`` is the
+    second argument ``init`` is called with (a single run's data, a sharded run's ``None``; either
+    ``init`` reads only the key); ``run_until`` and ``evaluate`` are lowered for the state's shapes and dtypes, with no
     placement: the state ``init`` returns is uncommitted, so a sharded run's programs replicate it
     over their mesh."""
     start = time.perf_counter()
