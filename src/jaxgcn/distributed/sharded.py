@@ -101,9 +101,9 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
 
 
 def _diverged_message(epoch: int, config: TrainConfig) -> str:
-    """Library wording for a NaN/inf loss. Not :func:`jaxgcn.diagnostics.divergence_message`: that reads
-    the adjacency's row sums from a :class:`~jaxgcn.graph.Graph` and the whole feature matrix, while
-    a sharded run holds :class:`GraphBlock` rows spread over processes."""
+    """Library wording for a NaN/inf loss. Not :func:`jaxgcn.diagnostics.divergence_message`: that
+    computes the adjacency's spectral radius from a whole :class:`~jaxgcn.graph.Graph` and reads the
+    whole feature matrix, while a sharded run holds :class:`GraphBlock` rows spread over processes."""
     return (f"training diverged: the loss became NaN/inf at epoch {epoch}; lower the learning rate "
             f"(TrainConfig.lr={config.lr:g}) or normalize the features (prepare(..., feature_norm='row' or "
             "'standardize'))")
