@@ -163,9 +163,11 @@ def test_patience_batch_returns_each_runs_best_params(hard, single):
             assert float(res.metrics["val_loss"][r]) != pytest.approx(val_loss[-1], rel=1e-5)  # not the last
 
 
-@pytest.mark.parametrize("backend", ["csr", "segment"])
+@pytest.mark.parametrize("backend", ["csr", "segment", "bcoo"])
 def test_sparse_features_no_early_stopping_batch_equals_single_runs(raw_hard, sparse_hard, single, backend):
-    # csr: CSR features and the fused kernel with per-run values; segment: BCOO, gather + segment_sum.
+    # csr: CSR features and the fused kernel with per-run values; segment: BCOO, gather + segment_sum;
+    # bcoo: BCOO features and adjacency through XLA's sparse dot (at scale: tests/test_equivalence.py
+    # runs csr and segment, whose regimes it is built for).
     prepared = sparse_hard if backend == "csr" else sparse_version(raw_hard, backend)
     execution = Execution(backend=backend)
     res = batch(prepared, make_specs(SEEDS), config=NONE, execution=execution)  # paper's defaults

@@ -145,7 +145,10 @@ def assert_run_0_stops_first(ones):
         [one.epochs_run for one in ones]
 
 
-@pytest.mark.parametrize("backend", ["csr", "segment", "bcoo"])
+# csr for the kernel's regimes, segment for XLA's own sparse path; bcoo has no regime of its own at
+# this scale (the engine's run axis and early stopping are the same code), and its batches are
+# checked against single runs at Cora scale (tests/test_batched.py), at a third of the cost.
+@pytest.mark.parametrize("backend", ["csr", "segment"])
 def test_seeds_in_one_program_equal_single_runs_that_stop_at_different_epochs(raw, prepared, singles, backend):
     p = _prepared(prepared, raw, backend)
     res = fit_runs(p.data, p.n_classes, make_specs(SEEDS, weight_decay=CONFIG.weight_decay),

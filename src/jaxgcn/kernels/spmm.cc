@@ -16,6 +16,29 @@
 // Debug counters (jaxgcn.csr.kernel_counters) record which regime each call ran in: a few relaxed
 // atomic adds per call, per-row counts summed per chunk first. JaxgcnKernelIsa says which branch of
 // LoadFirst/StoreFirst was compiled: AVX-512 masked moves, or the portable copies.
+//
+// The regimes (tests/test_csr.py asserts which ran, through the counters in brackets):
+//
+//   regime            condition                                         where
+//   blocked rows      V == 1 or H % 16 == 0: a row's sums in up to 8    RunRows -> BlockedRow -> Block
+//                     registers of 16 lanes             [blocked_rows]
+//   scalar rows       otherwise (per-run width not a multiple of 16)    RunRows, its last loop
+//                                                       [scalar_rows]
+//   pair              SpmmPair: per-run and shared values from one      Block<true>, RunRows
+//                     read of each row of b             [pair_calls]
+//   prefetch          b larger than kTileBytes (256 KiB): rows of b     Spmm (w->prefetch), Block, RunRows
+//                     asked for kPrefetch entries ahead [prefetch_calls]
+//   row chunks        (nnz + rows) * W >= 2^18: 4 x threads chunks of   SplitRows, Drain
+//                     equal nnz + rows on XLA's pool    [chunked_calls]
+//   zero rows skipped skip_zero_rows: all-zero rows of b flagged in     SkipFlags (on the pool through
+//                     one pass, never read      [skip_calls, skipped_rows]  ParallelFor when m * W >= 2^17)
+//   test mask         an explicit mask replaces those flags [mask_calls] SkipFlags
+//   self-loop         diag given (square): out[i] += diag[i] * b[i]     RunRows, Block
+//   dense per run     RunDense modes 0-2; modes 1 and 2 skip all-zero   RunDenseImpl (on the pool through
+//                     rows of g       [dense_calls, dense_skipped_rows]  ParallelFor when the MACs >= 2^17)
+//
+// The two thread cut-offs (2^18 in SplitRows, 2^17 in ParallelFor) and kTileBytes were chosen on
+// one CPU, an AVX-512 EPYC with a 32 MiB L3.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
