@@ -126,6 +126,35 @@ def test_a_changed_compiler_gets_a_new_attempt(monkeypatch, tmp_path, fresh_load
     assert "exited 22: no output" in csr_mod._library(cxx).with_suffix(".failed").read_text().splitlines()[0]
 
 
+def test_builds_needed_at_once_run_the_compiler_once(monkeypatch, tmp_path, fresh_loader):
+    # a slow compiler (it writes its -o file after 1 s) and three callers at once, as the processes
+    # of a --distributed job's first run: one compiles, the others wait for its library
+    import threading
+
+    cxx, log = _script(tmp_path, "slow-cxx", """sleep 1
+out=""; prev=""
+for a in "$@"; do if [ "$prev" = "-o" ]; then out="$a"; fi; prev="$a"; done
+echo built > "$out"
+""")
+    monkeypatch.setenv("CXX", cxx)
+    paths, errors = [], []
+
+    def build() -> None:
+        try:
+            paths.append(csr_mod._build(cxx))
+        except Exception as err:  # noqa: BLE001 - reported by the assertion below
+            errors.append(err)
+
+    threads = [threading.Thread(target=build) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(paths) == 3 and len(set(paths)) == 1 and paths[0].read_text() == "built\n"
+    assert len(log.read_text().splitlines()) == 1, log.read_text()  # one compiler run, not three
+    assert not list(paths[0].parent.glob("*.so.*")) and len(list(paths[0].parent.glob("*.so"))) == 1
+
+
 def test_no_compiler_says_how_to_get_the_faster_kernel(monkeypatch, fresh_loader):
     monkeypatch.setattr(csr_mod, "_compiler", lambda: None)
     assert csr_mod._load() == (False, "no C++ compiler found (set CXX or install g++ for the faster csr kernel)")

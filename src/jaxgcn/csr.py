@@ -226,14 +226,27 @@ def _build(cxx: str) -> Path:
     """Compile the kernel into the cache (atomically: a temp file renamed into place), with
     -march=native and, if that fails, once without (each with the flags of ``JAXGCN_KERNEL_ISA``).
     When both fail, the failure is remembered next to where the library would be (``.failed``, same
-    key) and raised again by later calls and processes without running the compiler."""
+    key) and raised again by later calls and processes without running the compiler. Processes
+    that need the same build at once (a ``--distributed`` job's first run, test workers) take a
+    file lock: one compiles, the others wait for its library or its failure instead of compiling
+    it again."""
+    from filelock import FileLock
+
     out = _library(cxx)
     marker = out.with_suffix(".failed")
     if out.exists():
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out.with_suffix(".lock"))):
+        return _build_locked(cxx, out, marker)
+
+
+def _build_locked(cxx: str, out: Path, marker: Path) -> Path:
+    """:func:`_build` under its lock (another process may have finished the build meanwhile)."""
+    if out.exists():
+        return out
     if marker.exists():
         raise KernelBuildError((marker.read_text().splitlines() or ["unknown"])[0], marker)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     failures = []
