@@ -263,6 +263,47 @@ def test_the_next_write_removes_a_killed_writes_temporary_file(tmp_path, capsys)
     assert sorted(p.name for p in ck.iterdir()) == ["checkpoint.json", "params-1.npz"]
 
 
+def test_a_link_planted_at_the_temporary_name_is_never_followed(tmp_path):
+    # Someone who can write in the output folder links the temporary name of this process's next
+    # write to a file of theirs to overwrite: the write must neither touch that file nor leave the
+    # output as a link to it (--json, a checkpoint's params, the parse cache, a download record).
+    from jaxgcn.datasets import parsed, synthetic
+    from jaxgcn.datasets.download import _write_atomic
+    from jaxgcn.models import GCNConfig
+    from jaxgcn.train import TrainConfig
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+
+    def plant(target: Path) -> None:
+        os.symlink(victim, outputs.temp_path(target))
+
+    out = tmp_path / "r.json"
+    plant(out)
+    assert run_main(["info", *SYNTH, "--json", out]) == 0
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    plant(ck / "params-1.npz")
+    params = {"layer_0": {"w": np.ones((3, 2), np.float32)}, "layer_1": {"w": np.ones((2, 2), np.float32)}}
+    checkpoint.save(ck, params, model_config=GCNConfig(hidden=2), train_config=TrainConfig(),
+                    info={"n_features": 3, "n_classes": 2}, epoch=1, metrics={})
+    cached = tmp_path / "cache.npz"
+    plant(cached)
+    parsed.save_raw(synthetic(50, n_classes=2, n_features=4, seed=0), cached)
+    record = tmp_path / "record.txt"
+    plant(record)
+    _write_atomic(record, "sha256 size\n")
+
+    assert victim.read_text() == "keep"
+    for path in (out, ck / "params-1.npz", cached, record):
+        assert path.is_file() and not path.is_symlink(), path
+        assert not os.path.lexists(outputs.temp_path(path)), path  # the planted link went, not its target
+    assert json.loads(out.read_text())["nodes"] == 200
+    assert checkpoint.load(ck).params["layer_0"]["w"].shape == (3, 2)
+    assert parsed.load_raw_npz(cached).labels.shape == (50,)
+    assert record.read_text() == "sha256 size\n"
+
+
 def test_symlinked_outputs_are_written_through(tmp_path):
     real = tmp_path / "runs" / "real.json"
     real.parent.mkdir()

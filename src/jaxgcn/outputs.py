@@ -1,7 +1,8 @@
 """Output files and directories: checked before any work, written atomically, nothing left behind.
 
 Every file jaxgcn writes goes through :class:`Staged` (or :func:`write_atomic`, one file): the
-bytes go to ``.<name>.tmp<PID>`` in the target's folder, are flushed and fsynced, and only then
+bytes go to ``.<name>.tmp<PID>`` in the target's folder (created exclusively, never through a link
+planted at that name: :func:`open_temp`), are flushed and fsynced, and only then
 renamed over the target; on an error every temporary file is removed, so a failure leaves
 neither a half-written output nor a stray temporary. A process killed in the middle of a write
 (SIGKILL, power loss) cannot clean up: the next write into that folder removes the temporaries of
@@ -30,7 +31,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 TEMP = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)$")
 LOCK_NAME = ".jaxgcn.lock"  # inside a locked directory; never part of its content
@@ -39,6 +40,32 @@ LOCK_NAME = ".jaxgcn.lock"  # inside a locked directory; never part of its conte
 def temp_path(target: Path) -> Path:
     """Where a write of ``target`` goes before the rename: ``.<name>.tmp<PID>`` beside it."""
     return target.with_name(f".{target.name}.tmp{os.getpid()}")
+
+
+def open_temp(target: Path) -> tuple[Path, BinaryIO]:
+    """Create ``target``'s temporary file (:func:`temp_path`) and open it for writing, exclusively
+    (``O_CREAT | O_EXCL | O_NOFOLLOW``): never through whatever already has that name. A symlink
+    planted there would otherwise send the write to the file it points to; a leftover (a killed
+    write of a process whose PID this one now has, or a planted link) is removed, the link itself
+    and never its target, and the file is created anew. Returns the path and the open file.
+
+    >>> d = Path(tempfile.mkdtemp()); victim = d / "victim"; _ = victim.write_text("keep")
+    >>> os.symlink(victim, temp_path(d / "out.json"))
+    >>> tmp, f = open_temp(d / "out.json")
+    >>> with f:
+    ...     _ = f.write(b"new")
+    >>> victim.read_text(), os.path.islink(tmp), tmp.read_text()
+    ('keep', False, 'new')
+    >>> shutil.rmtree(d)
+    """
+    tmp = temp_path(target)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, 0o666)
+    except FileExistsError:
+        os.unlink(tmp)  # a link is removed itself; a folder of that name raises (reported by the caller)
+        fd = os.open(tmp, flags, 0o666)  # exclusive again: a name recreated meanwhile fails, not followed
+    return tmp, os.fdopen(fd, "wb")
 
 
 def _alive(pid: int) -> bool:
@@ -224,7 +251,8 @@ class Staged:
         self._pending.append((tmp, target))
         blob = data.encode("utf-8") if isinstance(data, str) else data
         try:
-            with open(tmp, "wb") as f:
+            tmp, f = open_temp(target)
+            with f:
                 f.write(blob)
                 f.flush()
                 os.fsync(f.fileno())

@@ -21,10 +21,12 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import tempfile
 import zipfile
 from pathlib import Path
 
 from jaxgcn.datasets.catalogue import Dataset, Source
+from jaxgcn.outputs import open_temp
 
 ENV_ROOT = "JAXGCN_DATA"
 ENV_MIRROR = "JAXGCN_MIRROR"
@@ -85,8 +87,9 @@ def file_sha256(path: Path) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
+    tmp, f = open_temp(path)
+    with f:
+        f.write(text.encode("utf-8"))
     os.replace(tmp, path)
 
 
@@ -167,8 +170,7 @@ def _unzip(path: Path, folder: Path) -> None:
             if not target.is_relative_to(folder.resolve()):
                 raise DownloadError(f"{path}: member {member!r} would be written outside {folder}; refusing the "
                                     "archive")
-        tmp = folder / f".extract.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".extract.tmp", dir=folder))  # a new folder, never a planted link
         archive.extractall(tmp)
     for item in tmp.iterdir():
         dest = folder / item.name

@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
+from jaxgcn.outputs import open_temp
 
 LOADER_VERSION = 1  # bump when a reader's output changes: every cached parse is then redone
 MIN_BYTES = 1 << 20
@@ -58,8 +59,8 @@ def save_raw(raw: RawGraph, path: Path, key: Any = None, *, compress: bool = Fal
             "key": key}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
+    tmp, f = open_temp(path)
+    with f:
         (np.savez_compressed if compress else np.savez)(f, **arrays)
     os.replace(tmp, path)
 
