@@ -34,14 +34,13 @@ local HTTP server). No test has a timing threshold: speed is measured by `benchm
 runs one pytest-xdist worker per core (at most 4; a module's tests stay in one worker); add `-n 0`
 to run a few tests in one process without starting workers. The tests' own eager operations
 compile with the XLA flags jaxgcn gives its programs (`XLA_FLAGS`: the classic loop emitter and LLVM
-level 1, where the jaxlib knows them): each of their ~3,000 one-op programs compiles in 23–30 ms
-instead of 44–54 ms (a micro-benchmark on the CPU below).
+level 1, where the jaxlib knows them): each of their ~3,000 one-op programs compiles in about 30 ms
+instead of 42–54 ms (150 one-op programs of distinct shapes, on the CPU below).
 
 Time: with an empty `HOME` (cold caches) on a 2-core AMD EPYC, family 25 model 1 (Zen 3, AVX2, 32
-MiB L3), the README's test command took 475 s, 415 s of it the tests (`HOME=$(mktemp -d) bash
-.ci/run` from a clean clone at bace71b; since then a third backend of the at-scale equivalence test
-moved to Cora scale). Most of it is XLA compiling some 140 training programs, each configuration
-the tests train.
+MiB L3), the README's test command took 430 s, 383 s of it the tests (`HOME=$(mktemp -d) bash
+.ci/run` from a clean clone at 21b94e0). Most of it is XLA compiling some 140 training programs,
+each configuration the tests train.
 
 ## The mutation table
 

@@ -18,9 +18,9 @@ from typing import NamedTuple
 # XLA's flags for the programs the tests themselves run eagerly, op by op (reference values,
 # gradients of unjitted functions: some 3,000 one-op programs): the classic loop emitter and LLVM
 # level 1, the options jaxgcn.compiler gives its own programs (which these flags therefore leave as
-# they are). Each one-op program then compiles in about half the time (measured: 44-54 ms -> 23-30 ms
-# on a 2-core Zen 3). Set before JAX starts its CPU client, and only where this jaxlib knows them
-# (XLA aborts on an unknown flag): probed once per jaxlib version in a subprocess (~1.7 s; the
+# they are). Each one-op program then compiles in about 30 ms instead of 42-54 ms (150 programs of
+# distinct shapes, a 2-core Zen 3). Set before JAX starts its CPU client, and only where this jaxlib
+# knows them (XLA aborts on an unknown flag): probed once per jaxlib version in a subprocess (~1.7 s; the
 # answer is kept in the temp folder, as the mutation pass starts ~80 test sessions), by the process
 # that starts first (the xdist controller); the workers and every subprocess inherit the result.
 EAGER_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=1"
