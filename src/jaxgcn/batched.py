@@ -289,18 +289,25 @@ def fit_runs(
     n_devices: int | None = None,
     runs_per_device: int | None = None,
     progress: Any = None,
+    checkpoint_every: int | None = None,
+    on_checkpoint: Callable[[int, BatchState], None] | None = None,
+    resume: Callable[[int, BatchState], BatchState | None] | None = None,
 ) -> BatchResult:
     """Train every run of ``spec`` with one compiled program (see the module docstring).
 
     The runs are executed in slices of ``runs_per_device * devices`` runs (default
     :func:`runs_per_device_for` the model's hidden width); every slice has the same shapes (the
     last one is padded), so the program is compiled once and executed ``ceil(runs / slice)``
-    times. Arguments as :func:`fit_batch`.
+    times. Checkpoints are per slice: ``on_checkpoint(first, state)`` receives the state of the
+    slice whose first run is ``first`` every ``checkpoint_every`` epochs and when it ends;
+    ``resume(first, template)`` returns a saved state of that slice (or None: start it afresh).
+    Other arguments as :func:`fit_batch`.
     """
     size = _slice_size(spec.n_runs, model_config.hidden, execution, n_devices, data.graph, runs_per_device)
+    saving = dict(checkpoint_every=checkpoint_every, on_checkpoint=on_checkpoint, resume=resume)
     if spec.n_runs <= size:
         return fit_batch(data, n_classes, spec, model_config=model_config, execution=execution, config=config,
-                         log_every=log_every, log=log, n_devices=n_devices, progress=progress)
+                         log_every=log_every, log=log, n_devices=n_devices, progress=progress, **saving)
     parts = []
     for start in range(0, spec.n_runs, size):
         part = RunSpec(*(a[start:start + size] for a in spec))
@@ -311,7 +318,7 @@ def fit_runs(
         parts.append(fit_batch(data, n_classes, _pad_spec(part, size), model_config=model_config,
                                execution=execution, config=config,
                                log_every=log_every, log=log, n_devices=n_devices, keep=part.n_runs,
-                               progress=progress))
+                               progress=progress, first=start, **saving))
     return _concat_results(spec, parts)
 
 
@@ -345,6 +352,10 @@ def fit_batch(
     n_devices: int | None = None,
     keep: int | None = None,
     progress: Any = None,
+    first: int = 0,
+    checkpoint_every: int | None = None,
+    on_checkpoint: Callable[[int, BatchState], None] | None = None,
+    resume: Callable[[int, BatchState], BatchState | None] | None = None,
 ) -> BatchResult:
     """Train every run of ``spec`` in ONE execution of one compiled program.
 
@@ -355,7 +366,9 @@ def fit_batch(
     device visible the run axis is sharded over them (``n_devices`` limits how many). Progress,
     when ``log_every`` > 0, is one line per chunk: the epoch, runs still training, mean val accuracy.
 
-    ``keep`` drops trailing runs from the result (padding added by :func:`fit_runs`).
+    ``keep`` drops trailing runs from the result (padding added by :func:`fit_runs`); ``first``
+    is the index of the batch's first run in :func:`fit_runs`'s runs, what the checkpoint hooks
+    (as :func:`fit_runs`) receive.
 
     Raises:
         TrainingDiverged: a run's loss became NaN/inf (the message names the runs and the causes).
@@ -375,6 +388,10 @@ def fit_batch(
                                                                  seeds, mesh)
     if progress is not None:
         progress.compiled(compile_s)
+    saved = None if resume is None else resume(first, state)
+    if saved is not None:  # placed as the program's own output is: run-axis leaves over the mesh
+        shardings = _state_shardings(saved, config, mesh)
+        state = saved if shardings is None else jax.device_put(saved, shardings)
     start = time.perf_counter()
 
     def view(s: BatchState) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
@@ -389,8 +406,10 @@ def fit_batch(
     hooks: list[Any] = [log_runs] if log is not None and log_every > 0 else []
     if progress is not None:
         hooks.append(progress_hook(progress))
-    state, seen = drive(lambda s, stop: run_until(s, data, runs, jnp.int32(stop)), state, view,
-                        epochs=config.epochs, chunk=log_every if log_every > 0 else config.epochs, hooks=hooks)
+    if on_checkpoint is not None:  # at every chunk, the last included: a resumed job skips a finished slice
+        hooks.append(lambda s, seen: on_checkpoint(first, s))
+    state, seen = drive(lambda s, stop: run_until(s, data, runs, jnp.int32(stop)), state, view, epochs=config.epochs,
+                        chunk=checkpoint_every or (log_every if log_every > 0 else config.epochs), hooks=hooks)
     reason = seen.reason
     if np.any(reason == DIVERGED):
         bad = np.flatnonzero(reason == DIVERGED)

@@ -104,6 +104,24 @@ def fingerprint_changes(saved: dict[str, str] | None, now: dict[str, str]) -> li
     return [k for k in FINGERPRINT_PARTS if not saved or saved.get(k) != now.get(k)]
 
 
+def setting_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Each setting that differs, as ``name: saved -> now`` (``model.hidden: 16 -> 32`` inside a
+    config).
+
+    >>> setting_changes({"seed": 0, "model": {"hidden": 16, "layers": 2}}, {"seed": 1, "model": {"hidden": 32,
+    ...                 "layers": 2}})
+    ['seed: 0 -> 1', 'model.hidden: 16 -> 32']
+    """
+    out = []
+    for key in now:
+        was, new = saved.get(key), now[key]
+        if isinstance(was, dict) and isinstance(new, dict):
+            out += [f"{key}.{k}: {was.get(k)!r} -> {new.get(k)!r}" for k in new if was.get(k) != new.get(k)]
+        elif was != new:
+            out.append(f"{key}: {was!r} -> {new!r}")
+    return out
+
+
 def check_resumable(meta: dict[str, Any], settings: dict[str, Any], fingerprint: dict[str, str],
                     source: str) -> None:
     """Refuse to resume a checkpoint (``meta``) that was started with other ``settings`` (model and
@@ -112,8 +130,9 @@ def check_resumable(meta: dict[str, Any], settings: dict[str, Any], fingerprint:
     saved = meta.get("extra", {})
     changed = [k for k in settings if saved.get(k) != settings[k]]
     if changed:
-        raise ValueError(f"{source}: the run was started with different {', '.join(changed)}; "
-                         "resume with the same data, seed and settings")
+        raise ValueError(f"{source}: the run was started with different {', '.join(changed)} "
+                         f"({'; '.join(setting_changes(saved, settings))}); resume with the same data, seed and "
+                         "settings")
     if meta.get("data_sha256") is None:
         raise ValueError(f"{source}: the checkpoint records no fingerprint of its data (written "
                          "by an older jaxgcn), so resuming cannot be checked; train again")
@@ -155,7 +174,7 @@ def restore_state(template: Any, arrays: dict[str, np.ndarray], source: str) -> 
     return jax.tree.unflatten(treedef, out)
 
 
-def _npz_bytes(arrays: dict[str, Any]) -> bytes:
+def npz_bytes(arrays: dict[str, Any]) -> bytes:
     from io import BytesIO
 
     buf = BytesIO()
@@ -189,7 +208,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(directory)  # names change between saves: clear a killed save's temporaries
     flat = {k: np.asarray(v) for k, v in _flatten(params).items()}
-    blob = _npz_bytes(flat)
+    blob = npz_bytes(flat)
     previous = sorted(directory.glob("params-*.npz"))
     number = 1 + max((int(m[1]) for p in previous if (m := re.fullmatch(r"params-(\d+)\.npz", p.name))), default=0)
     params_path = directory / f"params-{number}.npz"
@@ -197,7 +216,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     names: dict[str, str | None] = {"state_file": None, "node_ids_file": None, "split_file": None}
     if state is not None:
         names["state_file"] = f"state-{number}.npz"
-        write_atomic(directory / names["state_file"], _npz_bytes(state_arrays(state)))
+        write_atomic(directory / names["state_file"], npz_bytes(state_arrays(state)))
     if node_ids is not None:
         names["node_ids_file"] = f"node_ids-{number}.npy"
         write_atomic(directory / names["node_ids_file"], _npy_bytes(np.asarray(node_ids).astype(str)))
@@ -254,7 +273,8 @@ _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str:
                list: "a list", type(None): "null"}
 
 
-def _is(value: Any, types: tuple[type, ...]) -> bool:
+def is_json(value: Any, types: tuple[type, ...]) -> bool:
+    """Whether a JSON value has one of ``types`` (JSON true is not an int; an int is a float)."""
     if isinstance(value, bool):
         return bool in types
     return isinstance(value, types) or (float in types and isinstance(value, int))
@@ -275,7 +295,7 @@ def _check_schema(meta: dict[str, Any], path: Path) -> None:
             if required:
                 raise _bad(path, f"key {key!r} is missing")
             continue
-        if not _is(meta[key], types):
+        if not is_json(meta[key], types):
             raise _bad(path, f"{key} is {meta[key]!r}, expected {_expected(types)}")
     for key, pattern in _FILE_PATTERNS.items():
         name = meta.get(key)
@@ -312,7 +332,8 @@ def _check_feature_stats(meta: dict[str, Any], path: Path) -> None:
     if meta.get("feature_norm") != "standardize":
         return
     if stats is None or any(not isinstance(stats.get(k), list) or len(stats[k]) != meta["n_features"]
-                            or not all(_is(v, (float,)) and np.isfinite(v) for v in stats[k]) for k in ("mean", "std")):
+                            or not all(is_json(v, (float,)) and np.isfinite(v) for v in stats[k])
+                            for k in ("mean", "std")):
         raise _bad(path, f"feature_norm 'standardize' needs feature_stats mean and std: {meta['n_features']} finite "
                          "numbers each")
 
@@ -335,7 +356,7 @@ def model_config(meta: dict[str, Any], path: str | Path = META) -> Any:
             raise _bad(path, f"model.{key} is not a setting of this jaxgcn's model (written by jaxgcn "
                              f"{meta.get('version')}?)")
         types = typing.get_args(hints[key]) or (hints[key],)
-        if not _is(value, types):
+        if not is_json(value, types):
             raise _bad(path, f"model.{key} is {value!r}, expected {_expected(types)}")
     try:
         return GCNConfig(**saved)
@@ -343,7 +364,7 @@ def model_config(meta: dict[str, Any], path: str | Path = META) -> Any:
         raise _bad(path, f"model config invalid: {err}") from None
 
 
-def _read_arrays(path: Path, what: str) -> dict[str, np.ndarray]:
+def read_arrays(path: Path, what: str) -> dict[str, np.ndarray]:
     """Every array of an npz (or the one of an npy, as ``{"": a}``), never unpickling."""
     try:
         if path.suffix == ".npy":
@@ -416,7 +437,7 @@ def load(directory: str | Path) -> Checkpoint:
     if len(blob) != meta["params_bytes"] or hashlib.sha256(blob).hexdigest() != meta["params_sha256"]:
         raise ValueError(f"checkpoint {params_path}: {len(blob)} bytes that do not match the recorded size/SHA-256; "
                          "the file is truncated or corrupted, save the model again")
-    params = _unflatten(_read_arrays(params_path, "params"))
+    params = _unflatten(read_arrays(params_path, "params"))
     check_params(params, meta, params_path)
     node_ids = _read_node_ids(directory, meta)
     split = _read_split(directory, meta, node_ids)
@@ -429,7 +450,7 @@ def _side_file(directory: Path, meta: dict[str, Any], key: str, what: str) -> np
     path = directory / meta[key]
     if not path.is_file():
         raise ValueError(f"checkpoint {directory}: {what} file {path.name} is missing")
-    return _read_arrays(path, what)[""]
+    return read_arrays(path, what)[""]
 
 
 def _read_node_ids(directory: Path, meta: dict[str, Any]) -> np.ndarray | None:
@@ -465,7 +486,7 @@ def load_state(directory: str | Path, meta: dict[str, Any]) -> dict[str, np.ndar
     path = directory / meta["state_file"]
     if not path.is_file():
         raise ValueError(f"checkpoint {directory}: run state file {path.name} is missing")
-    return _read_arrays(path, "run state")
+    return read_arrays(path, "run state")
 
 
 # --- several runs in one directory ------------------------------------------------------------------
@@ -501,10 +522,10 @@ def _runs_manifest(path: Path) -> dict[str, Any]:
         raise ValueError(f"checkpoint {path}: cannot be read ({err.strerror}); check its permissions") from None
     runs = manifest.get("runs") if isinstance(manifest, dict) else None
     if (not isinstance(manifest, dict) or manifest.get("format") != RUNS_FORMAT or not isinstance(runs, list)
-            or not runs or not _is(manifest.get("best"), (int,)) or not 0 <= manifest["best"] < len(runs)
+            or not runs or not is_json(manifest.get("best"), (int,)) or not 0 <= manifest["best"] < len(runs)
             or not all(isinstance(r, dict) and r.get("dir") == run_dir(path.parent, j).name
-                       and _is(r.get("seed"), (int,)) and _is(r.get("split"), (int,))
-                       and all(_is(r.get(k), (int, float)) for k in ("val_acc", "test_acc"))
+                       and is_json(r.get("seed"), (int,)) and is_json(r.get("split"), (int,))
+                       and all(is_json(r.get(k), (int, float)) for k in ("val_acc", "test_acc"))
                        for j, r in enumerate(runs))):
         raise ValueError(f"checkpoint {path}: not a {RUNS_FORMAT} manifest (format, best, and per run its dir, "
                          "seed, split, val_acc and test_acc); it was edited or not written by this jaxgcn: save "

@@ -189,10 +189,12 @@ def check_file(flag: str, path: str | os.PathLike, *, append: bool = False, exam
     return target
 
 
-def check_dir(flag: str, path: str | os.PathLike, *, marker: str | None = None, what: str = "") -> Path:
+def check_dir(flag: str, path: str | os.PathLike, *, marker: str | tuple[str, ...] | None = None,
+              what: str = "") -> Path:
     """Refuse, before any work, an output directory that cannot be written. With ``marker`` (a file
-    name, e.g. ``checkpoint.json``) an existing non-empty directory must hold it: jaxgcn replaces
-    its own output (``what`` names it) but never writes into a folder of other files."""
+    name, e.g. ``checkpoint.json``, or several: any of them) an existing non-empty directory must
+    hold it: jaxgcn replaces its own output (``what`` names it) but never writes into a folder of
+    other files."""
     path, target, shown, mode = _target(flag, path)
     if mode is None:
         _check_folder(shown, target.parent)
@@ -200,11 +202,12 @@ def check_dir(flag: str, path: str | os.PathLike, *, marker: str | None = None, 
     if not stat.S_ISDIR(mode):
         raise ValueError(f"{shown}: is {'a file' if stat.S_ISREG(mode) else _kind(mode)}, not a folder; {flag} needs "
                          f"a directory: a new or empty one{f', or {what}' if what else ''}")
-    if marker is not None and not (target / marker).is_file():
+    markers = (marker,) if isinstance(marker, str) else marker or ()
+    if markers and not any((target / m).exists() for m in markers):
         others = sorted(e.name for e in os.scandir(target) if e.name != LOCK_NAME and not TEMP.match(e.name))
         if others:
             raise ValueError(f"{shown}: holds other files ({others[0]}{', ...' if len(others) > 1 else ''}) and no "
-                             f"{marker}; give a new or empty folder{f', or {what}' if what else ''}")
+                             f"{' or '.join(markers)}; give a new or empty folder{f', or {what}' if what else ''}")
     _check_folder(shown, target)
     return target
 

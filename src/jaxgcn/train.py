@@ -854,6 +854,20 @@ def fit(
     state = compiled.init(key, data)
     if resume is not None:
         state = resume(state)
+    return run_one(compiled, data, state, config, compile_seconds=compiled.compile_seconds, log_every=log_every,
+                   log=log, checkpoint_every=checkpoint_every, on_checkpoint=on_checkpoint, progress=progress,
+                   diverged=lambda epoch: divergence_message(data, config, epoch))
+
+
+def run_one(compiled: Compiled, data: Any, state: RunState, config: TrainConfig, *, compile_seconds: float,
+            log_every: int, log: Callable[[str], None] | None, checkpoint_every: int | None,
+            on_checkpoint: Callable[[RunState], None] | None, progress: Any,
+            diverged: Callable[[int], str]) -> FitResult:
+    """THE host side of one run, from its compiled programs and its (fresh or restored) state:
+    hooks (log lines, progress, checkpoints every ``checkpoint_every`` epochs while it runs),
+    :func:`drive`, the divergence check (``diverged(epoch)`` words it), the final evaluation and
+    the :class:`FitResult` with host NumPy params. :func:`fit` and sharded training
+    (:func:`jaxgcn.distributed.fit_sharded`) both end here."""
     start = time.perf_counter()
     hooks: list[Hook] = []
     if log is not None and log_every > 0:
@@ -866,10 +880,10 @@ def fit(
                         epochs=config.epochs, chunk=checkpoint_every or log_every, hooks=hooks)
     epoch, reason = seen.epoch, int(seen.reason[0])
     if reason == DIVERGED:
-        raise TrainingDiverged(divergence_message(data, config, epoch))
+        raise TrainingDiverged(diverged(epoch))
     params = compiled.final_params(state)
     metrics = {k: float(v) for k, v in compiled.evaluate(params, data)._asdict().items()}
     history = {k: np.asarray(v)[:epoch] for k, v in state.history.items()}
     restored = int(state.best_epoch) if isinstance(config.early_stopping, Patience) else None
-    return FitResult(params, metrics, epoch, reason == STOPPED_EARLY, history,
-                     compiled.compile_seconds, time.perf_counter() - start, restored)
+    return FitResult(jax.tree.map(np.asarray, params), metrics, epoch, reason == STOPPED_EARLY, history,
+                     compile_seconds, time.perf_counter() - start, restored)

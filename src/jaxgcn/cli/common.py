@@ -69,7 +69,9 @@ def _check_output(args: argparse.Namespace, flag: str, path: Path, kind: str) ->
         example = EXAMPLES.get(flag) or ("plot.png" if args.command == "plot" else "predictions.csv")
         return outputs.check_file(flag, path, append=kind == "append", example=example)
     if kind == "checkpoint":
-        return outputs.check_dir(flag, path, marker="checkpoint.json", what="a checkpoint to replace")
+        # one run's checkpoint, several runs' manifest, or a batch's resumable state
+        return outputs.check_dir(flag, path, marker=("checkpoint.json", "runs.json", "batch-state"),
+                                 what="a checkpoint to replace")
     if kind == "partitions":
         return outputs.check_dir(flag, path, marker="partitions.json", what="partitions to replace")
     return outputs.check_dir(flag, path)

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxgcn import checkpoint, outputs, reports
+from jaxgcn import batch_state, checkpoint, outputs, reports
 from jaxgcn.batched import concat_specs, fit_runs, make_specs, runs_per_program, unstack_params
 from jaxgcn.cli import checkpointing, records, train_sharded
 from jaxgcn.cli.common import Say, plan, prelude, warn_tensorboard
@@ -41,9 +41,6 @@ class TrainOutcome(NamedTuple):
 
 
 def _refuse_bad_combinations(args: argparse.Namespace) -> None:
-    if (args.resume is not None or args.checkpoint_every is not None) and (args.seeds > 1 or args.splits > 1):
-        raise ValueError(f"--checkpoint-every/--resume keep one run's state; they need one run, not --seeds "
-                         f"{args.seeds} / --splits {args.splits} (--save alone saves every run)")
     if args.checkpoint_every is not None and args.save is None:
         raise ValueError("--checkpoint-every K needs --save DIR (where the checkpoints go)")
 
@@ -89,14 +86,17 @@ def _fit_one(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, 
 
 
 def _fit_batch(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
-               execution: Execution, seeds: list[int], progress: Progress, say: Say) -> TrainOutcome:
-    """Every seed on every split as one batched program."""
+               execution: Execution, seeds: list[int], saved_facts: dict[str, Any] | None, runs: int,
+               progress: Progress, say: Say) -> TrainOutcome:
+    """Every seed on every split as one batched program (``runs`` of them execute together),
+    with --checkpoint-every/--resume when given."""
+    hooks = checkpointing.batch_hooks(args, loaded, model_config, train_config, execution, saved_facts, say, runs)
     spec = concat_specs([make_specs(seeds, lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout,
                                     hidden=args.hidden, split=k) for k in range(args.splits)])
     say(f"{spec.n_runs} runs ({len(seeds)} seeds x {args.splits} split(s)) in one compiled program")
     res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, spec, model_config=model_config,
                    execution=execution, config=train_config, log_every=args.log_every, log=None, n_devices=args.devices,
-                   progress=progress)
+                   progress=progress, **hooks)
     restored = res.restored_epoch
     runs = [RunSummary(int(spec.seed[j]), int(spec.split[j]), float(res.metrics["test_acc"][j]),
                        float(res.metrics["val_acc"][j]), int(res.epochs_run[j]), bool(res.stopped_early[j]),
@@ -106,16 +106,17 @@ def _fit_batch(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig
 
 
 def train_runs(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig,
-               execution: Execution, saved_facts: dict[str, Any] | None, say: Say) -> TrainOutcome:
-    """One run through ``fit``; several seeds/splits as one batched program. ``saved_facts``:
-    :func:`jaxgcn.cli.checkpointing.facts`, with --save/--resume."""
+               execution: Execution, saved_facts: dict[str, Any] | None, runs: int, say: Say) -> TrainOutcome:
+    """One run through ``fit``; several seeds/splits as one batched program (``runs`` of them
+    execute together). ``saved_facts``: :func:`jaxgcn.cli.checkpointing.facts`, with --save/--resume."""
     seeds = [args.seed + i for i in range(args.seeds)]
     progress = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet, log_file=args.log,
                         tensorboard=args.tensorboard, seeds=[s for _ in range(args.splits) for s in seeds])
     try:
         if len(seeds) == 1 and args.splits == 1:
             return _fit_one(args, loaded, model_config, train_config, execution, saved_facts, progress, say)
-        return _fit_batch(args, loaded, model_config, train_config, execution, seeds, progress, say)
+        return _fit_batch(args, loaded, model_config, train_config, execution, seeds, saved_facts, runs, progress,
+                          say)
     finally:
         progress.done()
 
@@ -194,6 +195,7 @@ def _save_runs(directory: Any, loaded: Loaded, model_config: GCNConfig, train_co
                         extra={**checkpointing.result_facts(run), "seed": run.seed, "split_index": run.split},
                         **facts)
     checkpoint.save_runs(directory, [r._asdict() for r in outcome.runs])
+    batch_state.remove(directory)  # the saved runs are final: a finished batch holds no state to resume
 
 
 def _train_single(args: argparse.Namespace, say: Say) -> int:
@@ -209,7 +211,7 @@ def _train_single(args: argparse.Namespace, say: Say) -> int:
         debug_checks(loaded, model_config, train_config, execution, say)
     # what a checkpoint records about the data (its SHA-256 fingerprint is computed once, here)
     saved_facts = checkpointing.facts(args, loaded) if args.save is not None or args.resume is not None else None
-    outcome = train_runs(args, loaded, model_config, train_config, execution, saved_facts, say)
+    outcome = train_runs(args, loaded, model_config, train_config, execution, saved_facts, runs, say)
     print(summary_line(outcome))
     restored = restored_line(outcome.runs)
     if restored:

@@ -4,6 +4,8 @@ device of the job (:mod:`jaxgcn.distributed`); only process 0 prints the summary
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NamedTuple
@@ -40,15 +42,13 @@ class Layout(NamedTuple):
     exchange: str
     n_edges: int
     feature_nnz: int | None
+    files: Any = None  # partition files: their recorded names, sizes and SHA-256s (meta["files"])
 
 
 def _refuse(args: argparse.Namespace) -> None:
     if args.seeds > 1 or args.splits > 1:
         raise ValueError(f"--shard-graph trains one model on one graph; for --seeds {args.seeds} / --splits "
                          f"{args.splits} use `jaxgcn sweep --distributed` (the runs are spread over processes)")
-    if args.checkpoint_every is not None or args.resume is not None:
-        raise ValueError("--checkpoint-every/--resume are not available with --shard-graph/--distributed yet; "
-                         "save the final model with --save")
     if args.backend not in ("auto", "csr") or args.chunk_edges is not None:
         raise ValueError(f"--shard-graph aggregates each row block as a CSR product (the fused kernel on a CPU, "
                          f"XLA on a GPU); drop --backend {args.backend}"
@@ -77,7 +77,7 @@ def _from_partitions(args: argparse.Namespace, mesh: Any, model_config: GCNConfi
                             dense=not info["sparse_features"])
     # the features' non-zeros are not known without every block; the estimate counts sparse features as dense
     return Layout(Loaded(prepared, None), sharded, None, model_config, execution, meta["stats"], sharded.exchange,
-                  info["n_edges_directed"], None)
+                  info["n_edges_directed"], None, meta["files"])
 
 
 def _from_data(args: argparse.Namespace, n_parts: int, model_config: GCNConfig, execution: Execution,
@@ -104,7 +104,37 @@ def _estimate(layout: Layout, n_parts: int, say: Say) -> MemoryEstimate:
     return est
 
 
-def _fit(args: argparse.Namespace, layout: Layout, sharded: Any, train_config: TrainConfig, writer: bool) -> Any:
+def saved_facts(args: argparse.Namespace, layout: Layout) -> dict[str, Any]:
+    """What the checkpoints record about the data: as one device's, with the fingerprint of the host
+    data, or (partition files, no host copy) of the partition files' recorded SHA-256s."""
+    own = layout.data is not None
+    out = checkpointing.facts(args, layout.loaded, fingerprint=False, split=own)
+    if own:
+        out["fingerprint"] = checkpoint.data_fingerprint(layout.data)
+    else:
+        digest = hashlib.sha256(json.dumps(layout.files, sort_keys=True).encode()).hexdigest()
+        out["fingerprint"] = {part: digest for part in checkpoint.FINGERPRINT_PARTS}
+    return out
+
+
+def _hooks(args: argparse.Namespace, layout: Layout, train_config: TrainConfig, n_parts: int, writer: bool,
+           facts: dict[str, Any] | None, say: Say) -> dict[str, Any]:
+    """--checkpoint-every/--resume: the state is replicated, so it is one run's; every process
+    restores it and runs the same chunks, process 0 writes it. The layout (devices, exchange)
+    is a setting: each device draws its dropout masks from its index."""
+    if args.checkpoint_every is None and args.resume is None:
+        return {}
+    hooks = checkpointing.fit_hooks(args, layout.loaded, layout.model_config, train_config, layout.execution,
+                                    facts, say,
+                                    layout={"devices": n_parts, "exchange": layout.exchange})
+    if not writer:
+        hooks.pop("on_checkpoint", None)
+    return hooks
+
+
+def _fit(args: argparse.Namespace, layout: Layout, sharded: Any, train_config: TrainConfig, n_parts: int,
+         writer: bool, facts: dict[str, Any] | None, say: Say) -> Any:
+    hooks = _hooks(args, layout, train_config, n_parts, writer, facts, say)
     progress = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet or not writer,
                         log_file=args.log if writer else None, tensorboard=args.tensorboard if writer else None,
                         seeds=[args.seed])
@@ -112,7 +142,7 @@ def _fit(args: argparse.Namespace, layout: Layout, sharded: Any, train_config: T
         return distributed.fit_sharded(sharded, layout.loaded.prepared.n_classes, model_config=layout.model_config,
                                        execution=layout.execution, config=train_config, key=jax.random.key(args.seed),
                                        log_every=args.log_every,
-                                       log=None, progress=progress)
+                                       log=None, progress=progress, **hooks)
     finally:
         progress.done()
 
@@ -132,7 +162,7 @@ def _report(args: argparse.Namespace, layout: Layout, train_config: TrainConfig,
 
 
 def _write(args: argparse.Namespace, layout: Layout, train_config: TrainConfig, res: Any, report: dict[str, Any],
-           say: Say) -> None:
+           facts: dict[str, Any] | None, say: Say) -> None:
     """Everything appears, or (on an error) nothing."""
     own = layout.data is not None  # partitions hold no host copy of the whole data
     with outputs.Staged() as out:
@@ -144,7 +174,7 @@ def _write(args: argparse.Namespace, layout: Layout, train_config: TrainConfig, 
             checkpoint.save(args.save, res.params, model_config=layout.model_config, train_config=train_config,
                             execution=layout.execution, info=layout.loaded.prepared.info, epoch=res.epochs_run,
                             metrics=res.metrics, extra=checkpointing.result_facts(res),
-                            **checkpointing.facts(args, layout.loaded, fingerprint=False, split=own))
+                            **facts)
             say(f"saved the model to {args.save}")
 
 
@@ -163,7 +193,8 @@ def run(args: argparse.Namespace, say: Say) -> int:
     est = _estimate(layout, n_parts, say)
     sharded = layout.sharded if layout.data is None else distributed.shard_data(layout.data, mesh,
                                                                                   exchange=layout.exchange)
-    res = _fit(args, layout, sharded, train_config, writer)
+    facts = saved_facts(args, layout) if args.save is not None or args.resume is not None else None
+    res = _fit(args, layout, sharded, train_config, n_parts, writer, facts, say)
     if not writer:
         return 0
     m = res.metrics
@@ -177,5 +208,5 @@ def run(args: argparse.Namespace, say: Say) -> int:
         print(restored)
     record = records.for_run(args, layout.data)  # partition files: no host copy, no fingerprint
     _write(args, layout, train_config, res, _report(args, layout, train_config, res, summary, n_parts, est, record),
-           say)
+           facts, say)
     return 0

@@ -16,9 +16,8 @@ from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import _local, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
-from jaxgcn.train import (DIVERGED, STOPPED_EARLY, Collective, FitResult, Patience, Runner, TrainConfig,
-                          TrainingDiverged, compile_programs, drive, log_hook, make_runner, masked_sums, progress_hook,
-                          single_view)
+from jaxgcn.train import (Collective, FitResult, Runner, RunState, TrainConfig, compile_programs, make_runner,
+                          masked_sums, run_one)
 
 
 def sharded_model(model_config: GCNConfig, execution: Execution = Execution()) -> Model:
@@ -134,12 +133,19 @@ def shard_data(data: TrainData, mesh: jax.sharding.Mesh, *, exchange: str = "all
 
 def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig, config: TrainConfig,
                 key: jax.Array, execution: Execution = Execution(), log_every: int = 20,
-                log: Callable[[str], None] | None = print,
-                progress: Any = None) -> FitResult:
+                log: Callable[[str], None] | None = print, progress: Any = None,
+                checkpoint_every: int | None = None, on_checkpoint: Callable[[RunState], None] | None = None,
+                resume: Callable[[RunState], RunState] | None = None) -> FitResult:
     """Train full-batch with the graph's rows sharded over ``sharded.mesh`` (every process of a
     ``jax.distributed`` job calls this with the same arguments). The epochs run in compiled chunks
-    of ``log_every`` with the single-device early-stopping rules. Returns a
-    :class:`jaxgcn.train.FitResult` whose params are host NumPy arrays."""
+    of ``log_every`` (``checkpoint_every`` when given) with the single-device early-stopping rules.
+    Returns a :class:`jaxgcn.train.FitResult` whose params are host NumPy arrays.
+
+    The run state (params, optimizer moments, key, early-stopping records) is replicated on every
+    device, so it is one run's :class:`jaxgcn.train.RunState`: ``on_checkpoint`` and ``resume``
+    work as in :func:`jaxgcn.train.fit` (every process must pass ``checkpoint_every``, since the
+    chunks are collective; one process writes). Each device draws its dropout masks from its
+    index, so a resumed run equals the uninterrupted one on the same device count only."""
     data = sharded.data
     runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh, execution)
     start = time.perf_counter()
@@ -150,19 +156,8 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     compile_seconds = time.perf_counter() - start
     if progress is not None:
         progress.compiled(compile_seconds)
-    start = time.perf_counter()
-    hooks = [log_hook(log, log_every)] if log is not None and log_every > 0 else []
-    if progress is not None:
-        hooks.append(progress_hook(progress))
-    state, seen = drive(lambda s, stop: compiled.run_until(s, data, jnp.int32(stop)), state, single_view,
-                        epochs=config.epochs, chunk=log_every, hooks=hooks)
-    epoch, reason = seen.epoch, int(seen.reason[0])
-    if reason == DIVERGED:
-        raise TrainingDiverged(_diverged_message(epoch, config))
-    params = compiled.final_params(state)
-    metrics = {k: float(v) for k, v in compiled.evaluate(params, data)._asdict().items()}
-    history = {k: np.asarray(v)[:epoch] for k, v in state.history.items()}
-    params = jax.tree.map(np.asarray, params)
-    restored = int(state.best_epoch) if isinstance(config.early_stopping, Patience) else None
-    return FitResult(params, metrics, epoch, reason == STOPPED_EARLY, history, compile_seconds,
-                     time.perf_counter() - start, restored)
+    if resume is not None:
+        state = resume(state)
+    return run_one(compiled, data, state, config, compile_seconds=compile_seconds, log_every=log_every, log=log,
+                   checkpoint_every=checkpoint_every, on_checkpoint=on_checkpoint, progress=progress,
+                   diverged=lambda epoch: _diverged_message(epoch, config))

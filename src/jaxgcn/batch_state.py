@@ -1,0 +1,112 @@
+"""The resumable state of a batch of runs (``train --seeds N --splits K --checkpoint-every E``).
+
+A batch trains in slices (:func:`jaxgcn.batched.fit_runs`); each slice's whole state (every run's
+params, optimizer moments, key, early-stopping records and history, stacked on the run axis, and
+the shared epoch counter) is one ``slice-<first>-<n>.npz`` in ``DIR/batch-state/``, where
+``first`` is the slice's first run. ``state.json``, written after the slice file, names each
+slice's current file with its size, SHA-256 and epoch, the settings the batch was started with
+and the SHA-256 fingerprint of its data. Writes are atomic and the previous file of a slice goes
+only after the new ``state.json`` is in place: a process killed at any moment leaves a manifest
+whose every file exists and matches. The final ``--save`` removes the folder (a finished batch
+holds no state, as a finished run's checkpoint).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from jaxgcn import checkpoint
+from jaxgcn.outputs import remove_stale_temps, write_atomic
+from jaxgcn.version import __version__
+
+FORMAT = "jaxgcn-batch-state-1"
+FOLDER = "batch-state"
+MANIFEST = "state.json"
+
+
+def folder(directory: str | Path) -> Path:
+    return Path(directory) / FOLDER
+
+
+def saver(directory: str | Path, *, extra: dict[str, Any], fingerprint: dict[str, str],
+          previous: dict[str, Any] | None = None) -> Callable[[int, Any], None]:
+    """``save(first, state)``: write the state of the slice whose first run is ``first``.
+    ``previous``: the manifest of the same folder being resumed (its other slices stay recorded)."""
+    where = folder(directory)
+    manifest = {"format": FORMAT, "version": __version__, "extra": extra, "data_sha256": fingerprint,
+                "slices": dict(previous["slices"]) if previous is not None else {}}
+
+    def save(first: int, state: Any) -> None:
+        where.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(where)
+        blob = checkpoint.npz_bytes(checkpoint.state_arrays(state))
+        old = manifest["slices"].get(str(first))
+        number = 1 if old is None else old["number"] + 1
+        name = f"slice-{first:05d}-{number}.npz"
+        write_atomic(where / name, blob)
+        reason = np.asarray(state.runs.reason)
+        manifest["slices"][str(first)] = {"file": name, "number": number, "bytes": len(blob),
+                                          "sha256": hashlib.sha256(blob).hexdigest(), "epoch": int(state.step),
+                                          "running": int(np.sum(reason == 0))}
+        write_atomic(where / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        if old is not None and old["file"] != name:
+            (where / old["file"]).unlink(missing_ok=True)
+    return save
+
+
+def _bad(path: Path, what: str) -> ValueError:
+    return ValueError(f"--resume {path}: {what}; it was edited or not written by this jaxgcn: train again")
+
+
+def load(directory: str | Path) -> dict[str, Any]:
+    """The manifest of a batch's saved state, checked (a clear error when there is none)."""
+    path = folder(directory) / MANIFEST
+    if not path.is_file():
+        raise ValueError(f"--resume {directory}: holds no batch state to resume (no {FOLDER}/{MANIFEST}: the batch "
+                         "finished, or it was not trained with --checkpoint-every); train again or --resume an "
+                         "interrupted --seeds/--splits run")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise _bad(path, f"unreadable JSON ({type(err).__name__})") from None
+    except OSError as err:
+        raise ValueError(f"--resume {path}: cannot be read ({err.strerror}); check its permissions") from None
+    slices = manifest.get("slices") if isinstance(manifest, dict) else None
+    if (not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(slices, dict)
+            or not isinstance(manifest.get("extra"), dict) or not isinstance(manifest.get("data_sha256"), dict)
+            or not all(k.isdigit() and isinstance(v, dict) and isinstance(v.get("file"), str)
+                       and Path(v["file"]).name == v["file"] and isinstance(v.get("sha256"), str)
+                       and checkpoint.is_json(v.get("bytes"), (int,)) and checkpoint.is_json(v.get("number"), (int,))
+                       and checkpoint.is_json(v.get("epoch"), (int,)) for k, v in slices.items())):
+        raise _bad(path, f"not a {FORMAT} manifest (format, extra, data_sha256, and per slice its file, number, "
+                         "bytes, sha256 and epoch)")
+    return manifest
+
+
+def slice_state(directory: str | Path, manifest: dict[str, Any], first: int, template: Any) -> Any:
+    """The saved state of the slice whose first run is ``first``, shaped like ``template``; None
+    when the batch was stopped before the slice started."""
+    entry = manifest["slices"].get(str(first))
+    if entry is None:
+        return None
+    path = folder(directory) / entry["file"]
+    try:
+        blob = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"--resume {directory}: slice file {path.name} cannot be read ({err.strerror}); "
+                         "train again") from None
+    if len(blob) != entry["bytes"] or hashlib.sha256(blob).hexdigest() != entry["sha256"]:
+        raise ValueError(f"--resume {path}: {len(blob)} bytes that do not match the recorded size/SHA-256; the file "
+                         "is truncated or corrupted: train again")
+    return checkpoint.restore_state(template, checkpoint.read_arrays(path, "batch state"), f"--resume {path}")
+
+
+def remove(directory: str | Path) -> None:
+    """Remove a finished batch's state (the final save holds none)."""
+    shutil.rmtree(folder(directory), ignore_errors=True)
