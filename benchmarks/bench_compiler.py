@@ -40,7 +40,7 @@ def main() -> None:
             compiler._OPTIONS = options
             compiler.compiler_options.cache_clear()
             batched._COMPILED.clear()
-            train._COMPILED.clear()
+            train.COMPILED.clear()
             one = fit(prepared.data, prepared.n_classes, model_config=model_config, execution=execution,
                       config=config, key=jax.random.key(rep), log=None)
             eight = fit_batch(prepared.data, prepared.n_classes, make_specs(list(range(8))),

@@ -118,7 +118,7 @@ def assert_no_library_fusions():
     except Exception:  # noqa: BLE001 - XLA reports an unknown option with its own error types
         return
     programs = [prog for progs in batched._COMPILED.values() for prog in progs]
-    programs += [prog for compiled in train._COMPILED.values() for prog in compiled[:3]]
+    programs += [prog for compiled in train.COMPILED.values() for prog in compiled[:3]]
     assert programs
     for prog in programs:
         assert "__ynn_fusion" not in prog.as_text()

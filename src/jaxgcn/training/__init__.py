@@ -1,0 +1,14 @@
+"""The training engine, one driver for every kind of run (one run, a batch, the graph sharded).
+
+Its modules import downward only (the import-linter contract in ``pyproject.toml``):
+
+- :mod:`~jaxgcn.training.config` and :mod:`~jaxgcn.training.axes`: the settings and the run axis;
+- :mod:`~jaxgcn.training.losses`: THE masked cross-entropy and metrics, THE L2 term;
+- :mod:`~jaxgcn.training.optim`: THE optimizer factory;
+- :mod:`~jaxgcn.training.state`: a run's state, its one initializer, the early-stopping rule;
+- :mod:`~jaxgcn.training.step`: THE training step, for R runs at once (one run is a batch of one);
+- :mod:`~jaxgcn.training.loop`: the one compile cache, the one host loop (:func:`~jaxgcn.training.loop.drive`),
+  :func:`~jaxgcn.training.loop.fit`.
+
+:mod:`jaxgcn.train` re-exports all of it under the names it always had.
+"""

@@ -1,0 +1,238 @@
+"""THE training step, on a run axis.
+
+One epoch of one or many runs is written once (:func:`make_batch_runner`): a batch of R runs keeps
+a RunState whose leaves carry a run axis (weights [in, R, out], biases and norms [R, d], everything
+else [R, ...]). A single run is a batch of one (:func:`make_runner`), and sharded training is the
+same step inside ``shard_map`` with its block propagation and a ``psum`` collective.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxgcn.data import TrainData
+from jaxgcn.layers import Params
+from jaxgcn.models import (Execution, FirstLayer, GCNConfig, Propagate, RunInputs, aggregate_input, apply_runs,
+                           first_layer_pair, gcn, make_run_inputs)
+from jaxgcn.training.axes import insert_axes, run_axes, select_running, unstacked_shapes
+from jaxgcn.training.config import Patience, RUNNING, TrainConfig
+from jaxgcn.training.losses import masked_sums, per_run_l2
+from jaxgcn.training.optim import optimizer_factory
+from jaxgcn.training.state import (BatchState, Evaluation, RunState, axes_of_state, init_run_state, optimizer_axes,
+                                   record_epoch, runs_of, state_axes)
+
+
+class Collective(NamedTuple):
+    """What a step does across devices when each holds a block of the graph's rows (sharded
+    training, inside ``shard_map``); nothing on one device (:data:`LOCAL`).
+
+    Attributes:
+        total: sums a pytree over the devices (``psum``): the loss, metric sums and gradients.
+        device_key: this device's dropout key from the run's (``fold_in`` of the device index).
+    """
+
+    total: Callable[[Any], Any]
+    device_key: Callable[[jax.Array], jax.Array]
+
+
+LOCAL = Collective(total=lambda tree: tree, device_key=lambda key: key)
+
+
+class BatchRunner(NamedTuple):
+    """The pure functions of a batch of runs (see :func:`make_batch_runner`)."""
+
+    init: Callable[[Params, jax.Array, RunInputs], BatchState]
+    run_until: Callable[[BatchState, TrainData, RunInputs, jax.Array], BatchState]
+    evaluate: Callable[[Params, TrainData, RunInputs], dict[str, jax.Array]]
+    final_params: Callable[[BatchState], Params]
+
+
+def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: Execution = Execution(), *,
+                      propagate: Propagate | None = None,
+                      collective: Collective = LOCAL) -> BatchRunner:
+    """THE training step, for R runs at once (compile the functions with ``jax.jit``): every path
+    (one run, many runs, sharded) runs these functions.
+
+    One epoch, per run: dropout forward, masked cross-entropy (+ the coupled L2 term), gradient,
+    :func:`optimizer_factory`'s update (vmapped over the run axis, with each run's injected learning
+    rate and weight decay), an evaluation forward, then :func:`record_epoch` (history, best params,
+    :func:`should_stop_early`). A run that has stopped is frozen by a per-run mask.
+
+    ``propagate`` replaces the aggregation (sharded training passes its block exchange) and
+    ``collective`` sums the loss, metrics and gradients over devices (:class:`Collective`). Split
+    masks may be stacked ``[n_splits, n_nodes]``; each run reads the split its
+    :class:`jaxgcn.models.RunInputs` names.
+    """
+    factory = optimizer_factory(config)
+    opt = factory(config.lr, config.weight_decay)  # its update reads each run's injected values
+    keep_best = isinstance(config.early_stopping, Patience)
+
+    def masks(data: TrainData, runs: RunInputs) -> tuple[jax.Array, jax.Array, jax.Array]:
+        def per_run(m: jax.Array) -> jax.Array:  # [n] or [n_splits, n] -> [R, n]
+            return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
+        return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
+
+    def focused(data: TrainData, logits: jax.Array, *ms: jax.Array) -> tuple[jax.Array, ...]:
+        """The logits, labels and masks of the nodes the loop's loss and metrics read (``data.focus``)."""
+        rows = data.focus
+        if rows is None:
+            return (logits, data.labels, *ms)
+        take = functools.partial(jnp.take, indices=rows, unique_indices=True, indices_are_sorted=True)
+        return (take(logits, axis=0), take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
+
+    def penalty(params: Params, runs: RunInputs) -> jax.Array:  # [R]; adamw decays in the optimizer instead
+        return (0.0 if config.optimizer == "adamw" else runs.weight_decay) * per_run_l2(params, config.l2)
+
+    def metrics(logits: jax.Array, labels: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
+        nll, hits, count = collective.total(masked_sums(logits, labels, m))
+        count = jnp.maximum(count, 1.0)
+        return nll / count, hits / count
+
+    def forward(params: Params, data: TrainData, runs: RunInputs, **kwargs: Any) -> jax.Array:
+        return apply_runs(model_config, params, data.graph, data.x, runs, execution=execution, propagate=propagate,
+                          **kwargs)
+
+    def init(params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
+        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
+        runs = jax.vmap(functools.partial(init_run_state, config), in_axes=(run_axes(params), 0, 0, 0),
+                        out_axes=state_axes(config, params))(params, keys, runs_in.lr, runs_in.weight_decay)
+        return BatchState(runs, jnp.int32(0))
+
+    def step_keys(st: RunState) -> tuple[jax.Array, jax.Array]:
+        """The key after this step [R] and each layer's dropout keys of this step [L, R]."""
+        def keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+            key, k_drop = jax.random.split(key)
+            return key, jax.random.split(collective.device_key(k_drop), model_config.layers)
+        key, layer_keys = runs_of(st).each(keys, (0,), (0, 1))(st.key)  # one run: [], [L]
+        return key, layer_keys if layer_keys.ndim == 2 else layer_keys[:, None]
+
+    def ahead(st: RunState, data: TrainData, runs: RunInputs) -> tuple[FirstLayer, FirstLayer] | None:
+        """The first layer of the next training step of ``st`` and of an evaluation of its params,
+        in one kernel pass (:func:`jaxgcn.models.first_layer_pair`; None where it does not apply)."""
+        if propagate is not None:  # sharded: the features are a block of rows, the plain path is kept
+            return None
+        return first_layer_pair(runs_of(st).stack(st.params), data.x, runs, execution=execution,
+                                keys=step_keys(st)[1])
+
+    def epoch_step(state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None,
+                   n_train: jax.Array, first: FirstLayer | None) -> tuple[BatchState, FirstLayer | None]:
+        st = state.runs
+        the = runs_of(st)
+        axes = run_axes(the.stack(st.params))
+        opt_axes = optimizer_axes(config, unstacked_shapes(the.stack(st.params)))
+        state_ax = axes_of_state(axes, opt_axes)
+        train_m, val_m, _ = masks(data, runs)
+        key, layer_keys = step_keys(st)
+
+        def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
+            logits = forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first)
+            logits, labels, m = focused(data, logits, train_m)
+            per_run = masked_sums(logits, labels, m)[0] / n_train  # this device's share
+            return jnp.sum(per_run), per_run
+
+        def regularizer(params: Params) -> tuple[jax.Array, jax.Array]:
+            per_run = penalty(the.stack(params), runs)
+            return jnp.sum(per_run), per_run
+
+        (_, ce), grads = jax.value_and_grad(cross_entropy, has_aux=True)(st.params)
+        (_, reg), reg_grads = jax.value_and_grad(regularizer, has_aux=True)(st.params)
+        ce, grads = collective.total((ce, grads))
+        grads = jax.tree.map(jnp.add, grads, reg_grads)
+        # The one optimizer, per run (vmapped over a batch): each run's clipping, moments and
+        # injected learning rate / weight decay, exactly as it would compute them alone.
+        updates, opt_state = the.each(opt.update, (axes, opt_axes, axes), (axes, opt_axes))(
+            grads, st.opt_state, st.params)
+        params = optax.apply_updates(st.params, updates)
+        # the evaluation's first layer and the next step's, from one pass (when first is in use)
+        pair = None if first is None else ahead(st._replace(params=params, key=key), data, runs)
+        logits = forward(the.stack(params), data, runs, aggregated=aggregated,
+                         first=None if pair is None else pair[1])
+        logits, labels, train_f, val_f = focused(data, logits, train_m, val_m)
+        _, train_acc = metrics(logits, labels, train_f)
+        val_loss, val_acc = metrics(logits, labels, val_f)
+        kipf_loss = val_loss + penalty(the.stack(params), runs)
+        per_run = [the.value(v) for v in (ce + reg, train_acc, val_loss, val_acc, kipf_loss)]
+        advanced = the.each(
+            lambda s, p, o, k, *m: record_epoch(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
+            (state_ax, axes, opt_axes, 0, 0, 0, 0, 0, 0), state_ax,
+        )(st, params, opt_state, key, *per_run)
+        if st.reason.ndim == 1:  # a batch: runs that have stopped stay as they were (their next
+            # first-layer product is of params they do not keep, and is never used)
+            advanced = select_running(st.reason == RUNNING, advanced, st, state_ax)
+        return BatchState(advanced, state.step + 1), None if pair is None else pair[0]
+
+    def run_until(state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
+        def cond(carry: tuple[BatchState, Any]) -> jax.Array:
+            s = carry[0]
+            return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
+
+        n_train = jnp.maximum(collective.total(jnp.sum(masks(data, runs)[0], axis=1)), 1.0)  # [R], every device's
+        aggregated = aggregate_input(execution, data.graph, data.x, propagate=propagate)  # once per call
+        # The first step's first-layer product; each step then computes the next one together with
+        # its evaluation. Rebuilt from the state at every call, so a resumed run computes the same.
+        pair = ahead(state.runs, data, runs)
+        return jax.lax.while_loop(cond, lambda c: epoch_step(*c[:1], data, runs, aggregated, n_train, c[1]),
+                                  (state, None if pair is None else pair[0]))[0]
+
+    def final_params(state: BatchState) -> Params:
+        return state.runs.best_params if keep_best else state.runs.params
+
+    def evaluate(params: Params, data: TrainData, runs: RunInputs) -> dict[str, jax.Array]:
+        logits = forward(params, data, runs)
+        out = {}
+        for name, m in zip(("train", "val", "test"), masks(data, runs)):
+            out[f"{name}_loss"], out[f"{name}_acc"] = metrics(logits, data.labels, m)
+        return out
+
+    return BatchRunner(init, run_until, evaluate, final_params)
+
+
+class Runner(NamedTuple):
+    """The pure functions of one training run (see :func:`make_runner`). Each also takes the run's
+    :class:`jaxgcn.models.RunInputs` (``inputs()``) as its last argument: passed so, the run's
+    learning rate, weight decay and dropout rate are inputs of the compiled program, not constants
+    in it, so runs that differ only in them share one program (and its persistent-cache entry)."""
+
+    init: Callable[..., RunState]
+    run_until: Callable[..., RunState]
+    evaluate: Callable[..., Evaluation]
+    final_params: Callable[[RunState], Params]
+    inputs: Callable[[], RunInputs]
+
+
+def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
+                execution: Execution = Execution(), *,
+                propagate: Propagate | None = None, collective: Collective = LOCAL) -> Runner:
+    """The (uncompiled) functions of ONE training run: :func:`make_batch_runner`'s step, carrying one
+    run's own :class:`RunState` (no run axis: what checkpoints hold; the step gives the forward
+    pass its params with a run axis of 1). ``propagate`` and ``collective`` as in
+    :func:`make_batch_runner` (sharded training)."""
+    model = gcn(model_config)
+    batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective)
+    keep_best = isinstance(config.early_stopping, Patience)
+
+    def one() -> RunInputs:  # this run's settings, as a batch of one
+        return make_run_inputs(dropout=[model_config.dropout], hidden=[model_config.hidden], lr=[config.lr],
+                               weight_decay=[config.weight_decay])
+
+    def init(key: jax.Array, data: TrainData, runs: RunInputs) -> RunState:
+        k_init, k_run = jax.random.split(key)
+        return init_run_state(config, model.init(k_init, n_features, n_classes), k_run, runs.lr[0],
+                              runs.weight_decay[0])
+
+    def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array, runs: RunInputs) -> RunState:
+        return batch.run_until(BatchState(state, state.epoch), data, runs, stop_epoch).runs
+
+    def evaluate(params: Params, data: TrainData, runs: RunInputs) -> Evaluation:
+        stacked = jax.tree.map(jnp.expand_dims, params, insert_axes(params))
+        return Evaluation(**{k: v[0] for k, v in batch.evaluate(stacked, data, runs).items()})
+
+    def final_params(state: RunState) -> Params:
+        return state.best_params if keep_best else state.params
+
+    return Runner(init, run_until, evaluate, final_params, one)
