@@ -146,6 +146,18 @@ h = res.history
 best = max(range(res.epochs_run), key=lambda e: (h["val_acc"][e], -h["val_loss"][e], -e))
 out["patience"] = {"stopped": res.stopped_early, "epochs": res.epochs_run, "best": best + 1,
                    "val_acc": res.metrics["val_acc"], "best_val_acc": float(h["val_acc"][best])}
+# Resume (dropout on: the key matters): the run goes on from the saved state, to the same params.
+from jaxgcn import checkpoint
+sharded, drop = shard_data(host.data, node_mesh(4)), TrainConfig(epochs=60, early_stopping=Patience(20))
+saved, seen = {}, []
+kw = dict(model_config=GCNConfig(), config=drop, key=jax.random.key(0), log=None, checkpoint_every=10)
+full = fit_sharded(sharded, host.n_classes, **kw,
+                   on_checkpoint=lambda s: saved.setdefault(int(s.epoch), checkpoint.state_arrays(s)))
+again = fit_sharded(sharded, host.n_classes, **kw, on_checkpoint=lambda s: seen.append(int(s.epoch)),
+                    resume=lambda t: checkpoint.restore_state(t, saved[30], "test"))
+out["resume"] = {"saved": sorted(saved), "seen": seen, "restored": [full.restored_epoch, again.restored_epoch],
+                 "same": all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(full.params),
+                                                                   jax.tree.leaves(again.params)))}
 print(json.dumps(out))
 """
 
@@ -170,6 +182,9 @@ def test_sharded_training_follows_the_single_device_run_epoch_by_epoch():
     stop = out["patience"]
     assert stop["stopped"] and stop["epochs"] == stop["best"] + 20 < 1000, stop
     assert abs(stop["val_acc"] - stop["best_val_acc"]) < 1e-6, stop
+    resumed = out["resume"]  # from epoch 30: its first checkpoint is epoch 40, its params the uninterrupted ones
+    assert 30 in resumed["saved"] and resumed["seen"][0] == 40 and resumed["same"], resumed
+    assert resumed["restored"][0] == resumed["restored"][1] is not None, resumed
 
 
 def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:

@@ -185,9 +185,13 @@ def test_every_slice_of_a_batch_resumes_from_any_of_its_checkpoints():
     full = fit(on_checkpoint=lambda first, s: saves.append((first, int(s.step), checkpoint.state_arrays(s))))
     assert len(set(full.epochs_run.tolist())) == 3 and {f for f, _, _ in saves} == {0, 2}
     for cut in (3, len(saves) - 2):  # killed mid first slice; killed mid second slice, the first done
-        latest = {first: arrays for first, _, arrays in saves[:cut + 1]}
-        res = fit(resume=lambda first, template: checkpoint.restore_state(template, latest[first], "test")
-                  if first in latest else None)
+        latest = {first: (step, arrays) for first, step, arrays in saves[:cut + 1]}
+        steps: dict[int, list[int]] = {}
+        res = fit(resume=lambda first, template: checkpoint.restore_state(template, latest[first][1], "test")
+                  if first in latest else None,
+                  on_checkpoint=lambda first, s: steps.setdefault(first, []).append(int(s.step)))
+        for first, (step, _) in latest.items():  # each slice went on from its saved epoch, not from 0
+            assert steps[first][0] > step or steps[first] == [step], (first, step, steps[first])
         np.testing.assert_array_equal(res.epochs_run, full.epochs_run)
         np.testing.assert_array_equal(res.restored_epoch, full.restored_epoch)
         for a, b in zip(jax.tree.leaves(res.params), jax.tree.leaves(full.params)):

@@ -389,9 +389,8 @@ def fit_batch(
     if progress is not None:
         progress.compiled(compile_s)
     saved = None if resume is None else resume(first, state)
-    if saved is not None:  # placed as the program's own output is: run-axis leaves over the mesh
-        shardings = _state_shardings(saved, config, mesh)
-        state = saved if shardings is None else jax.device_put(saved, shardings)
+    if saved is not None:  # uncommitted arrays: the program places them over its mesh as its own output
+        state = saved
     start = time.perf_counter()
 
     def view(s: BatchState) -> tuple[int, dict[str, np.ndarray], np.ndarray]:

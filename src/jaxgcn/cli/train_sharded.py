@@ -71,7 +71,7 @@ def _from_partitions(args: argparse.Namespace, mesh: Any, model_config: GCNConfi
     sharded, meta = distributed.load_partitions(directory, mesh)
     info = {**meta["info"], "n_edges_directed": meta["n_edges"], "sparse_features": meta["sparse_features"]}
     say(f"{directory}: {meta['n_nodes']} nodes in {meta['parts']} parts written for {meta['exchange']}; this "
-        f"process read {len(distributed.runtime._mine(mesh))} of them")
+        f"process read {len(distributed.runtime.own_parts(mesh))} of them")
     prepared = SimpleNamespace(info=info, n_classes=int(info["n_classes"]), backend="csr")
     execution = first_layer(args, execution, model_config.hidden, sharded.n_features,
                             dense=not info["sparse_features"])

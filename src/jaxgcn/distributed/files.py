@@ -16,7 +16,7 @@ import numpy as np
 from jaxgcn.csr import CSR
 from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import GraphBlock, partition, partition_stats, shard_nodes
-from jaxgcn.distributed.runtime import _from_local, _mine
+from jaxgcn.distributed.runtime import from_local, own_parts
 from jaxgcn.distributed.sharded import ShardedData
 from jaxgcn.layers import is_sparse
 from jaxgcn.outputs import write_atomic
@@ -95,7 +95,7 @@ def load_partitions(directory: str | os.PathLike, mesh: jax.sharding.Mesh) -> tu
     template = _template(meta["exchange"] == "halo", meta["sparse_features"])
     names = _leaf_names(template)
     parts = []
-    for k in _mine(mesh):
+    for k in own_parts(mesh):
         entry = meta["files"][k]
         path = os.path.join(os.fspath(directory), entry["file"])
         if not os.path.isfile(path) or os.path.getsize(path) != entry["bytes"]:
@@ -112,5 +112,5 @@ def load_partitions(directory: str | os.PathLike, mesh: jax.sharding.Mesh) -> tu
                 raise ValueError(f"{path}: lacks {missing[0]!r}; write the partitions again")
             parts.append([z[n] for n in names])
     local = jax.tree.unflatten(jax.tree.structure(template), [np.stack(col) for col in zip(*parts)])
-    data = _from_local(local, mesh)
+    data = from_local(local, mesh)
     return ShardedData(data, mesh, meta["n_nodes"], meta["n_pad"], meta["n_features"], meta["exchange"]), meta

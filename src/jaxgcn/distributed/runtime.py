@@ -22,12 +22,12 @@ def node_mesh(n_devices: int | None = None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices[: n_devices or None]), (AXIS,))
 
 
-def _mine(mesh: jax.sharding.Mesh) -> list[int]:
+def own_parts(mesh: jax.sharding.Mesh) -> list[int]:
     """Positions along the ``nodes`` axis of this process's devices."""
     return [k for k, d in enumerate(mesh.devices.flat) if d.process_index == jax.process_index()]
 
 
-def _from_local(tree: Any, mesh: jax.sharding.Mesh) -> Any:
+def from_local(tree: Any, mesh: jax.sharding.Mesh) -> Any:
     """This process's blocks [len(mine), ...] -> global arrays [P, ...] sharded over ``nodes``."""
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
     n_parts = mesh.devices.size
@@ -38,11 +38,12 @@ def _from_local(tree: Any, mesh: jax.sharding.Mesh) -> Any:
 def to_global(tree: Any, mesh: jax.sharding.Mesh) -> Any:
     """Stacked host arrays [P, ...] -> global arrays sharded over the mesh's ``nodes`` axis, each
     process passing only the blocks of its own devices (in one process this is a plain device_put)."""
-    mine = _mine(mesh)
-    return _from_local(jax.tree.map(lambda a: np.asarray(a)[mine], tree), mesh)
+    mine = own_parts(mesh)
+    return from_local(jax.tree.map(lambda a: np.asarray(a)[mine], tree), mesh)
 
 
-def _local(tree: Any) -> Any:
+def block_of_this_device(tree: Any) -> Any:
+    """Inside ``shard_map``: each leaf's one block [1, ...] -> [...] (this device's rows)."""
     return jax.tree.map(lambda a: a[0], tree)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
-from jaxgcn.distributed.runtime import _local, to_global
+from jaxgcn.distributed.runtime import block_of_this_device, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
 from jaxgcn.train import (Collective, FitResult, Runner, RunState, TrainConfig, compile_programs, make_runner,
                           masked_sums, run_one)
@@ -31,7 +31,7 @@ def sharded_apply(model_config: GCNConfig, mesh: jax.sharding.Mesh, execution: E
     model = sharded_model(model_config, execution)
 
     def local(params: Any, block: GraphBlock, x: jax.Array) -> jax.Array:
-        return model.apply(params, *_local((block, x)))[None]
+        return model.apply(params, *block_of_this_device((block, x)))[None]
 
     # check_vma=False: the kernel's custom call carries no varying-axis type (the gradients of the
     # replicated params are still summed over devices, as the equality tests check).
@@ -63,7 +63,7 @@ def sharded_loss(model_config: GCNConfig, mesh: jax.sharding.Mesh, *, train: boo
 
     def local(params: Any, key: jax.Array, block: GraphBlock, x: jax.Array, labels: jax.Array,
               mask: jax.Array) -> jax.Array:
-        block, x, labels, mask = _local((block, x, labels, mask))
+        block, x, labels, mask = block_of_this_device((block, x, labels, mask))
         logits = model.apply(params, block, x, key=_device_key(key) if train else None, train=train)
         nll, _, count = _device_total(masked_sums(logits[:, None], labels, mask[None]))
         return nll[0] / jnp.maximum(count[0], 1.0)
@@ -92,7 +92,7 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
     def on_mesh(fn: Callable[..., Any], in_specs: tuple) -> Callable[..., Any]:
         # check_vma=False: the kernel's custom call carries no varying-axis type
         def local(first: Any, data: TrainData, *rest: Any) -> Any:
-            return fn(first, _local(data), *rest)
+            return fn(first, block_of_this_device(data), *rest)
         return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=rep, check_vma=False)
 
     return runner._replace(run_until=on_mesh(runner.run_until, (rep, spec, rep, rep)),
