@@ -16,7 +16,7 @@ import statistics
 import jax
 import numpy as np
 
-from jaxgcn import batched, compiler, train
+from jaxgcn import compiler, train
 from jaxgcn.batched import fit_batch, make_specs
 from jaxgcn.datasets import load_dataset, prepare
 from jaxgcn.models import Execution, GCNConfig
@@ -39,8 +39,7 @@ def main() -> None:
         for name, options in SETTINGS.items():
             compiler._OPTIONS = options
             compiler.compiler_options.cache_clear()
-            batched._COMPILED.clear()
-            train.COMPILED.clear()
+            train.COMPILED.clear()  # the programs of single runs and of batches
             one = fit(prepared.data, prepared.n_classes, model_config=model_config, execution=execution,
                       config=config, key=jax.random.key(rep), log=None)
             eight = fit_batch(prepared.data, prepared.n_classes, make_specs(list(range(8))),

@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.batched import _compile, init_params, make_specs, run_inputs
+from jaxgcn.batched import compile_batch, init_params, make_specs, run_inputs
 from jaxgcn.data import with_focus
 from jaxgcn.datasets import load_dataset, prepare
 from jaxgcn.models import Execution, GCNConfig
@@ -384,7 +384,7 @@ def profile(prepared: Any, r: int, seconds: float, repeat: int, limits: dict[str
     spec = make_specs(list(range(r)), hidden=hidden)
     params = init_params(model_config, spec, n_features, prepared.n_classes)
     runs, seeds = run_inputs(spec), jnp.asarray(spec.seed, jnp.int32)
-    (init, run_until, _, _), _, _ = _compile(model_config, config, execution, params, data, runs, seeds, None)
+    (init, run_until, _, _, _), _ = compile_batch(model_config, config, execution, params, data, runs, seeds, None)
     hlo = Hlo(run_until.as_text())
     hlo.x_nnz = int(data.x.cols.shape[0])
 

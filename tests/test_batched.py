@@ -367,9 +367,10 @@ SHARDED_SCRIPT = """
 import json, sys
 import jax
 import numpy as np
-from jaxgcn import batched, datasets
+from jaxgcn import datasets
 from jaxgcn.batched import fit_runs, make_specs
 from jaxgcn.models import Execution
+from jaxgcn.train import COMPILED
 from jaxgcn.train import Kipf, TrainConfig
 
 assert len(jax.devices()) == 4, jax.devices()
@@ -378,7 +379,7 @@ prepared = datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, 
 res = fit_runs(prepared.data, prepared.n_classes, make_specs({seeds}, lr={lr}),
                execution=Execution(backend="segment"),
                config=TrainConfig(epochs={epochs}, lr={lr}, early_stopping=Kipf({window})), n_devices=4)
-meshes = [key[-1] for key in batched._COMPILED]
+meshes = [key[-1] for key in COMPILED if key[0] == "runs"]
 print(json.dumps({{
     "mesh_sizes": [None if m is None else int(m.size) for m in meshes],
     "test_acc": res.metrics["test_acc"].tolist(), "val_acc": res.metrics["val_acc"].tolist(),

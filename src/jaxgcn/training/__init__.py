@@ -8,7 +8,8 @@ Its modules import downward only (the import-linter contract in ``pyproject.toml
 - :mod:`~jaxgcn.training.state`: a run's state, its one initializer, the early-stopping rule;
 - :mod:`~jaxgcn.training.step`: THE training step, for R runs at once (one run is a batch of one);
 - :mod:`~jaxgcn.training.loop`: the one compile cache, the one host loop (:func:`~jaxgcn.training.loop.drive`),
-  :func:`~jaxgcn.training.loop.fit`.
+  :func:`~jaxgcn.training.loop.fit` (one run);
+- :mod:`~jaxgcn.training.runs`: many runs as one program, in slices (:func:`~jaxgcn.training.runs.fit_runs`).
 
-:mod:`jaxgcn.train` re-exports all of it under the names it always had.
+:mod:`jaxgcn.train` and :mod:`jaxgcn.batched` re-export all of it under the names it always had.
 """
