@@ -440,10 +440,15 @@ def test_batched_model_without_the_kernel_equals_with_it(monkeypatch):
     assert csr_mod.kernel_counters()["dense_calls"] == 1
     np.testing.assert_allclose(models._matmul_runs(h, None, w, False), with_kernel, rtol=1e-5, atol=1e-5)
     assert csr_mod.kernel_counters()["dense_calls"] == 1
-    assert models.kernels_for(models.Execution(backend="csr")) and models.kernels_for(models.Execution())
-    assert not any(models.kernels_for(models.Execution(backend=b)) for b in ("segment", "bcoo", "dense"))
-    monkeypatch.setattr(models, "kernel_status", lambda: (False, "no kernel here"))
-    assert not models.kernels_for(models.Execution(backend="csr"))
+    # the plan decides once (jaxgcn.plan.planned); the forward pass only reads the decision
+    from jaxgcn import plan
+
+    assert plan.planned(models.Execution(backend="csr")).kernels and plan.planned(models.Execution()).kernels
+    assert not any(plan.planned(models.Execution(backend=b)).kernels for b in ("segment", "bcoo", "dense"))
+    assert models.kernels_for(plan.planned(models.Execution(backend="csr")))
+    assert not models.kernels_for(models.Execution(backend="csr"))  # not planned: no kernel
+    monkeypatch.setattr(plan, "kernel_status", lambda: (False, "no kernel here"))
+    assert plan.planned(models.Execution(backend="csr")).kernels is False
 
 
 def test_a_batch_on_another_backend_never_calls_the_kernel():
@@ -465,7 +470,11 @@ def test_a_batch_on_another_backend_never_calls_the_kernel():
     assert csr_mod.kernel_counters()["calls"] == csr_mod.kernel_counters()["dense_calls"] == 0
     fit_runs(p.data, p.n_classes, make_specs([0, 1, 2]), model_config=GCNConfig(layers=3, residual=True),
              execution=Execution(), config=TrainConfig(epochs=3))
-    # "auto" propagates as the graph was prepared and lets the kernel do the per-run products
+    # "auto" is the backend the graph was prepared for (jaxgcn.plan): segment here, no kernel either
+    assert csr_mod.kernel_counters()["calls"] == csr_mod.kernel_counters()["dense_calls"] == 0
+    on_csr = datasets.prepare(raw)  # prepared for csr: the plan lets the kernel do the per-run products
+    fit_runs(on_csr.data, on_csr.n_classes, make_specs([0, 1, 2]), model_config=GCNConfig(layers=3, residual=True),
+             execution=Execution(), config=TrainConfig(epochs=3))
     assert csr_mod.kernel_counters()["dense_calls"] > 0
 
 

@@ -18,7 +18,8 @@ import pytest
 
 from jaxgcn import datasets
 from jaxgcn.models import Execution, GCNConfig
-from jaxgcn.sweep import (GRID_KEYS, Entry, Grid, estimate_bytes, format_table, grid_values, lower, program_key,
+from jaxgcn.plan import batch_bytes as estimate_bytes
+from jaxgcn.sweep import (GRID_KEYS, Entry, Grid, format_table, grid_values, lower, program_key,
                           rows_to_json, run_entries, run_grid, write_csv)
 from jaxgcn.train import Patience, TrainConfig, fit
 from cli_run import run_main

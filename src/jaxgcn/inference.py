@@ -19,7 +19,8 @@ import scipy.sparse as sp
 from jaxgcn import checkpoint
 from jaxgcn.checkpoint import SPLIT_CODES, Checkpoint
 from jaxgcn.datasets import Prepared, RawGraph, prepare
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.models import Execution, GCNConfig, gcn
+from jaxgcn.plan import planned
 
 __all__ = [
     "Adapted", "IdentityFeaturesNeeded", "InflatedScore", "NoSavedSplit", "check_features", "checkpoint_model",
@@ -190,4 +191,5 @@ def logits(ck: Checkpoint, prepared: Prepared, *, embed: bool = False) -> Any:
     hidden layer ([n_nodes, hidden]; a 1-layer model's input features, possibly sparse)."""
     config, params = checkpoint_model(ck)
     graph, x = prepared.data.graph, prepared.data.x
-    return jax.jit(lambda p, g, x: gcn(config).apply(p, g, x, embed=embed))(params, graph, x)
+    model = gcn(config, planned(Execution(), graph))  # the backend the graph was prepared for, its kernels
+    return jax.jit(lambda p, g, x: model.apply(p, g, x, embed=embed))(params, graph, x)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, kernel_status, run_matmul, spmm, spmm_given, spmm_pair, spmm_xla
+from jaxgcn.csr import CSR, run_matmul, spmm, spmm_given, spmm_pair, spmm_xla
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.propagate import BACKENDS, propagate
@@ -69,12 +69,18 @@ class Execution:
             when its input is dense. Equal in exact arithmetic; cheaper when the input is narrower
             than the layer (the input needs no gradient, so the propagation runs forward only:
             ``--aggregate-first auto`` turns it on when 2 x features < 3 x hidden).
+        kernels: whether the C++ kernel computes the products of a forward pass (the first layer's
+            sparse product and pair, the per-run dense products): decided once by the execution
+            plan (:func:`jaxgcn.plan.planned`: the backend is ``csr`` and the kernel can run here),
+            which ``fit``, ``fit_runs`` and ``fit_sharded`` apply to the execution they are given.
+            ``None``: not planned (a forward pass then runs without the kernel).
     """
 
     backend: str = "auto"
     dropout_rng: str = "hash"
     chunk_edges: int | None = None
     aggregate_first: bool = False
+    kernels: bool | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", *BACKENDS):
@@ -84,6 +90,8 @@ class Execution:
                              f"(backend is {self.backend!r}; csr has no message buffer to bound)")
         if self.dropout_rng not in ("hash", "jax"):
             raise ValueError(f"dropout_rng={self.dropout_rng!r} must be 'hash' or 'jax'")
+        if self.kernels is not None and not isinstance(self.kernels, bool):
+            raise ValueError(f"kernels={self.kernels!r} must be True, False or None (not planned)")
 
 
 class Model(NamedTuple):
@@ -287,10 +295,10 @@ def _materialize(x: jax.Array, key: jax.Array) -> jax.Array:
 
 
 def kernels_for(execution: Execution) -> bool:
-    """Whether the products of a forward pass run on the C++ kernel (:mod:`jaxgcn.csr`): where it
-    is available, unless the execution names a backend other than ``csr`` (``--backend segment``
-    means no C++ kernel anywhere, the dense per-run products included)."""
-    return execution.backend in ("csr", "auto") and kernel_status()[0]
+    """Whether the products of a forward pass run on the C++ kernel (:mod:`jaxgcn.csr`): what the
+    execution plan decided (``Execution.kernels``; ``--backend segment`` means no C++ kernel
+    anywhere, the dense per-run products included)."""
+    return bool(execution.kernels)
 
 
 def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array, kernels: bool) -> jax.Array:

@@ -19,10 +19,10 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxgcn.batched import RunSpec, fit_runs
-from jaxgcn.memory import available_bytes, estimate
+from jaxgcn.memory import available_bytes
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.outputs import write_atomic
-from jaxgcn.propagate import graph_backend
+from jaxgcn.plan import batch_bytes
 from jaxgcn.train import TrainConfig, TrainData
 
 GRID_KEYS = ("lr", "weight_decay", "dropout", "hidden", "layers", "optimizer")
@@ -49,21 +49,6 @@ class Grid:
             if not vals:
                 raise ValueError(f"--{key.replace('_', '-')}: give at least one value")
         return [dict(zip(GRID_KEYS, combo)) for combo in itertools.product(*values)]
-
-
-def estimate_bytes(data: TrainData, model_config: GCNConfig, n_runs: int, n_classes: int,
-                   execution: Execution = Execution()) -> int:
-    """Peak bytes that ``n_runs`` runs of a batch add on top of the shared data: the per-run parts of
-    :func:`jaxgcn.memory.estimate` (activations, message buffers, params with optimizer state)."""
-    n, f = data.x.shape
-    csr = data.graph.csr
-    kwargs = dict(hidden=model_config.hidden, layers=model_config.layers,
-                  backend=graph_backend(data.graph) if execution.backend == "auto" else execution.backend,
-                  feature_nnz=int(data.x.nse) if hasattr(data.x, "nse") else None,
-                  chunk_edges=execution.chunk_edges, symmetric=csr is None or csr.symmetric)
-    one = estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=1, **kwargs)
-    two = estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=2, **kwargs)
-    return (two.total - one.total) * n_runs
 
 
 class Row(NamedTuple):
@@ -224,7 +209,7 @@ def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[i
     """[len(group), 3] val_acc, test_acc, epochs_run of one program's entries (``rows``: their rows
     in the result array, which the progress display counts in), in chunks within ``budget``."""
     g, n_groups = name
-    per_run_bytes = estimate_bytes(data, model, 1, n_classes, execution)
+    per_run_bytes = batch_bytes(data, model, 1, n_classes, execution)
     chunk = max(1, min(len(group), budget // max(per_run_bytes, 1)))
     if chunk < len(group) and log is not None:
         log(f"group {g}: {len(group)} runs need ~{per_run_bytes * len(group) / 2**30:.1f} GiB, over the "

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Callable
 
 from jaxgcn import memory, outputs
-from jaxgcn.cli.config import first_layer
+from jaxgcn import plan as planner
 from jaxgcn.cli.runtime import is_writer
 from jaxgcn.cli.values import INT32_MAX
 from jaxgcn.datasets import Prepared
 from jaxgcn.datasets.named import protocol_of
-from jaxgcn.layers import is_sparse
 from jaxgcn.models import Execution, GCNConfig
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
@@ -179,19 +178,15 @@ def os_error(args: argparse.Namespace, exc: OSError) -> str:
     return f"{flag}{name}: {reason}; check the path, its permissions and the free space of its disk"
 
 
-def plan(args: argparse.Namespace, prepared: Prepared, model_config: GCNConfig, execution: Execution, runs: int,
-         say: Say) -> Execution:
-    """The execution for the prepared data (its backend, --aggregate-first resolved); the peak
-    memory estimate printed, and a run that cannot fit refused."""
-    x, graph = prepared.data.x, prepared.data.graph
-    n_features, dense = int(x.shape[1]), not is_sparse(x)
-    execution = first_layer(args, dataclasses.replace(execution, backend=prepared.backend), model_config.hidden,
-                            n_features, dense)
-    est = memory.estimate(prepared.info["n_nodes"], graph.n_edges, n_features, prepared.n_classes,
-                   hidden=model_config.hidden, layers=model_config.layers, backend=prepared.backend,
-                   feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,
-                   symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
+def plan(args: argparse.Namespace, prepared: Prepared, model_config: GCNConfig, execution: Execution, n_runs: int,
+         say: Say) -> planner.Plan:
+    """THE plan of ``n_runs`` runs on the prepared data (:func:`jaxgcn.plan.resolve`: the backend
+    as --backend asked and the data was prepared, the kernels, --aggregate-first, the runs that
+    execute together); its peak memory estimate printed, and a run that cannot fit refused."""
+    chosen = planner.resolve(dataclasses.replace(execution, backend=args.backend), prepared.data, model_config,
+                             prepared.n_classes, n_runs=n_runs, devices=args.devices, aggregate=args.aggregate_first,
+                             n_nodes=prepared.info["n_nodes"])
     available = memory.available_bytes()  # looked up on the module at each call (tests replace it)
-    say(f"memory estimate {est.describe()} of {available / 2**30:.1f} GiB available")
-    memory.check_fits(est, available)
-    return execution
+    say(f"memory estimate {chosen.memory.describe()} of {available / 2**30:.1f} GiB available")
+    memory.check_fits(chosen.memory, available)
+    return chosen

@@ -6,7 +6,6 @@ that sets it."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 from typing import Any
 
@@ -55,7 +54,8 @@ def model_config(args: argparse.Namespace, **swept: Any) -> GCNConfig:
 
 
 def execution(args: argparse.Namespace, backend: str) -> Execution:
-    """How the flags say to run (``--aggregate-first`` is resolved later, by :func:`first_layer`)."""
+    """How the flags say to run (``--aggregate-first`` and the kernels are decided later, by the plan:
+    :mod:`jaxgcn.plan`)."""
     return Execution(backend=backend, dropout_rng=args.dropout_rng, chunk_edges=args.chunk_edges)
 
 
@@ -91,23 +91,3 @@ def sweep_base(args: argparse.Namespace, backend: str) -> tuple[GCNConfig, Train
     every other list."""
     first = {k: getattr(args, k)[0] for k in ("layers", "lr", "weight_decay", "optimizer")}
     return configs(args, backend, hidden=max(args.hidden), dropout=max(args.dropout), **first)
-
-
-def aggregate_first(choice: str, n_features: int, hidden: int, dense: bool) -> bool:
-    """THE ``--aggregate-first`` rule: the first layer computes ``(A X) W`` when its input is dense
-    and ``choice`` is ``on``, or ``auto`` and 2 x features < 3 x hidden (its backward pass then needs
-    no propagation). Sparse inputs always take ``A (X W)``.
-
-    >>> aggregate_first("auto", 16, 16, True), aggregate_first("auto", 1433, 16, True)
-    (True, False)
-    >>> aggregate_first("on", 1433, 16, False)
-    False
-    """
-    return dense and {"on": True, "off": False, "auto": 2 * n_features < 3 * hidden}[choice]
-
-
-def first_layer(args: argparse.Namespace, execution: Execution, hidden: int, n_features: int,
-                dense: bool) -> Execution:
-    """``execution`` with --aggregate-first resolved for an input of ``n_features`` columns."""
-    return dataclasses.replace(execution, aggregate_first=aggregate_first(args.aggregate_first, n_features,
-                                                                          hidden, dense))

@@ -12,13 +12,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxgcn.cli.common import Say, several_protocol_splits
-from jaxgcn.csr import fallback_note
 from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits, with_splits
 from jaxgcn.datasets.download import data_root
 from jaxgcn.datasets.files import load_files
 from jaxgcn.datasets.named import protocol_info, protocol_of, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
+from jaxgcn.plan import fallback_note
 
 REORDER_MIN_NODES = 100_000  # below this the features fit in cache and renumbering gains little
 
@@ -177,7 +177,7 @@ def load(args: argparse.Namespace, say: Say, *, backend: str | None = None, on_d
     prepared = _with_split(args, prepared, protocol)
     if args.edges is None and args.data_dir is None and args.split == "public" and not split_given(args):
         prepared = prepared._replace(info={**prepared.info, **protocol_info(args.dataset)})
-    if (backend or args.backend) == "auto" and prepared.backend == "segment" and (note := fallback_note()):
+    if note := fallback_note(backend or args.backend, prepared.backend):
         say(note)  # why not the csr kernel, in one line (kernel_status is cached: no second build)
     say(_summary(prepared, time.perf_counter() - start) + (" " * 20 if tty else ""))
     return Loaded(prepared, node_ids)

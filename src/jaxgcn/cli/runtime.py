@@ -10,6 +10,7 @@ from pathlib import Path
 import jax
 
 from jaxgcn.memory import available_cpus
+from jaxgcn.plan import cpu_devices
 
 
 def setup(args: argparse.Namespace, from_console: bool) -> None:
@@ -57,16 +58,9 @@ def use_cpu_cores(args: argparse.Namespace) -> None:
             _cpu_devices(args.devices)
         return
     batched = args.command == "sweep" or (args.seeds > 1 or args.splits > 1)
-    cores = args.devices or available_cpus()
-    if not batched or cores < 2 or forced:
-        return
-    from jaxgcn.csr import kernel_possible
-
-    # kernel_possible builds (or reads the cached build or recorded failure) without starting JAX, so
-    # a compiler that is present but fails still gets the runs spread over devices
-    if args.backend in ("auto", "csr") and not args.devices and kernel_possible():
-        return  # the fused kernel uses every core of one device
-    _cpu_devices(cores)
+    count = None if forced else cpu_devices(args.backend, args.devices, available_cpus(), batched)
+    if count is not None:
+        _cpu_devices(count)
 
 
 def is_writer() -> bool:

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     grid = sweep_grid(args)  # every configuration validated before any work
     loaded = load(args, say)
     model_config, train_config, execution = sweep_base(args, loaded.prepared.backend)
-    execution = plan(args, loaded.prepared, model_config, execution, 1, say)  # one run; run_grid chunks by memory
+    execution = plan(args, loaded.prepared, model_config, execution, 1, say).execution  # run_grid chunks by memory
     seeds = [args.seed + i for i in range(args.seeds)]
     n_configs = len(grid.configs())
     say(f"sweep: {n_configs} configurations x {len(seeds)} seeds x {args.splits} split(s) = "

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from jaxgcn import batch_state, checkpoint, outputs, reports
-from jaxgcn.batched import concat_specs, fit_runs, make_specs, runs_per_program, unstack_params
+from jaxgcn.batched import concat_specs, fit_runs, make_specs, unstack_params
 from jaxgcn.cli import checkpointing, records, train_sharded
 from jaxgcn.cli.common import Say, plan, prelude, warn_tensorboard
 from jaxgcn.cli.config import configs
@@ -202,11 +201,10 @@ def _train_single(args: argparse.Namespace, say: Say) -> int:
     """``train`` on one device: one run, or several seeds/splits as one batched program."""
     model_config, train_config, execution = configs(args, "segment" if args.chunk_edges else "csr")  # validates
     loaded = load(args, say)
-    # the memory estimate covers the runs that execute together (fit_runs's slice), not all of them
-    runs = runs_per_program(args.seeds * args.splits, model_config.hidden,
-                            dataclasses.replace(execution, backend=loaded.prepared.backend), args.devices,
-                            loaded.prepared.data.graph)
-    execution = plan(args, loaded.prepared, model_config, execution, runs, say)
+    # one plan: the backend, the kernels, and the runs that execute together (fit_runs's slice),
+    # which the memory estimate covers
+    chosen = plan(args, loaded.prepared, model_config, execution, args.seeds * args.splits, say)
+    execution, runs = chosen.execution, chosen.runs
     if args.debug:
         debug_checks(loaded, model_config, train_config, execution, say)
     # what a checkpoint records about the data (its SHA-256 fingerprint is computed once, here)

@@ -15,14 +15,14 @@ import jax
 from jaxgcn import checkpoint, distributed, memory, outputs, reports
 from jaxgcn.cli import checkpointing, records
 from jaxgcn.cli.common import Say
-from jaxgcn.cli.config import configs, first_layer
+from jaxgcn.cli.config import configs
 from jaxgcn.cli.data import Loaded, load, one_split, split_csv
 from jaxgcn.cli.partition import exchange as resolve_exchange
 from jaxgcn.cli.runtime import is_writer
-from jaxgcn.csr import require_kernel
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
 from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.plan import require_kernel, with_first_layer
 from jaxgcn.progress import Progress
 from jaxgcn.reports import RunSummary, restored_line
 from jaxgcn.train import TrainConfig
@@ -73,7 +73,7 @@ def _from_partitions(args: argparse.Namespace, mesh: Any, model_config: GCNConfi
     say(f"{directory}: {meta['n_nodes']} nodes in {meta['parts']} parts written for {meta['exchange']}; this "
         f"process read {len(distributed.runtime.own_parts(mesh))} of them")
     prepared = SimpleNamespace(info=info, n_classes=int(info["n_classes"]), backend="csr")
-    execution = first_layer(args, execution, model_config.hidden, sharded.n_features,
+    execution = with_first_layer(execution, args.aggregate_first, model_config.hidden, sharded.n_features,
                             dense=not info["sparse_features"])
     # the features' non-zeros are not known without every block; the estimate counts sparse features as dense
     return Layout(Loaded(prepared, None), sharded, None, model_config, execution, meta["stats"], sharded.exchange,
@@ -84,7 +84,8 @@ def _from_data(args: argparse.Namespace, n_parts: int, model_config: GCNConfig, 
                say: Say) -> Layout:
     loaded = load(args, say, on_device=False)
     data = one_split(loaded.prepared.data)
-    execution = first_layer(args, execution, model_config.hidden, int(data.x.shape[1]), dense=not is_sparse(data.x))
+    execution = with_first_layer(execution, args.aggregate_first, model_config.hidden, int(data.x.shape[1]),
+                                 dense=not is_sparse(data.x))
     stats = distributed.partition_stats(data.graph, n_parts)
     return Layout(loaded, None, data, model_config, execution, stats, resolve_exchange(args.exchange, stats),
                   data.graph.n_edges, int(data.x.nse) if hasattr(data.x, "nse") else None)

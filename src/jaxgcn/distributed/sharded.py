@@ -16,6 +16,7 @@ from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import block_of_this_device, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
+from jaxgcn.plan import planned
 from jaxgcn.train import (Collective, FitResult, Runner, RunState, TrainConfig, compile_programs, make_runner,
                           masked_sums, run_one)
 
@@ -147,6 +148,7 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     chunks are collective; one process writes). Each device draws its dropout masks from its
     index, so a resumed run equals the uninterrupted one on the same device count only."""
     data = sharded.data
+    execution = planned(execution)  # row blocks: the csr product, the kernel where it can run
     runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh, execution)
     start = time.perf_counter()
     if progress is not None:

@@ -15,6 +15,7 @@ from jaxgcn.data import TrainData, with_focus
 from jaxgcn.diagnostics import divergence_message
 from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs
+from jaxgcn.plan import planned
 from jaxgcn.progress import epoch_line
 from jaxgcn.training.config import DIVERGED, Patience, RUNNING, STOPPED_EARLY, TrainConfig, TrainingDiverged
 from jaxgcn.training.state import Evaluation, RunState
@@ -201,6 +202,7 @@ def fit(
         TrainingDiverged: the loss became NaN/inf; the message names the likely causes.
     """
     key = jax.random.key(0) if key is None else key
+    execution = planned(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
     data = with_focus(data)
     if progress is not None:
         progress.compiling()

@@ -30,6 +30,7 @@ from jaxgcn.diagnostics import divergence_message
 from jaxgcn.data import with_focus
 from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
+from jaxgcn.plan import batch_mesh, planned, slice_size
 from jaxgcn.progress import runs_line
 from jaxgcn.data import TrainData
 from jaxgcn.training.axes import run_axis
@@ -142,41 +143,6 @@ class BatchResult(NamedTuple):
     restored_epoch: np.ndarray | None = None
 
 
-def run_mesh(n_devices: int | None = None) -> jax.sharding.Mesh | None:
-    """A 1-D mesh named ``runs`` over this process's devices, or None with a single device (in a
-    multi-process job each process runs its own share of the runs: :func:`jaxgcn.sweep.run_grid`)."""
-    devices = jax.local_devices()[: n_devices or None]
-    return jax.sharding.Mesh(np.asarray(devices), ("runs",)) if len(devices) > 1 else None
-
-
-def _batch_mesh(n_runs: int, execution: Execution, n_devices: int | None,
-                graph: Any = None) -> jax.sharding.Mesh | None:
-    """The run-axis mesh for a batch, or None. The ``csr`` kernel already uses every core of the
-    CPU, and XLA cannot partition a custom call (it would replicate it on each device: measured
-    0.79 s per run on 2 CPU devices against 0.55 s on one), so ``csr`` batches stay on one device."""
-    csr = execution.backend == "csr" or (execution.backend == "auto" and graph is not None
-                                             and graph.csr is not None)
-    if n_runs <= 1 or csr:
-        return None
-    return run_mesh(n_devices)
-
-
-def runs_per_program(n_runs: int, hidden: int, execution: Execution, n_devices: int | None = None,
-                     graph: Any = None, runs_per_device: int | None = None) -> int:
-    """How many runs :func:`fit_runs` executes together in one program (the last slice is padded
-    to the same size): what a memory estimate must plan for. Arguments as :func:`fit_runs`."""
-    return min(n_runs, _slice_size(n_runs, hidden, execution, n_devices, graph, runs_per_device))
-
-
-def _slice_size(n_runs: int, hidden: int, execution: Execution, n_devices: int | None, graph: Any,
-                runs_per_device: int | None) -> int:
-    """The runs of one slice of :func:`fit_runs`: runs per device times the run-axis mesh size."""
-    mesh = _batch_mesh(n_runs, execution, n_devices, graph)
-    if runs_per_device is None:
-        runs_per_device = runs_per_device_for(hidden)
-    return max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
-
-
 def _shard_runs(tree: Any, mesh: jax.sharding.Mesh | None, axes: Any = 0) -> Any:
     """Place each leaf's run axis on the mesh's ``runs`` axis (no-op without a mesh)."""
     if mesh is None:
@@ -241,28 +207,6 @@ def compile_batch(model_config: GCNConfig, config: TrainConfig, execution: Execu
     return COMPILED[key], state
 
 
-# Runs per device in one execution of the program: a power of two (XLA's CPU loops over a
-# [.., R] axis of 12 ran 1.5-2x slower per element than over 8 or 16) with R x hidden about 256
-# floats, the width of one gathered row of the first layer's weights. Measured on Cora (2-core
-# CPU, Kipf's stopping, fit_runs, ms per run-epoch, before the evaluation/next-step pair and the
-# masked loss): hidden 16: 0.540 / 0.497 at R = 8 / 16; hidden 32: 1.005 / 0.961 / 0.974 at
-# R = 4 / 8 / 16; hidden 64: 1.748 / 1.841 / 2.104 at R = 4 / 8 / 16 (now 0.413 / 0.375 at
-# hidden 16, R = 8 / 16: benchmarks/profile_epoch.py). Larger batches run as repeated executions
-# of the same compiled program.
-ROW_FLOATS = 256
-MAX_RUNS_PER_DEVICE = 16
-
-
-def runs_per_device_for(hidden: int) -> int:
-    """The default batch of :func:`fit_runs`: the largest power of two <= 256 / ``hidden``, at most 16.
-
-    >>> [runs_per_device_for(h) for h in (8, 16, 32, 64, 512)]
-    [16, 16, 8, 4, 1]
-    """
-    fit = max(1, ROW_FLOATS // max(1, int(hidden)))
-    return min(MAX_RUNS_PER_DEVICE, 1 << (fit.bit_length() - 1))
-
-
 def fit_runs(
     data: TrainData,
     n_classes: int,
@@ -290,7 +234,8 @@ def fit_runs(
     ``resume(first, template)`` returns a saved state of that slice (or None: start it afresh).
     Other arguments as :func:`fit_batch`.
     """
-    size = _slice_size(spec.n_runs, model_config.hidden, execution, n_devices, data.graph, runs_per_device)
+    execution = planned(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
+    size = slice_size(spec.n_runs, model_config.hidden, execution, n_devices, data.graph, runs_per_device)
     saving = dict(checkpoint_every=checkpoint_every, on_checkpoint=on_checkpoint, resume=resume)
     if spec.n_runs <= size:
         return fit_batch(data, n_classes, spec, model_config=model_config, execution=execution, config=config,
@@ -361,8 +306,9 @@ def fit_batch(
         TrainingDiverged: a run's loss became NaN/inf (the message names the runs and the causes).
     """
     n_runs = spec.n_runs if keep is None else keep
+    execution = planned(execution, data.graph)
     data = with_focus(data)
-    mesh = _batch_mesh(spec.n_runs, execution, n_devices, data.graph)
+    mesh = batch_mesh(spec.n_runs, execution, n_devices, data.graph)
     padded = _pad_spec(spec, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
     params = _shard_runs(params, mesh, jax.tree.map(run_axis, params))

@@ -1,0 +1,197 @@
+"""THE execution plan: every decision about how a training job runs, made once, before anything
+compiles (:func:`resolve`).
+
+- the concrete backend, never ``auto``: the layout the graph was prepared with;
+- whether the C++ kernel runs the products (the propagation, the first layer's pair, the per-run
+  dense products): where the backend is ``csr`` and the kernel can run here. ``--backend
+  segment`` means no C++ kernel anywhere;
+- ``aggregate_first`` (``--aggregate-first auto``: dense inputs with 2 x features < 3 x hidden);
+- how many runs one execution of a batched program trains, and over how many devices;
+- the peak-memory estimate of exactly that execution, and the line that says why ``auto`` fell
+  back from the kernel.
+
+The engine reads these decisions from the :class:`~jaxgcn.models.Execution` it is given
+(``backend``, ``kernels``, ``aggregate_first``): nothing under ``jit`` asks whether the kernel
+exists. ``fit``, ``fit_runs`` and ``fit_sharded`` plan the execution they are given
+(:func:`planned`), so a library user gets the same decisions as the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxgcn.csr import kernel_status, require_kernel  # noqa: F401 - the CLI asks the plan
+from jaxgcn.layers import is_sparse
+from jaxgcn import memory
+from jaxgcn.memory import MemoryEstimate
+from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.propagate import graph_backend
+
+# Runs per device in one execution of the program: a power of two (XLA's CPU loops over a
+# [.., R] axis of 12 ran 1.5-2x slower per element than over 8 or 16) with R x hidden about 256
+# floats, the width of one gathered row of the first layer's weights. Measured on Cora (2-core
+# CPU, Kipf's stopping, fit_runs, ms per run-epoch, before the evaluation/next-step pair and the
+# masked loss): hidden 16: 0.540 / 0.497 at R = 8 / 16; hidden 32: 1.005 / 0.961 / 0.974 at
+# R = 4 / 8 / 16; hidden 64: 1.748 / 1.841 / 2.104 at R = 4 / 8 / 16 (now 0.413 / 0.375 at
+# hidden 16, R = 8 / 16: benchmarks/profile_epoch.py). Larger batches run as repeated executions
+# of the same compiled program.
+ROW_FLOATS = 256
+MAX_RUNS_PER_DEVICE = 16
+AGGREGATE_FIRST = ("auto", "on", "off")
+
+
+def runs_per_device_for(hidden: int) -> int:
+    """The default batch of ``fit_runs``: the largest power of two <= 256 / ``hidden``, at most 16.
+
+    >>> [runs_per_device_for(h) for h in (8, 16, 32, 64, 512)]
+    [16, 16, 8, 4, 1]
+    """
+    fit = max(1, ROW_FLOATS // max(1, int(hidden)))
+    return min(MAX_RUNS_PER_DEVICE, 1 << (fit.bit_length() - 1))
+
+
+def planned(execution: Execution, graph: Any = None) -> Execution:
+    """``execution`` with its backend made concrete (``auto``: the layout ``graph`` was prepared
+    with; a sharded run's row blocks, ``graph=None``: ``csr``) and ``kernels`` decided (the
+    backend is ``csr`` and the C++ kernel can run here). An execution already planned is returned
+    as it is."""
+    if execution.backend != "auto" and execution.kernels is not None:
+        return execution
+    backend = execution.backend
+    if backend == "auto":
+        backend = "csr" if graph is None else graph_backend(graph)
+    kernels = backend == "csr" and kernel_status()[0]
+    return dataclasses.replace(execution, backend=backend, kernels=kernels)
+
+
+def aggregate_first(choice: str, n_features: int, hidden: int, dense: bool) -> bool:
+    """THE ``--aggregate-first`` rule: the first layer computes ``(A X) W`` when its input is dense
+    and ``choice`` is ``on``, or ``auto`` and 2 x features < 3 x hidden (its backward pass then needs
+    no propagation). Sparse inputs always take ``A (X W)``.
+
+    >>> aggregate_first("auto", 16, 16, True), aggregate_first("auto", 1433, 16, True)
+    (True, False)
+    >>> aggregate_first("on", 1433, 16, False)
+    False
+    """
+    if choice not in AGGREGATE_FIRST:
+        raise ValueError(f"aggregate_first={choice!r} must be one of {AGGREGATE_FIRST}")
+    return dense and {"on": True, "off": False, "auto": 2 * n_features < 3 * hidden}[choice]
+
+
+def with_first_layer(execution: Execution, choice: str, hidden: int, n_features: int, dense: bool) -> Execution:
+    """``execution`` with the ``aggregate_first`` ``choice`` decided for an input of ``n_features`` columns."""
+    return dataclasses.replace(execution, aggregate_first=aggregate_first(choice, n_features, hidden, dense))
+
+
+def run_mesh(n_devices: int | None = None) -> jax.sharding.Mesh | None:
+    """A 1-D mesh named ``runs`` over this process's devices, or None with a single device (in a
+    multi-process job each process runs its own share of the runs: :func:`jaxgcn.sweep.run_grid`)."""
+    devices = jax.local_devices()[: n_devices or None]
+    return jax.sharding.Mesh(np.asarray(devices), ("runs",)) if len(devices) > 1 else None
+
+
+def batch_mesh(n_runs: int, execution: Execution, n_devices: int | None,
+               graph: Any = None) -> jax.sharding.Mesh | None:
+    """The run-axis mesh for a batch, or None. The C++ kernel already uses every core of the CPU,
+    and XLA cannot partition a custom call (it would replicate it on each device: measured 0.79 s
+    per run on 2 CPU devices against 0.55 s on one), so a batch the kernel runs stays on one device."""
+    if n_runs <= 1 or planned(execution, graph).kernels:
+        return None
+    return run_mesh(n_devices)
+
+
+def slice_size(n_runs: int, hidden: int, execution: Execution, n_devices: int | None, graph: Any,
+               runs_per_device: int | None) -> int:
+    """The runs of one slice of ``fit_runs``: runs per device times the run-axis mesh size."""
+    mesh = batch_mesh(n_runs, execution, n_devices, graph)
+    if runs_per_device is None:
+        runs_per_device = runs_per_device_for(hidden)
+    return max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
+
+
+def runs_per_program(n_runs: int, hidden: int, execution: Execution, n_devices: int | None = None,
+                     graph: Any = None, runs_per_device: int | None = None) -> int:
+    """How many runs ``fit_runs`` executes together in one program (the last slice is padded to
+    the same size): what a memory estimate must plan for. Arguments as ``fit_runs``."""
+    return min(n_runs, slice_size(n_runs, hidden, execution, n_devices, graph, runs_per_device))
+
+
+class Plan(NamedTuple):
+    """How a training job runs (:func:`resolve`).
+
+    Attributes:
+        execution: concrete backend, ``kernels`` and ``aggregate_first`` decided.
+        runs: the runs one execution of the program trains (1 for a single run).
+        memory: the peak-memory estimate of that execution.
+        note: why ``auto`` kept off the C++ kernel (one line), or None.
+    """
+
+    execution: Execution
+    runs: int
+    memory: MemoryEstimate
+    note: str | None
+
+
+def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes: int, *, n_runs: int = 1,
+            devices: int | None = None, aggregate: str = "off", n_nodes: int | None = None) -> Plan:
+    """THE plan of a job training ``n_runs`` runs of ``model_config`` on ``data`` (a prepared
+    :class:`~jaxgcn.data.TrainData`) on ``devices`` devices (None: all of this process's).
+
+    ``aggregate`` is the ``--aggregate-first`` choice (``auto``, ``on``, ``off``).
+    """
+    x, graph = data.x, data.graph
+    n_features, dense = int(x.shape[1]), not is_sparse(x)
+    requested = execution.backend
+    execution = with_first_layer(planned(execution, graph), aggregate, model_config.hidden, n_features, dense)
+    runs = 1 if n_runs <= 1 else runs_per_program(n_runs, model_config.hidden, execution, devices, graph)
+    est = memory.estimate(int(n_nodes if n_nodes is not None else x.shape[0]), graph.n_edges, n_features, n_classes,
+                   hidden=model_config.hidden, layers=model_config.layers, backend=execution.backend,
+                   feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,
+                   symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
+    return Plan(execution, runs, est, fallback_note(requested, execution.backend))
+
+
+def fallback_note(requested: str, backend: str) -> str | None:
+    """The one line that says why the ``requested`` backend ``auto`` became ``segment``: the C++
+    kernel cannot run here (e.g. ``backend segment: no C++ compiler found (...)``); None otherwise."""
+    if requested != "auto" or backend != "segment":
+        return None
+    ok, reason = kernel_status()
+    return None if ok else f"backend segment: {reason}"
+
+
+def cpu_devices(backend: str, devices: int | None, cores: int, batched: bool) -> int | None:
+    """How many CPU devices a process should expose before JAX starts (None: leave JAX's default):
+    for a batch, one per core (``devices`` when given), so XLA spreads the run axis over them (the
+    gather/scatter kernels of one device use one core: measured 1.6x on 2 cores); but one device
+    when the C++ kernel runs the batch, as it already uses every core. The kernel is looked up
+    without starting JAX (its cached build or recorded failure: a compiler that is present but
+    fails still gets the runs spread over devices)."""
+    cores = devices or cores
+    if not batched or cores < 2:
+        return None
+    from jaxgcn.csr import kernel_possible
+
+    if backend in ("auto", "csr") and not devices and kernel_possible():
+        return None
+    return cores
+
+
+def batch_bytes(data: Any, model_config: GCNConfig, n_runs: int, n_classes: int,
+                execution: Execution = Execution()) -> int:
+    """Peak bytes that ``n_runs`` runs of a batch add on top of the shared data: the per-run parts of
+    :func:`jaxgcn.memory.estimate` (activations, message buffers, params with optimizer state)."""
+    n, f = data.x.shape
+    csr = data.graph.csr
+    kwargs = dict(hidden=model_config.hidden, layers=model_config.layers,
+                  backend=planned(execution, data.graph).backend,
+                  feature_nnz=int(data.x.nse) if hasattr(data.x, "nse") else None,
+                  chunk_edges=execution.chunk_edges, symmetric=csr is None or csr.symmetric)
+    one = memory.estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=1, **kwargs)
+    two = memory.estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=2, **kwargs)
+    return (two.total - one.total) * n_runs
