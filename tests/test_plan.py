@@ -1,0 +1,65 @@
+"""The execution plan (jaxgcn.plan): every decision made once, and the engine reading it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from jaxgcn import datasets, plan
+from jaxgcn.csr import kernel_status
+from jaxgcn.models import Execution, GCNConfig
+
+needs_kernel = pytest.mark.skipif(not kernel_status()[0], reason="the C++ kernel cannot be built here")
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    raw = datasets.synthetic(300, n_classes=3, n_features=8, seed=0)
+    return {backend: datasets.prepare(raw, backend=backend) for backend in ("csr", "segment")}
+
+
+@needs_kernel
+def test_auto_is_the_backend_the_graph_was_prepared_for_and_the_kernel_only_on_csr(graphs):
+    on_csr = plan.resolve(Execution(), graphs["csr"].data, GCNConfig(), 3)
+    assert on_csr.execution.backend == "csr" and on_csr.execution.kernels is True and on_csr.note is None
+    on_segment = plan.resolve(Execution(), graphs["segment"].data, GCNConfig(), 3)
+    assert on_segment.execution.backend == "segment" and on_segment.execution.kernels is False
+    named = plan.resolve(Execution(backend="segment"), graphs["segment"].data, GCNConfig(), 3)
+    assert named.execution == on_segment.execution
+    assert plan.planned(on_csr.execution) is on_csr.execution  # a planned execution is kept as it is
+
+
+@needs_kernel
+@pytest.mark.parametrize(("n_runs", "hidden", "runs"), [(1, 16, 1), (3, 16, 3), (20, 16, 16), (6, 64, 4)])
+def test_the_memory_estimate_covers_the_runs_one_program_executes(graphs, n_runs, hidden, runs):
+    chosen = plan.resolve(Execution(), graphs["csr"].data, GCNConfig(hidden=hidden), 3, n_runs=n_runs)
+    assert chosen.runs == runs
+    alone = plan.resolve(Execution(), graphs["csr"].data, GCNConfig(hidden=hidden), 3)
+    assert (chosen.memory.total > alone.memory.total) == (runs > 1)
+    assert chosen.memory.total == plan.memory.estimate(
+        300, graphs["csr"].data.graph.n_edges, 8, 3, hidden=hidden, backend="csr", runs=runs,
+        symmetric=graphs["csr"].data.graph.csr.symmetric).total
+
+
+def test_aggregate_first_is_decided_for_the_input(graphs):
+    data = graphs["segment"].data  # 8 dense features
+    assert plan.resolve(Execution(), data, GCNConfig(hidden=16), 3, aggregate="auto").execution.aggregate_first
+    assert not plan.resolve(Execution(), data, GCNConfig(hidden=4), 3, aggregate="auto").execution.aggregate_first
+    assert not plan.resolve(Execution(), data, GCNConfig(hidden=16), 3).execution.aggregate_first  # "off"
+    with pytest.raises(ValueError, match=r"aggregate_first='sometimes' must be one of \('auto', 'on', 'off'\)"):
+        plan.resolve(Execution(), data, GCNConfig(), 3, aggregate="sometimes")
+
+
+def test_the_fallback_note_says_why_auto_kept_off_the_kernel(graphs, monkeypatch):
+    monkeypatch.setattr(plan, "kernel_status", lambda: (False, "no C++ compiler found (g++)"))
+    chosen = plan.resolve(Execution(), graphs["segment"].data, GCNConfig(), 3)
+    assert chosen.note == "backend segment: no C++ compiler found (g++)"
+    assert plan.fallback_note("segment", "segment") is None  # asked for: not a fallback
+    assert plan.planned(Execution(backend="csr")).kernels is False  # csr without the kernel: XLA's product
+    assert not plan.batch_mesh(4, dataclasses.replace(Execution(), backend="csr", kernels=True), None)
+
+
+def test_an_execution_kernels_value_is_checked():
+    with pytest.raises(ValueError, match=r"kernels='yes' must be True, False or None"):
+        Execution(kernels="yes")
