@@ -3,6 +3,7 @@ README's one test command also keeps the modules importing downward and the code
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -22,3 +23,39 @@ def test_ruff_is_clean():
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "benchmarks", "scripts", "examples"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+# --- the package's shape (issue 24): small modules and functions, modules that keep to their layer ---
+
+SRC = ROOT / "src" / "jaxgcn"
+
+
+def _python_modules() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def test_no_module_is_longer_than_600_lines():
+    long = {str(p.relative_to(SRC)): n for p in _python_modules() if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long
+
+
+def test_no_function_of_the_training_engine_is_longer_than_60_lines():
+    long = {}
+    for path in sorted((SRC / "training").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno + 1 > 60:
+                long[f"{path.name}:{node.name}"] = node.end_lineno - node.lineno + 1
+    assert not long, long
+
+
+def test_no_private_name_is_imported_from_another_module_and_the_cli_asks_the_plan():
+    private, cli_low = [], []
+    for path in _python_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxgcn"):
+                private += [f"{path.relative_to(SRC)}: {node.module}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and a.name != "__version__"]
+                if path.parent.name == "cli" and node.module in ("jaxgcn.csr",):
+                    cli_low.append(f"{path.name}: {node.module}")
+    assert not private, private
+    assert not cli_low, cli_low  # the kernel decisions are the plan's (jaxgcn.plan)

@@ -308,6 +308,35 @@ def fit_batch(
     n_runs = spec.n_runs if keep is None else keep
     execution = planned(execution, data.graph)
     data = with_focus(data)
+    compiled, state, data, runs = _start(model_config, config, execution, spec, data, n_classes, n_devices, progress)
+    run_until, evaluate, final, compile_s = compiled[1:]
+    saved = None if resume is None else resume(first, state)
+    if saved is not None:  # uncommitted arrays: the program places them over its mesh as its own output
+        state = saved
+    start = time.perf_counter()
+
+    def view(s: BatchState) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
+        history = {k: np.asarray(v)[:n_runs] for k, v in s.runs.history.items()}
+        return int(s.step), history, np.asarray(s.runs.reason)[:n_runs]
+
+    hooks = _hooks(n_runs, log if log_every > 0 else None, progress, on_checkpoint, first)
+    state, seen = drive(lambda s, stop: run_until(s, data, runs, jnp.int32(stop)), state, view, epochs=config.epochs,
+                        chunk=checkpoint_every or (log_every if log_every > 0 else config.epochs), hooks=hooks)
+    _raise_if_diverged(spec, config, data, state, seen.reason)
+    params = final(state)
+    metrics = {k: np.asarray(v)[:n_runs] for k, v in evaluate(params, data, runs).items()}
+    epochs = np.asarray(state.runs.epoch)[:n_runs]
+    history = {k: np.asarray(v)[:n_runs] for k, v in state.runs.history.items()}
+    params = jax.tree.map(lambda leaf: jnp.take(leaf, jnp.arange(n_runs), axis=run_axis(leaf)), params)
+    restored = np.asarray(state.runs.best_epoch)[:n_runs] if isinstance(config.early_stopping, Patience) else None
+    return BatchResult(RunSpec(*(a[:n_runs] for a in spec)), metrics, epochs, seen.reason == STOPPED_EARLY, history,
+                       params, compile_s, time.perf_counter() - start, restored)
+
+
+def _start(model_config: GCNConfig, config: TrainConfig, execution: Execution, spec: RunSpec, data: TrainData,
+           n_classes: int, n_devices: int | None, progress: Any) -> tuple[Compiled, BatchState, TrainData, RunInputs]:
+    """A batch's compiled programs, initial state, and data and run inputs placed on its mesh (the
+    runs padded to a multiple of its devices)."""
     mesh = batch_mesh(spec.n_runs, execution, n_devices, data.graph)
     padded = _pad_spec(spec, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
@@ -318,45 +347,40 @@ def fit_batch(
     if progress is not None:
         progress.compiling()
     compiled, state = compile_batch(model_config, config, execution, params, data, runs, seeds, mesh)
-    run_until, evaluate, final, compile_s = compiled[1:]
     if progress is not None:
-        progress.compiled(compile_s)
-    saved = None if resume is None else resume(first, state)
-    if saved is not None:  # uncommitted arrays: the program places them over its mesh as its own output
-        state = saved
-    start = time.perf_counter()
+        progress.compiled(compiled.compile_seconds)
+    return compiled, state, data, runs
 
-    def view(s: BatchState) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
-        history = {k: np.asarray(v)[:n_runs] for k, v in s.runs.history.items()}
-        return int(s.step), history, np.asarray(s.runs.reason)[:n_runs]
 
-    def log_runs(_: Any, seen: Chunk) -> None:  # one line per chunk: runs still training, mean val acc
+def _hooks(n_runs: int, log: Callable[[str], None] | None, progress: Any,
+           on_checkpoint: Callable[[int, BatchState], None] | None, first: int) -> list[Any]:
+    """A batch's hooks: one log line per chunk (the epoch, runs still training, mean validation
+    accuracy), the progress display, and its slice's checkpoints (at every chunk, the last
+    included: a resumed job skips a finished slice)."""
+    def log_runs(_: Any, seen: Chunk) -> None:
         val = seen.history["val_acc"][:, seen.epoch - 1]
         log(runs_line(seen.epoch, int(np.sum(seen.reason == RUNNING)), n_runs,
                       float(np.nanmean(val)) if np.any(np.isfinite(val)) else float("nan")))
 
-    hooks: list[Any] = [log_runs] if log is not None and log_every > 0 else []
+    hooks: list[Any] = [log_runs] if log is not None else []
     if progress is not None:
         hooks.append(progress_hook(progress))
-    if on_checkpoint is not None:  # at every chunk, the last included: a resumed job skips a finished slice
+    if on_checkpoint is not None:
         hooks.append(lambda s, seen: on_checkpoint(first, s))
-    state, seen = drive(lambda s, stop: run_until(s, data, runs, jnp.int32(stop)), state, view, epochs=config.epochs,
-                        chunk=checkpoint_every or (log_every if log_every > 0 else config.epochs), hooks=hooks)
-    reason = seen.reason
-    if np.any(reason == DIVERGED):
-        bad = np.flatnonzero(reason == DIVERGED)
-        worst = int(bad[0])
-        one = dataclasses.replace(config, lr=float(spec.lr[worst]))
-        raise TrainingDiverged(f"run(s) {bad.tolist()} (seed {int(spec.seed[worst])}, lr {float(spec.lr[worst]):g}): "
-                               + divergence_message(data, one, int(np.asarray(state.runs.epoch)[worst])))
-    params = final(state)
-    metrics = {k: np.asarray(v)[:n_runs] for k, v in evaluate(params, data, runs).items()}
-    epochs = np.asarray(state.runs.epoch)[:n_runs]
-    history = {k: np.asarray(v)[:n_runs] for k, v in state.runs.history.items()}
-    params = jax.tree.map(lambda leaf: jnp.take(leaf, jnp.arange(n_runs), axis=run_axis(leaf)), params)
-    restored = np.asarray(state.runs.best_epoch)[:n_runs] if isinstance(config.early_stopping, Patience) else None
-    return BatchResult(RunSpec(*(a[:n_runs] for a in spec)), metrics, epochs, reason == STOPPED_EARLY, history,
-                       params, compile_s, time.perf_counter() - start, restored)
+    return hooks
+
+
+def _raise_if_diverged(spec: RunSpec, config: TrainConfig, data: TrainData, state: BatchState,
+                       reason: np.ndarray) -> None:
+    """:class:`TrainingDiverged` naming the runs whose loss became NaN/inf (the first one's seed
+    and learning rate, and the likely causes)."""
+    if not np.any(reason == DIVERGED):
+        return
+    bad = np.flatnonzero(reason == DIVERGED)
+    worst = int(bad[0])
+    one = dataclasses.replace(config, lr=float(spec.lr[worst]))
+    raise TrainingDiverged(f"run(s) {bad.tolist()} (seed {int(spec.seed[worst])}, lr {float(spec.lr[worst]):g}): "
+                           + divergence_message(data, one, int(np.asarray(state.runs.epoch)[worst])))
 
 
 def unstack_params(params: Params, run: int, hidden: int | None = None) -> Params:

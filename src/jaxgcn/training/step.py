@@ -52,11 +52,162 @@ class BatchRunner(NamedTuple):
     final_params: Callable[[BatchState], Params]
 
 
+class Step(NamedTuple):
+    """The settings of THE training step (:func:`make_batch_runner`) and its parts, each a pure
+    function of its arguments (compiled with ``jax.jit`` by the callers)."""
+
+    model_config: GCNConfig
+    config: TrainConfig
+    execution: Execution
+    propagate: Propagate | None
+    collective: Collective
+
+    @property
+    def keep_best(self) -> bool:
+        return isinstance(self.config.early_stopping, Patience)
+
+    def masks(self, data: TrainData, runs: RunInputs) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Each run's train, validation and test masks [R, n] (the split its inputs name)."""
+        def per_run(m: jax.Array) -> jax.Array:  # [n] or [n_splits, n] -> [R, n]
+            return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
+        return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
+
+    def focused(self, data: TrainData, logits: jax.Array, *ms: jax.Array) -> tuple[jax.Array, ...]:
+        """The logits, labels and masks of the nodes the loop's loss and metrics read (``data.focus``)."""
+        rows = data.focus
+        if rows is None:
+            return (logits, data.labels, *ms)
+        take = functools.partial(jnp.take, indices=rows, unique_indices=True, indices_are_sorted=True)
+        return (take(logits, axis=0), take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
+
+    def penalty(self, params: Params, runs: RunInputs) -> jax.Array:
+        """Each run's coupled L2 term [R] (adamw decays in the optimizer instead)."""
+        config = self.config
+        return (0.0 if config.optimizer == "adamw" else runs.weight_decay) * per_run_l2(params, config.l2)
+
+    def metrics(self, logits: jax.Array, labels: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Each run's mean loss and accuracy over the masked nodes, summed over devices first."""
+        nll, hits, count = self.collective.total(masked_sums(logits, labels, m))
+        count = jnp.maximum(count, 1.0)
+        return nll / count, hits / count
+
+    def forward(self, params: Params, data: TrainData, runs: RunInputs, **kwargs: Any) -> jax.Array:
+        return apply_runs(self.model_config, params, data.graph, data.x, runs, execution=self.execution,
+                          propagate=self.propagate, **kwargs)
+
+    def init(self, params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
+        config = self.config
+        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
+        runs = jax.vmap(functools.partial(init_run_state, config), in_axes=(run_axes(params), 0, 0, 0),
+                        out_axes=state_axes(config, params))(params, keys, runs_in.lr, runs_in.weight_decay)
+        return BatchState(runs, jnp.int32(0))
+
+    def step_keys(self, st: RunState) -> tuple[jax.Array, jax.Array]:
+        """The key after this step [R] and each layer's dropout keys of this step [L, R]."""
+        def keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+            key, k_drop = jax.random.split(key)
+            return key, jax.random.split(self.collective.device_key(k_drop), self.model_config.layers)
+        key, layer_keys = runs_of(st).each(keys, (0,), (0, 1))(st.key)  # one run: [], [L]
+        return key, layer_keys if layer_keys.ndim == 2 else layer_keys[:, None]
+
+    def ahead(self, st: RunState, data: TrainData, runs: RunInputs) -> tuple[FirstLayer, FirstLayer] | None:
+        """The first layer of the next training step of ``st`` and of an evaluation of its params,
+        in one kernel pass (:func:`jaxgcn.models.first_layer_pair`; None where it does not apply)."""
+        if self.propagate is not None:  # sharded: the features are a block of rows, the plain path is kept
+            return None
+        return first_layer_pair(runs_of(st).stack(st.params), data.x, runs, execution=self.execution,
+                                keys=self.step_keys(st)[1])
+
+    def gradients(self, st: RunState, data: TrainData, runs: RunInputs, n_train: jax.Array, layer_keys: jax.Array,
+                  first: FirstLayer | None) -> tuple[jax.Array, Params]:
+        """Each run's training loss [R] (cross-entropy + L2, the cross-entropy summed over devices)
+        and its gradients, dropout on."""
+        the = runs_of(st)
+        train_m = self.masks(data, runs)[0]
+
+        def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
+            logits = self.forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first)
+            logits, labels, m = self.focused(data, logits, train_m)
+            per_run = masked_sums(logits, labels, m)[0] / n_train  # this device's share
+            return jnp.sum(per_run), per_run
+
+        def regularizer(params: Params) -> tuple[jax.Array, jax.Array]:
+            per_run = self.penalty(the.stack(params), runs)
+            return jnp.sum(per_run), per_run
+
+        (_, ce), grads = jax.value_and_grad(cross_entropy, has_aux=True)(st.params)
+        (_, reg), reg_grads = jax.value_and_grad(regularizer, has_aux=True)(st.params)
+        ce, grads = self.collective.total((ce, grads))
+        return ce + reg, jax.tree.map(jnp.add, grads, reg_grads)
+
+    def epoch_step(self, state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None,
+                   n_train: jax.Array, first: FirstLayer | None) -> tuple[BatchState, FirstLayer | None]:
+        """One epoch of every running run: gradients, the optimizer, an evaluation, the record."""
+        config, keep_best = self.config, self.keep_best
+        st = state.runs
+        the = runs_of(st)
+        axes = run_axes(the.stack(st.params))
+        opt_axes = optimizer_axes(config, unstacked_shapes(the.stack(st.params)))
+        state_ax = axes_of_state(axes, opt_axes)
+        train_m, val_m, _ = self.masks(data, runs)
+        key, layer_keys = self.step_keys(st)
+        loss, grads = self.gradients(st, data, runs, n_train, layer_keys, first)
+        # The one optimizer, per run (vmapped over a batch): each run's clipping, moments and
+        # injected learning rate / weight decay, exactly as it would compute them alone.
+        opt = optimizer_factory(config)(config.lr, config.weight_decay)  # its update reads each run's values
+        updates, opt_state = the.each(opt.update, (axes, opt_axes, axes), (axes, opt_axes))(
+            grads, st.opt_state, st.params)
+        params = optax.apply_updates(st.params, updates)
+        # the evaluation's first layer and the next step's, from one pass (when first is in use)
+        pair = None if first is None else self.ahead(st._replace(params=params, key=key), data, runs)
+        logits = self.forward(the.stack(params), data, runs, aggregated=aggregated,
+                              first=None if pair is None else pair[1])
+        logits, labels, train_f, val_f = self.focused(data, logits, train_m, val_m)
+        _, train_acc = self.metrics(logits, labels, train_f)
+        val_loss, val_acc = self.metrics(logits, labels, val_f)
+        kipf_loss = val_loss + self.penalty(the.stack(params), runs)
+        per_run = [the.value(v) for v in (loss, train_acc, val_loss, val_acc, kipf_loss)]
+        advanced = the.each(
+            lambda s, p, o, k, *m: record_epoch(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
+            (state_ax, axes, opt_axes, 0, 0, 0, 0, 0, 0), state_ax,
+        )(st, params, opt_state, key, *per_run)
+        if st.reason.ndim == 1:  # a batch: runs that have stopped stay as they were (their next
+            # first-layer product is of params they do not keep, and is never used)
+            advanced = select_running(st.reason == RUNNING, advanced, st, state_ax)
+        return BatchState(advanced, state.step + 1), None if pair is None else pair[0]
+
+    def run_until(self, state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
+        """Epochs until no run is running or the shared epoch reaches ``stop_epoch`` (one ``while_loop``)."""
+        def cond(carry: tuple[BatchState, Any]) -> jax.Array:
+            s = carry[0]
+            return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
+
+        total = self.collective.total
+        n_train = jnp.maximum(total(jnp.sum(self.masks(data, runs)[0], axis=1)), 1.0)  # [R], every device's
+        aggregated = aggregate_input(self.execution, data.graph, data.x, propagate=self.propagate)  # once per call
+        # The first step's first-layer product; each step then computes the next one together with
+        # its evaluation. Rebuilt from the state at every call, so a resumed run computes the same.
+        pair = self.ahead(state.runs, data, runs)
+        return jax.lax.while_loop(cond, lambda c: self.epoch_step(*c[:1], data, runs, aggregated, n_train, c[1]),
+                                  (state, None if pair is None else pair[0]))[0]
+
+    def final_params(self, state: BatchState) -> Params:
+        keep_best = self.keep_best
+        return state.runs.best_params if keep_best else state.runs.params
+
+    def evaluate(self, params: Params, data: TrainData, runs: RunInputs) -> dict[str, jax.Array]:
+        logits = self.forward(params, data, runs)
+        out = {}
+        for name, m in zip(("train", "val", "test"), self.masks(data, runs)):
+            out[f"{name}_loss"], out[f"{name}_acc"] = self.metrics(logits, data.labels, m)
+        return out
+
+
 def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: Execution = Execution(), *,
                       propagate: Propagate | None = None,
                       collective: Collective = LOCAL) -> BatchRunner:
     """THE training step, for R runs at once (compile the functions with ``jax.jit``): every path
-    (one run, many runs, sharded) runs these functions.
+    (one run, many runs, sharded) runs these functions (:class:`Step`).
 
     One epoch, per run: dropout forward, masked cross-entropy (+ the coupled L2 term), gradient,
     :func:`optimizer_factory`'s update (vmapped over the run axis, with each run's injected learning
@@ -68,128 +219,8 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
     masks may be stacked ``[n_splits, n_nodes]``; each run reads the split its
     :class:`jaxgcn.models.RunInputs` names.
     """
-    factory = optimizer_factory(config)
-    opt = factory(config.lr, config.weight_decay)  # its update reads each run's injected values
-    keep_best = isinstance(config.early_stopping, Patience)
-
-    def masks(data: TrainData, runs: RunInputs) -> tuple[jax.Array, jax.Array, jax.Array]:
-        def per_run(m: jax.Array) -> jax.Array:  # [n] or [n_splits, n] -> [R, n]
-            return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
-        return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
-
-    def focused(data: TrainData, logits: jax.Array, *ms: jax.Array) -> tuple[jax.Array, ...]:
-        """The logits, labels and masks of the nodes the loop's loss and metrics read (``data.focus``)."""
-        rows = data.focus
-        if rows is None:
-            return (logits, data.labels, *ms)
-        take = functools.partial(jnp.take, indices=rows, unique_indices=True, indices_are_sorted=True)
-        return (take(logits, axis=0), take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
-
-    def penalty(params: Params, runs: RunInputs) -> jax.Array:  # [R]; adamw decays in the optimizer instead
-        return (0.0 if config.optimizer == "adamw" else runs.weight_decay) * per_run_l2(params, config.l2)
-
-    def metrics(logits: jax.Array, labels: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
-        nll, hits, count = collective.total(masked_sums(logits, labels, m))
-        count = jnp.maximum(count, 1.0)
-        return nll / count, hits / count
-
-    def forward(params: Params, data: TrainData, runs: RunInputs, **kwargs: Any) -> jax.Array:
-        return apply_runs(model_config, params, data.graph, data.x, runs, execution=execution, propagate=propagate,
-                          **kwargs)
-
-    def init(params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
-        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
-        runs = jax.vmap(functools.partial(init_run_state, config), in_axes=(run_axes(params), 0, 0, 0),
-                        out_axes=state_axes(config, params))(params, keys, runs_in.lr, runs_in.weight_decay)
-        return BatchState(runs, jnp.int32(0))
-
-    def step_keys(st: RunState) -> tuple[jax.Array, jax.Array]:
-        """The key after this step [R] and each layer's dropout keys of this step [L, R]."""
-        def keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-            key, k_drop = jax.random.split(key)
-            return key, jax.random.split(collective.device_key(k_drop), model_config.layers)
-        key, layer_keys = runs_of(st).each(keys, (0,), (0, 1))(st.key)  # one run: [], [L]
-        return key, layer_keys if layer_keys.ndim == 2 else layer_keys[:, None]
-
-    def ahead(st: RunState, data: TrainData, runs: RunInputs) -> tuple[FirstLayer, FirstLayer] | None:
-        """The first layer of the next training step of ``st`` and of an evaluation of its params,
-        in one kernel pass (:func:`jaxgcn.models.first_layer_pair`; None where it does not apply)."""
-        if propagate is not None:  # sharded: the features are a block of rows, the plain path is kept
-            return None
-        return first_layer_pair(runs_of(st).stack(st.params), data.x, runs, execution=execution,
-                                keys=step_keys(st)[1])
-
-    def epoch_step(state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None,
-                   n_train: jax.Array, first: FirstLayer | None) -> tuple[BatchState, FirstLayer | None]:
-        st = state.runs
-        the = runs_of(st)
-        axes = run_axes(the.stack(st.params))
-        opt_axes = optimizer_axes(config, unstacked_shapes(the.stack(st.params)))
-        state_ax = axes_of_state(axes, opt_axes)
-        train_m, val_m, _ = masks(data, runs)
-        key, layer_keys = step_keys(st)
-
-        def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
-            logits = forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first)
-            logits, labels, m = focused(data, logits, train_m)
-            per_run = masked_sums(logits, labels, m)[0] / n_train  # this device's share
-            return jnp.sum(per_run), per_run
-
-        def regularizer(params: Params) -> tuple[jax.Array, jax.Array]:
-            per_run = penalty(the.stack(params), runs)
-            return jnp.sum(per_run), per_run
-
-        (_, ce), grads = jax.value_and_grad(cross_entropy, has_aux=True)(st.params)
-        (_, reg), reg_grads = jax.value_and_grad(regularizer, has_aux=True)(st.params)
-        ce, grads = collective.total((ce, grads))
-        grads = jax.tree.map(jnp.add, grads, reg_grads)
-        # The one optimizer, per run (vmapped over a batch): each run's clipping, moments and
-        # injected learning rate / weight decay, exactly as it would compute them alone.
-        updates, opt_state = the.each(opt.update, (axes, opt_axes, axes), (axes, opt_axes))(
-            grads, st.opt_state, st.params)
-        params = optax.apply_updates(st.params, updates)
-        # the evaluation's first layer and the next step's, from one pass (when first is in use)
-        pair = None if first is None else ahead(st._replace(params=params, key=key), data, runs)
-        logits = forward(the.stack(params), data, runs, aggregated=aggregated,
-                         first=None if pair is None else pair[1])
-        logits, labels, train_f, val_f = focused(data, logits, train_m, val_m)
-        _, train_acc = metrics(logits, labels, train_f)
-        val_loss, val_acc = metrics(logits, labels, val_f)
-        kipf_loss = val_loss + penalty(the.stack(params), runs)
-        per_run = [the.value(v) for v in (ce + reg, train_acc, val_loss, val_acc, kipf_loss)]
-        advanced = the.each(
-            lambda s, p, o, k, *m: record_epoch(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
-            (state_ax, axes, opt_axes, 0, 0, 0, 0, 0, 0), state_ax,
-        )(st, params, opt_state, key, *per_run)
-        if st.reason.ndim == 1:  # a batch: runs that have stopped stay as they were (their next
-            # first-layer product is of params they do not keep, and is never used)
-            advanced = select_running(st.reason == RUNNING, advanced, st, state_ax)
-        return BatchState(advanced, state.step + 1), None if pair is None else pair[0]
-
-    def run_until(state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
-        def cond(carry: tuple[BatchState, Any]) -> jax.Array:
-            s = carry[0]
-            return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
-
-        n_train = jnp.maximum(collective.total(jnp.sum(masks(data, runs)[0], axis=1)), 1.0)  # [R], every device's
-        aggregated = aggregate_input(execution, data.graph, data.x, propagate=propagate)  # once per call
-        # The first step's first-layer product; each step then computes the next one together with
-        # its evaluation. Rebuilt from the state at every call, so a resumed run computes the same.
-        pair = ahead(state.runs, data, runs)
-        return jax.lax.while_loop(cond, lambda c: epoch_step(*c[:1], data, runs, aggregated, n_train, c[1]),
-                                  (state, None if pair is None else pair[0]))[0]
-
-    def final_params(state: BatchState) -> Params:
-        return state.runs.best_params if keep_best else state.runs.params
-
-    def evaluate(params: Params, data: TrainData, runs: RunInputs) -> dict[str, jax.Array]:
-        logits = forward(params, data, runs)
-        out = {}
-        for name, m in zip(("train", "val", "test"), masks(data, runs)):
-            out[f"{name}_loss"], out[f"{name}_acc"] = metrics(logits, data.labels, m)
-        return out
-
-    return BatchRunner(init, run_until, evaluate, final_params)
+    step = Step(model_config, config, execution, propagate, collective)
+    return BatchRunner(step.init, step.run_until, step.evaluate, step.final_params)
 
 
 class Runner(NamedTuple):
