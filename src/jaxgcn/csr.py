@@ -45,6 +45,8 @@ import numpy as np
 import scipy.sparse as sp
 
 _SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
+# what the build is made of (the key of its cached library): spmm.cc and the files it includes
+_SOURCES = (_SOURCE, _SOURCE.with_name("run_dense.h"))
 _TARGET = "jaxgcn_spmm"
 _DENSE_TARGET = "jaxgcn_run_dense"
 _PAIR_TARGET = "jaxgcn_spmm_pair"
@@ -190,7 +192,8 @@ def _library(cxx: str) -> Path:
     except OSError:
         stamp = ""
     parts = (jaxlib.__version__, _cpu_id(), cxx, stamp, _isa())
-    key = hashlib.sha256(_SOURCE.read_bytes() + "\0".join(parts).encode()).hexdigest()[:16]
+    sources = b"".join(path.read_bytes() for path in _SOURCES)
+    key = hashlib.sha256(sources + "\0".join(parts).encode()).hexdigest()[:16]
     return _cache_dir() / f"libjaxgcn_spmm-{key}.so"
 
 

@@ -28,17 +28,18 @@
 //                     read of each row of b             [pair_calls]
 //   prefetch          b larger than kTileBytes (256 KiB): rows of b     Spmm (w->prefetch), Block, RunRows
 //                     asked for kPrefetch entries ahead [prefetch_calls]
-//   row chunks        (nnz + rows) * W >= 2^18: 4 x threads chunks of   SplitRows, Drain
+//   row chunks        (nnz + rows) * W >= 2^18: 4 x threads chunks of   SplitRows, RunChunks
 //                     equal nnz + rows on XLA's pool    [chunked_calls]
 //   zero rows skipped skip_zero_rows: all-zero rows of b flagged in     SkipFlags (on the pool through
 //                     one pass, never read      [skip_calls, skipped_rows]  ParallelFor when m * W >= 2^17)
 //   test mask         an explicit mask replaces those flags [mask_calls] SkipFlags
 //   self-loop         diag given (square): out[i] += diag[i] * b[i]     RunRows, Block
-//   dense per run     RunDense modes 0-2; modes 1 and 2 skip all-zero   RunDenseImpl (on the pool through
-//                     rows of g       [dense_calls, dense_skipped_rows]  ParallelFor when the MACs >= 2^17)
+//   dense per run     RunDense modes 0-2; modes 1 and 2 skip all-zero   run_dense.h: RunDenseImpl (on the
+//                     rows of g       [dense_calls, dense_skipped_rows]  pool, ParallelFor, when MACs >= 2^17)
 //
-// The two thread cut-offs (2^18 in SplitRows, 2^17 in ParallelFor) and kTileBytes were chosen on
-// one CPU, an AVX-512 EPYC with a 32 MiB L3.
+// Every parallel part runs on one scheduler, RunChunks (ChunksFor says how many chunks: one below
+// a cut-off, else 4 per thread). The two cut-offs (2^18 for a product's rows, 2^17 for
+// ParallelFor's passes) and kTileBytes were chosen on one CPU, an AVX-512 EPYC with a 32 MiB L3.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -87,13 +88,14 @@ inline void Count(Counter c, int64_t v = 1) {
 
 int64_t Padded(int64_t v) { return (v + kLanes - 1) / kLanes * kLanes; }
 
-// Runs body(lo, hi) over [0, n) in chunks on the pool (the calling thread takes chunks too).
+// THE scheduler: runs body(t) for every chunk t in [0, n_chunks) on XLA's intra-op pool, the
+// calling thread taking chunks too, and returns when every chunk is done. The caller waits only
+// for chunks another thread already started, so it cannot deadlock; a pool task that starts after
+// every chunk is done only reads the shared counters (never body), so the caller may return.
 template <typename Body>
-void ParallelFor(ffi::ThreadPool& pool, int64_t n, int64_t cost, const Body& body) {
-  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  const int64_t n_chunks = cost < (1 << 17) ? 1 : std::min<int64_t>(n, 4 * threads);
+void RunChunks(ffi::ThreadPool& pool, int64_t n_chunks, const Body& body) {
   if (n_chunks <= 1) {
-    body(int64_t{0}, n);
+    if (n_chunks == 1) body(int64_t{0});
     return;
   }
   struct State {
@@ -102,24 +104,37 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t n, int64_t cost, const Body& bod
     std::condition_variable cv;
   };
   auto st = std::make_shared<State>();
-  // a task that starts after every chunk is done only reads st (which it shares), never body
-  auto drain = [st, n, n_chunks, &body] {
+  auto drain = [st, n_chunks, &body] {
     for (;;) {
       const int64_t t = st->next.fetch_add(1);
       if (t >= n_chunks) return;
-      body(n * t / n_chunks, n * (t + 1) / n_chunks);
+      body(t);
       if (st->done.fetch_add(1) + 1 == n_chunks) {
         std::lock_guard<std::mutex> lock(st->mu);
         st->cv.notify_all();
       }
     }
   };
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   for (int64_t t = 0; t < std::min<int64_t>(threads, n_chunks) - 1; ++t) pool.Schedule([drain] { drain(); });
   drain();
   std::unique_lock<std::mutex> lock(st->mu);
   st->cv.wait(lock, [&] { return st->done.load() == n_chunks; });
 }
 
+// How many chunks work of `cost` over n items is cut into: one (the calling thread alone) below
+// `cutoff`, else 4 per pool thread (at most n).
+int64_t ChunksFor(ffi::ThreadPool& pool, int64_t n, int64_t cost, int64_t cutoff) {
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  return cost < cutoff ? 1 : std::min<int64_t>(n, 4 * threads);
+}
+
+// Runs body(lo, hi) over [0, n) in equal chunks (RunChunks).
+template <typename Body>
+void ParallelFor(ffi::ThreadPool& pool, int64_t n, int64_t cost, const Body& body) {
+  const int64_t n_chunks = ChunksFor(pool, n, cost, 1 << 17);
+  RunChunks(pool, n_chunks, [&](int64_t t) { body(n * t / n_chunks, n * (t + 1) / n_chunks); });
+}
 
 // 16 floats: one AVX-512 register (two AVX2 ones, four SSE ones: the compiler splits it).
 typedef float V16 __attribute__((vector_size(64)));
@@ -186,10 +201,6 @@ struct Work {
   mutable std::atomic<bool> bad{false};  // set by a chunk that met an out-of-range index or pointer
   std::vector<int64_t> bounds;  // row chunk c covers rows [bounds[c], bounds[c + 1])
   int64_t n_tasks;    // row chunks
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-  std::mutex mu;
-  std::condition_variable cv;
 };
 
 constexpr int32_t kPrefetch = 16;
@@ -342,19 +353,6 @@ void RunRows(const Work& w, int64_t lo, int64_t hi) {
   Count(kScalarRows, scalar);
 }
 
-// Takes tasks until none are left; returns after marking each one done.
-void Drain(const std::shared_ptr<Work>& w) {
-  for (;;) {
-    const int64_t t = w->next.fetch_add(1);
-    if (t >= w->n_tasks) return;
-    RunRows(*w, w->bounds[t], w->bounds[t + 1]);
-    if (w->done.fetch_add(1) + 1 == w->n_tasks) {
-      std::lock_guard<std::mutex> lock(w->mu);
-      w->cv.notify_all();
-    }
-  }
-}
-
 // The rows of b to read (1) or not (0), or nullptr to read all: a test's explicit mask [m] when
 // one is given (it replaces the flags: rows it marks are never read, whatever they hold), else
 // with skip_zero_rows the all-zero rows of b flagged here into flags (one pass over b).
@@ -379,11 +377,10 @@ const uint8_t* SkipFlags(ffi::ThreadPool& pool, const float* b, int64_t m, int64
 }
 
 // Cuts rows [0, n) into w.n_tasks chunks of about equal nnz + rows (w.bounds).
-void SplitRows(Work& w, int64_t n, int64_t threads) {
+void SplitRows(ffi::ThreadPool& pool, Work& w, int64_t n) {
   const int64_t nnz = w.nnz_end;
   // Work ~ (nnz + rows) * W; small products run on the calling thread only.
-  const int64_t cost = (nnz + n) * w.W;
-  const int64_t n_chunks = cost < (1 << 18) ? 1 : std::min<int64_t>(n, std::max<int64_t>(1, 4 * threads));
+  const int64_t n_chunks = ChunksFor(pool, n, (nnz + n) * w.W, 1 << 18);
   w.n_tasks = n_chunks;
   w.bounds.resize(n_chunks + 1);
   w.bounds[0] = 0;
@@ -445,17 +442,13 @@ ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffe
   // kept a slice of a mid-sized b in L2 were measured slower, every tile re-reading the pattern,
   // and were removed: each task covers whole rows.)
   w->prefetch = bdims[0] * W * 4 > kTileBytes;
-  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  SplitRows(*w, n, threads);
+  SplitRows(pool, *w, n);
   Count(kCalls);
   Count(kPairCalls, shared != nullptr);
   Count(kPrefetchCalls, w->prefetch);
   Count(kChunkedCalls, w->n_tasks > 1);
   Count(kSkipCalls, w->skip != nullptr);
-  for (int64_t t = 0; t < std::min<int64_t>(threads, w->n_tasks) - 1; ++t) pool.Schedule([w] { Drain(w); });
-  Drain(w);
-  std::unique_lock<std::mutex> lock(w->mu);
-  w->cv.wait(lock, [&] { return w->done.load() == w->n_tasks; });
+  RunChunks(pool, w->n_tasks, [&](int64_t t) { RunRows(*w, w->bounds[t], w->bounds[t + 1]); });
   if (w->bad.load()) {
     return ffi::Error::InvalidArgument("jaxgcn_spmm: a column index or row pointer is out of range");
   }
@@ -485,131 +478,7 @@ ffi::Error SpmmPairImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi:
   return Spmm(pool, indptr, cols, vals, b, out, 0, shared.typed_data(), out2->typed_data());
 }
 
-// ----------------------------------------------------------------------------------------------
-// Per-run dense products of a batch of R runs (jaxgcn.models._matmul_runs), node-major:
-//
-//   mode 0 (forward):         out[i, r, c] = sum_h x[i, r, h] * w[h, r, c]      x [n, R*H], out [n, R*C]
-//   mode 1 (input gradient):  out[i, r, h] = sum_c g[i, r, c] * w[h, r, c]      g [n, R*C], out [n, R*H]
-//   mode 2 (weight gradient): out[h, r, c] = sum_i x[i, r, h] * g[i, r, c]      out [H, R*C]
-//
-// w is the params' own [H, R, C] layout. XLA computes these either as batched dots (transposing
-// the activations to [R, H, n] and back) or as a broadcast product [n, R, H, C] reduced over H
-// (materialized when H is large: 50 MB per product at R = 8, H = 64). Modes 1 and 2 skip rows of
-// g that are all zero: the gradient of a loss masked to the training nodes is zero outside their
-// neighbourhood. Every inner loop runs over 16 padded lanes (one AVX-512 vector), with w copied
-// once per call into a padded [R, H, Cp] (mode 0, 2) or [R, C, Hp] (mode 1) block.
-
-
-// out[k * os + c] = sum_h x[k * xs + h] * wp[h * Cp + c] for c < C and NB rows k (one run's rows
-// of NB nodes): each row of wp is loaded once for NB multiply-adds, which also keeps NB
-// independent sums in flight.
-template <int NB>
-void RowsTimesBlock(const float* __restrict x, int64_t xs, const float* __restrict wp, int64_t H, int64_t C,
-                    int64_t Cp, float* __restrict out, int64_t os) {
-  for (int64_t c0 = 0; c0 < Cp; c0 += kLanes) {
-    V16 acc[NB] = {};
-    const float* wc = wp + c0;
-    for (int64_t h = 0; h < H; ++h) {
-      const V16 wv = Load(wc + h * Cp);
-      for (int k = 0; k < NB; ++k) acc[k] += x[k * xs + h] * wv;
-    }
-    const int64_t width = std::min<int64_t>(kLanes, C - c0);
-    for (int k = 0; k < NB; ++k) StoreFirst(out + k * os + c0, acc[k], width);
-  }
-}
-
-ffi::Error RunDenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> b,
-                        ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> out, int64_t mode) {
-  const auto ad = a.dimensions(), bd = b.dimensions(), wd = w.dimensions(), od = out->dimensions();
-  if (wd.size() != 3 || ad.size() != 2 || od.size() != 2 || mode < 0 || mode > 2) {
-    return ffi::Error::InvalidArgument("jaxgcn_run_dense: w must be [H, R, C], a and out 2-D, mode 0-2");
-  }
-  const int64_t H = wd[0], R = wd[1], C = wd[2], n = ad[0];
-  const int64_t in_w = mode == 1 ? R * C : R * H;  // width of a's rows
-  if (ad[1] != in_w || (mode == 2 && (bd.size() != 2 || bd[0] != n || bd[1] != R * C)) ||
-      od[0] != (mode == 2 ? H : n) || od[1] != (mode == 1 ? R * H : R * C)) {
-    return ffi::Error::InvalidArgument("jaxgcn_run_dense: inconsistent shapes");
-  }
-  const float* __restrict A = a.typed_data();
-  float* __restrict O = out->typed_data();
-  Count(kDenseCalls);
-  if (mode == 0 || mode == 1) {
-    // w padded per run: mode 0 [R, H, Cp] (rows of c), mode 1 [R, C, Hp] (rows of h)
-    const int64_t K = mode == 0 ? H : C, M = mode == 0 ? C : H, Mp = Padded(M);
-    std::vector<float> wp(R * K * Mp, 0.0f);
-    const float* W = w.typed_data();
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t c = 0; c < C; ++c) {
-          const float v = W[(h * R + r) * C + c];
-          if (mode == 0) wp[(r * H + h) * Mp + c] = v; else wp[(r * C + c) * Mp + h] = v;
-        }
-    const float* WP = wp.data();
-    constexpr int kBlock = 8;  // nodes per block
-    ParallelFor(pool, (n + kBlock - 1) / kBlock, n * R * H * C, [&](int64_t lo, int64_t hi) {
-      int64_t rows[kBlock];
-      int64_t zero_rows = 0;  // for the debug counters: one add per chunk
-      for (int64_t blk = lo; blk < hi; ++blk) {
-        // the block's rows; in mode 1 only those whose gradient is not all zero (the others are 0)
-        int64_t nb = 0;
-        for (int64_t i = blk * kBlock; i < std::min<int64_t>(n, (blk + 1) * kBlock); ++i) {
-          if (mode == 1 && ZeroRow(A + i * R * K, R * K)) {
-            std::memset(O + i * R * M, 0, sizeof(float) * R * M);
-            ++zero_rows;
-          } else {
-            rows[nb++] = i;
-          }
-        }
-        const bool contiguous = nb == kBlock;  // then rows are blk*kBlock + k: one strided block
-        for (int64_t r = 0; r < R; ++r) {
-          const float* wr = WP + r * K * Mp;
-          if (contiguous) {
-            RowsTimesBlock<kBlock>(A + rows[0] * R * K + r * K, R * K, wr, K, M, Mp, O + rows[0] * R * M + r * M, R * M);
-          } else {
-            for (int64_t k = 0; k < nb; ++k) {
-              RowsTimesBlock<1>(A + rows[k] * R * K + r * K, 0, wr, K, M, Mp, O + rows[k] * R * M + r * M, 0);
-            }
-          }
-        }
-      }
-      Count(kDenseSkippedRows, zero_rows);
-    });
-    return ffi::Error::Success();
-  }
-  // mode 2: the rows of g that are not all zero, then one task per (run, block of 8 h): eight
-  // 16-lane sums in registers over those rows, each loaded piece of g used for 8 multiply-adds
-  const float* __restrict G = b.typed_data();
-  std::vector<int64_t> live;
-  live.reserve(n);
-  for (int64_t i = 0; i < n; ++i) {
-    if (!ZeroRow(G + i * R * C, R * C)) live.push_back(i);
-  }
-  const int64_t Cp = Padded(C), n_live = static_cast<int64_t>(live.size());
-  Count(kDenseSkippedRows, n - n_live);
-  constexpr int kRowsH = 8;
-  const int64_t h_blocks = (H + kRowsH - 1) / kRowsH;
-  ParallelFor(pool, R * h_blocks, n_live * R * H * C, [&](int64_t lo, int64_t hi) {
-    for (int64_t task = lo; task < hi; ++task) {
-      const int64_t r = task / h_blocks, h0 = task % h_blocks * kRowsH, nh = std::min<int64_t>(kRowsH, H - h0);
-      for (int64_t c0 = 0; c0 < Cp; c0 += kLanes) {
-        V16 acc[kRowsH] = {};
-        for (int64_t j = 0; j < n_live; ++j) {
-          const V16 g16 = LoadFirst(G + live[j] * R * C + r * C + c0, std::min<int64_t>(kLanes, C - c0));
-          const float* xr = A + live[j] * R * H + r * H + h0;
-          if (j + 8 < n_live) __builtin_prefetch(A + live[j + 8] * R * H + r * H + h0);  // rows far apart
-          if (nh == kRowsH) {
-            for (int k = 0; k < kRowsH; ++k) acc[k] += xr[k] * g16;
-          } else {
-            for (int64_t k = 0; k < nh; ++k) acc[k] += xr[k] * g16;
-          }
-        }
-        const int64_t width = std::min<int64_t>(kLanes, C - c0);
-        for (int64_t k = 0; k < nh; ++k) StoreFirst(O + ((h0 + k) * R + r) * C + c0, acc[k], width);
-      }
-    }
-  });
-  return ffi::Error::Success();
-}
+#include "run_dense.h"  // the per-run dense products of a batch (jaxgcn_run_dense)
 
 }  // namespace
 
