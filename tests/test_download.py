@@ -435,3 +435,28 @@ def test_cli_download_then_list(server, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("jaxgcn: error: download nosuch: not a catalogue dataset; choose from cora, citeseer, "
                           "pubmed, shchur-cora,") and "ogbn-arxiv" in err
+
+
+def test_five_lines_of_python_reproduce_a_protocol_batch_of_the_command_line(server, tmp_path, monkeypatch):
+    # `jaxgcn train --dataset shchur-cora --splits 3 --seeds 2` and load_protocol + fit_runs (the lines of
+    # load_protocol's docstring, with amazon-photo's row served here by shchur-cora's): the same runs.
+    import json
+
+    from jaxgcn import datasets, fit_runs
+    from jaxgcn.batched import concat_specs, make_specs
+    from jaxgcn.train import TrainConfig
+
+    monkeypatch.setenv("JAXGCN_DATA", str(tmp_path))
+    out = tmp_path / "cli.json"
+    assert run_main(["train", "--dataset", "shchur-cora", "--splits", "3", "--seeds", "2", "--epochs", "30",
+                     "--quiet", "--json", out]) == 0
+    cli = json.loads(out.read_text())
+    p = datasets.load_protocol("shchur-cora", splits=3)
+    res = fit_runs(p.data, p.n_classes, concat_specs([make_specs([0, 1], split=k) for k in range(3)]),
+                   config=TrainConfig(epochs=30))
+    assert p.info["split"] == cli["split"] == "20/30 per class, rest test (seed 0..2)"
+    assert p.info["protocol"] == "per-class-20-30" and p.info["split_sizes"]["train"] == 140
+    assert res.metrics["test_acc"].tolist() == cli["test_acc"] and len(cli["test_acc"]) == 6
+    assert len(set(cli["test_acc"])) > 1  # three splits, two seeds: not one run six times
+    with pytest.raises(ValueError, match=r"splits=2: dataset cora ships one split \(planetoid protocol\)"):
+        datasets.load_protocol("cora", splits=2)

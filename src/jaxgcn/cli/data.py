@@ -15,7 +15,7 @@ from jaxgcn.cli.common import Say, several_protocol_splits
 from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits, with_splits
 from jaxgcn.datasets.download import data_root
 from jaxgcn.datasets.files import load_files
-from jaxgcn.datasets.named import protocol_info, protocol_of, protocol_splits
+from jaxgcn.datasets.named import protocol_info, protocol_name, protocol_of, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 from jaxgcn.plan import fallback_note
@@ -115,19 +115,12 @@ def require_two_classes(args: argparse.Namespace, prepared: Prepared) -> None:
                      "needs at least 2 classes (with one, accuracy is 1.0 by construction): check the labels")
 
 
-def _protocol_name(args: argparse.Namespace) -> str:
-    if protocol_of(args.dataset) == "wikics":
-        return f"WikiCS official {'1' if args.splits == 1 else f'1..{args.splits}'}"
-    last = args.data_seed + args.splits - 1
-    return f"20/30 per class, rest test (seed {args.data_seed}{'' if args.splits == 1 else f'..{last}'})"
-
-
 def _with_split(args: argparse.Namespace, prepared: Prepared,
                 protocol: list[dict[str, np.ndarray]] | None = None) -> Prepared:
     """Random splits drawn after preparation (stacked when several), the dataset protocol's splits
     (``protocol``, in the input's numbering), and the split's name in ``info``."""
     if protocol is not None:
-        return with_splits(prepared, protocol, _protocol_name(args))
+        return with_splits(prepared, protocol, protocol_name(protocol_of(args.dataset), args.splits, args.data_seed))
     if random_splits(args):
         prepared = with_random_splits(prepared, np.asarray(prepared.data.labels), args.splits,
                                       per_class=args.train_per_class, n_val=args.val, n_test=args.test,

@@ -19,7 +19,7 @@ from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.bundled import BUNDLED, load_bundled
 from jaxgcn.datasets.catalogue import CATALOGUE, lookup
 from jaxgcn.datasets.download import data_root as download_root
-from jaxgcn.datasets.named import load_named
+from jaxgcn.datasets.named import load_named, protocol_info, protocol_name, protocol_of, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.datasets.ogb import load_arrays, load_ogb
 from jaxgcn.datasets.planetoid import load_raw
@@ -38,8 +38,8 @@ FEATURE_NORMS = ("row", "standardize", "none")
 
 __all__ = [
     "BUNDLED", "FEATURE_NORMS", "Prepared", "RawGraph", "available", "load_bundled", "load_dataset",
-    "load_raw", "normalize_features", "planetoid_split", "prepare", "synthetic", "with_random_splits",
-    "with_splits",
+    "load_protocol", "load_raw", "normalize_features", "planetoid_split", "prepare", "synthetic",
+    "with_random_splits", "with_splits",
 ]
 
 
@@ -331,6 +331,36 @@ def with_splits(prepared: Prepared, splits: list[dict[str, np.ndarray]], name: s
     data = prepared.data._replace(train_mask=masks["train"], val_mask=masks["val"], test_mask=masks["test"])
     info = {**prepared.info, "split": name, "split_sizes": {k: int(v[0].sum()) for k, v in stacks.items()}}
     return prepared._replace(data=data, info=info)
+
+
+def load_protocol(name: str, *, splits: int = 1, seed: int = 0, data_root: str | Path | None = None,
+                  download: bool = True, **prepare_args: Any) -> Prepared:
+    """A catalogue dataset prepared for its own evaluation protocol, as ``jaxgcn train --dataset
+    NAME --splits K`` prepares it: Shchur et al.'s 20/30-per-class splits drawn with seeds
+    ``seed``..``seed + K - 1`` or WikiCS's first K official splits, stacked for a batch (each run
+    names its split: ``make_specs(..., split=k)``); the one split Planetoid and OGB datasets ship.
+    ``prepare_args`` go to :func:`prepare`; ``info`` names the split, protocol and metric.
+
+    Five lines reproduce ``jaxgcn train --dataset amazon-photo --splits 10 --seeds 2``::
+
+        from jaxgcn import datasets, fit_runs
+        from jaxgcn.batched import concat_specs, make_specs
+        p = datasets.load_protocol("amazon-photo", splits=10)
+        res = fit_runs(p.data, p.n_classes, concat_specs([make_specs([0, 1], split=k) for k in range(10)]))
+        print(res.metrics["test_acc"].mean(), res.metrics["test_acc"].std())
+    """
+    protocol = protocol_of(name)
+    if protocol is None:
+        raise ValueError(f"dataset {name!r}: not a catalogue dataset, so it has no protocol; see `jaxgcn datasets`")
+    raw = load_dataset(name, data_root=data_root, download=download)
+    prepared = prepare(raw, **prepare_args)
+    if protocol in ("per-class-20-30", "wikics"):
+        prepared = with_splits(prepared, protocol_splits(raw, protocol, splits, seed), protocol_name(protocol, splits,
+                                                                                                       seed))
+    elif splits != 1:
+        raise ValueError(f"splits={splits}: dataset {name} ships one split ({protocol} protocol); draw several with "
+                         "with_random_splits")
+    return prepared._replace(info={**prepared.info, **protocol_info(name)})
 
 
 def split_codes(prepared: Prepared, index: int = 0) -> np.ndarray:

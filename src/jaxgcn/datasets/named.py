@@ -88,6 +88,19 @@ def protocol_splits(raw: RawGraph, protocol: str, n_splits: int, seed: int = 0) 
     return official[:n_splits]
 
 
+def protocol_name(protocol: str, n_splits: int, seed: int = 0) -> str:
+    """How reports name ``n_splits`` splits of a protocol with several (``per-class-20-30``,
+    ``wikics``).
+
+    >>> protocol_name("per-class-20-30", 10)
+    '20/30 per class, rest test (seed 0..9)'
+    """
+    if protocol == "wikics":
+        return f"WikiCS official {'1' if n_splits == 1 else f'1..{n_splits}'}"
+    last = seed + n_splits - 1
+    return f"20/30 per class, rest test (seed {seed}{'' if n_splits == 1 else f'..{last}'})"
+
+
 def protocol_info(name: str) -> dict[str, str]:
     """``{"protocol", "metric"}`` of a catalogue dataset for reports (OGB's metric under OGB's name:
     ``acc`` for ogbn-arxiv), or ``{}`` for other datasets."""
