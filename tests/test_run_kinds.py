@@ -109,8 +109,15 @@ def _killed_and_resumed_equals_uninterrupted(tmp_path: Path, args: list[str], ki
     full, resumed = (json.loads((tmp_path / f).read_text()) for f in ("full.json", "resumed.json"))
     for key in ("test_acc", "val_acc", "epochs_run", "restored_epoch"):
         assert resumed[key] == full[key], key
+    assert None not in resumed["restored_epoch"]  # patience: the epoch whose params each run returns
     _same_params(_params(tmp_path / "ck"), _params(tmp_path / "full"))
     assert not (tmp_path / "ck" / batch_state.FOLDER).exists()  # a finished batch holds no state
+    # the saved model, evaluated on one device in this process, scores what training reported
+    run = len(resumed["test_acc"]) - 1
+    data = args[:args.index("--lr")]  # the dataset flags
+    picked = ["--run", str(run)] if run else []
+    assert run_main(["evaluate", "--checkpoint", tmp_path / "ck", *picked, *data, "--json", tmp_path / "ev.json"]) == 0
+    assert abs(json.loads((tmp_path / "ev.json").read_text())["accuracy"] - resumed["test_acc"][run]) < 1e-6
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
