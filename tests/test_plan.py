@@ -63,3 +63,22 @@ def test_the_fallback_note_says_why_auto_kept_off_the_kernel(graphs, monkeypatch
 def test_an_execution_kernels_value_is_checked():
     with pytest.raises(ValueError, match=r"kernels='yes' must be True, False or None"):
         Execution(kernels="yes")
+
+
+@needs_kernel
+def test_every_entry_that_compiles_plans_its_execution():
+    # compile_runner given an unplanned Execution(): the first layer's pair still runs on the kernel
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import scipy.sparse as sp
+
+    from jaxgcn import csr
+    from jaxgcn.train import TrainConfig, compile_runner
+
+    raw = datasets.synthetic(120, n_classes=3, n_features=30, seed=2)
+    p = datasets.prepare(raw._replace(features=sp.csr_matrix(np.where(raw.features > 1.0, raw.features, 0))))
+    compiled = compile_runner(GCNConfig(), TrainConfig(epochs=3), p.data, p.n_classes, Execution())
+    csr.reset_kernel_counters()
+    state = compiled.run_until(compiled.init(jax.random.key(0), p.data), p.data, jnp.int32(3))
+    assert int(state.epoch) == 3 and csr.kernel_counters()["pair_calls"] > 0

@@ -73,7 +73,9 @@ def compile_programs(runner: Runner, key: jax.Array, init_data: Any, data: Any) 
 
 def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int,
                    execution: Execution = Execution()) -> Compiled:
-    """Compile (once per configuration and data shapes; cached) the functions of a training run."""
+    """Compile (once per configuration and data shapes; cached) the functions of a training run, with
+    ``execution`` planned for ``data`` (:func:`jaxgcn.plan.planned`)."""
+    execution = planned(execution, data.graph)
     cache_key = (model_config, config, execution, n_classes, signature(data))
     if cache_key in COMPILED:
         return COMPILED[cache_key]._replace(compile_seconds=0.0)

@@ -188,7 +188,9 @@ def _state_shardings(state: BatchState, config: TrainConfig, mesh: jax.sharding.
 def compile_batch(model_config: GCNConfig, config: TrainConfig, execution: Execution, params: Params,
                   data: TrainData, runs: RunInputs, seeds: jax.Array, mesh: Any) -> tuple[Compiled, BatchState]:
     """Compile a batch's programs (once per configuration, shapes and mesh, in the one cache of
-    :mod:`jaxgcn.training.loop`) and return them with the initial state."""
+    :mod:`jaxgcn.training.loop`) and return them with the initial state; ``execution`` planned
+    for ``data`` (:func:`jaxgcn.plan.planned`)."""
+    execution = planned(execution, data.graph)
     key = ("runs", model_config, config, execution, signature(data), jax.tree.structure(params),
            tuple(leaf.shape for leaf in jax.tree.leaves(params)), mesh)
     if key in COMPILED:
