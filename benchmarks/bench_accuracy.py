@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from jaxgcn.batched import BatchResult, concat_specs, fit_runs, make_specs
+from jaxgcn.batched import BatchResult, entries_for, fit_runs
 from jaxgcn.datasets import load_dataset, prepare, with_splits
 from jaxgcn.datasets.catalogue import CATALOGUE, Dataset, lookup
 from jaxgcn.datasets.download import data_root, is_cached
@@ -88,11 +88,10 @@ def train_one(entry: Dataset, args: argparse.Namespace) -> tuple[BatchResult, in
         prepared = with_splits(prepared, splits, f"{entry.protocol} x {n_splits}")
     del raw
     seeds = list(range(n_seeds))
-    spec = concat_specs([make_specs(seeds, split=k) for k in range(n_splits)])
+    entries = entries_for(seeds, model_config=GCNConfig(), config=TrainConfig(), splits=n_splits)
     # runs_per_device = every run: the whole protocol is one batch of one compiled program
-    result = fit_runs(prepared.data, prepared.n_classes, spec, model_config=GCNConfig(),
-                      execution=Execution(backend=prepared.backend), config=TrainConfig(),
-                      runs_per_device=spec.n_runs)
+    result = fit_runs(prepared.data, prepared.n_classes, entries, execution=Execution(backend=prepared.backend),
+                      runs_per_device=len(entries))
     return result, n_splits, n_seeds
 
 

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from jaxgcn import compiler, train
-from jaxgcn.batched import fit_batch, make_specs
+from jaxgcn.batched import entries_for, fit_batch
 from jaxgcn.datasets import load_dataset, prepare
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
@@ -42,8 +42,9 @@ def main() -> None:
             train.COMPILED.clear()  # the programs of single runs and of batches
             one = fit(prepared.data, prepared.n_classes, model_config=model_config, execution=execution,
                       config=config, key=jax.random.key(rep), log=None)
-            eight = fit_batch(prepared.data, prepared.n_classes, make_specs(list(range(8))),
-                              model_config=model_config, execution=execution, config=config)
+            eight = fit_batch(prepared.data, prepared.n_classes,
+                              entries_for(list(range(8)), model_config=model_config, config=config),
+                              execution=execution)
             accuracy[name] = eight.metrics["test_acc"]
             if rep:  # the first round warms caches
                 times[name].append((one.train_seconds, eight.train_seconds))

@@ -18,7 +18,7 @@ import time
 import jax
 import numpy as np
 
-from jaxgcn.batched import fit_runs, make_specs
+from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.datasets import load_dataset, prepare
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
@@ -37,10 +37,9 @@ def main() -> int:
     execution = Execution(backend=prepared.backend)
     print(f"{args.dataset}, paper settings, backend {prepared.backend}, {len(jax.devices())} device(s)")
 
-    spec = make_specs(list(range(args.seeds)))
+    entries = entries_for(list(range(args.seeds)), model_config=model_config, config=config)
     start = time.perf_counter()
-    batch = fit_runs(prepared.data, prepared.n_classes, spec, model_config=model_config, execution=execution,
-                     config=config)
+    batch = fit_runs(prepared.data, prepared.n_classes, entries, execution=execution)
     total = time.perf_counter() - start
     acc = batch.metrics["test_acc"]
     print(f"one program, {args.seeds} runs: compile {batch.compile_seconds:.1f} s | run {batch.train_seconds:.1f} s "

@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.batched import compile_batch, init_params, make_specs, run_inputs
+from jaxgcn.batched import compile_batch, entries_for, init_params, run_inputs
 from jaxgcn.data import with_focus
 from jaxgcn.datasets import load_dataset, prepare
 from jaxgcn.models import Execution, GCNConfig
@@ -381,9 +381,9 @@ def profile(prepared: Any, r: int, seconds: float, repeat: int, limits: dict[str
     # the paper's 200 epochs (the history buffers' length); each execution stops earlier
     model_config, config = GCNConfig(hidden=hidden), TrainConfig(early_stopping=None)
     execution = Execution(backend=prepared.backend)
-    spec = make_specs(list(range(r)), hidden=hidden)
-    params = init_params(model_config, spec, n_features, prepared.n_classes)
-    runs, seeds = run_inputs(spec), jnp.asarray(spec.seed, jnp.int32)
+    entries = entries_for(list(range(r)), model_config=model_config, config=config)
+    params = init_params(model_config, entries, n_features, prepared.n_classes)
+    runs, seeds = run_inputs(entries), jnp.asarray([e.seed for e in entries], jnp.int32)
     (init, run_until, _, _, _), _ = compile_batch(model_config, config, execution, params, data, runs, seeds, None)
     hlo = Hlo(run_until.as_text())
     hlo.x_nnz = int(data.x.cols.shape[0])

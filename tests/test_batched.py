@@ -22,14 +22,7 @@ import pytest
 import scipy.sparse as sp
 
 from jaxgcn import datasets
-from jaxgcn.batched import (
-    concat_specs,
-    fit_runs,
-    init_params,
-    make_specs,
-    run_inputs,
-    unstack_params,
-)
+from jaxgcn.batched import Entry, entries_for, fit_runs, init_params, program_of, run_inputs, unstack_params
 from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.models import Execution, GCNConfig, apply_runs, gcn
 from jaxgcn.train import Kipf, Patience, TrainConfig, fit
@@ -97,17 +90,23 @@ def single():
     return run
 
 
-def batch(prepared, spec, model_config=MODEL, config=KIPF, data=None, execution=EXEC, **kwargs):
-    return fit_runs(prepared.data if data is None else data, prepared.n_classes, spec,
-                    model_config=model_config, execution=execution, config=config, **kwargs)
+def batch(prepared, entries, data=None, execution=EXEC, **kwargs):
+    return fit_runs(prepared.data if data is None else data, prepared.n_classes, entries, execution=execution,
+                    **kwargs)
+
+
+def hyper(seed, lr, weight_decay, dropout, config=KIPF, model=MODEL, split=0):
+    """One entry with its own learning rate, weight decay and dropout."""
+    return Entry(dataclasses.replace(model, dropout=dropout),
+                 dataclasses.replace(config, lr=lr, weight_decay=weight_decay), seed, split)
 
 
 @pytest.fixture(scope="module")
 def kipf_batch(hard):
-    return batch(hard, make_specs(SEEDS, lr=KIPF.lr), config=KIPF)
+    return batch(hard, entries_for(SEEDS, config=KIPF))
 
 
-def assert_run_equals_fit(result, r, one, *, params_hidden=None, param_tol=PARAM_TOL):
+def assert_run_equals_fit(result, r, one, *, param_tol=PARAM_TOL):
     """Run ``r`` of a batch equals the single run ``one``: metrics, epochs, histories, params."""
     e = one.epochs_run
     assert int(result.epochs_run[r]) == e
@@ -120,7 +119,7 @@ def assert_run_equals_fit(result, r, one, *, params_hidden=None, param_tol=PARAM
         np.testing.assert_allclose(result.history[name][r, :e], one.history[name], rtol=1e-5, atol=1e-5,
                                    err_msg=name)
         assert np.all(np.isnan(result.history[name][r, e:])), f"{name} recorded after the run stopped"
-    mine = unstack_params(result.params, r, hidden=params_hidden)
+    mine = unstack_params(result.params, r)
     assert jax.tree.structure(mine) == jax.tree.structure(one.params)
     for got, want in zip(jax.tree.leaves(mine), jax.tree.leaves(one.params)):
         assert got.shape == want.shape
@@ -132,7 +131,7 @@ def assert_run_equals_fit(result, r, one, *, params_hidden=None, param_tol=PARAM
 
 def test_kipf_batch_equals_single_runs_and_some_stop_early(hard, kipf_batch, single):
     res = kipf_batch
-    assert res.spec.n_runs == 3 and res.epochs_run.shape == (3,)
+    assert [e.seed for e in res.entries] == SEEDS and res.epochs_run.shape == (3,)
     assert res.history["loss"].shape == (3, KIPF.epochs)
     assert np.all(res.epochs_run < KIPF.epochs) and np.all(res.stopped_early)
     assert len(set(res.epochs_run.tolist())) > 1  # stopped at different epochs of the same program
@@ -145,7 +144,7 @@ def test_kipf_batch_equals_single_runs_and_some_stop_early(hard, kipf_batch, sin
 
 
 def test_patience_batch_returns_each_runs_best_params(hard, single):
-    res = batch(hard, make_specs(SEEDS, lr=PATIENCE.lr), config=PATIENCE)
+    res = batch(hard, entries_for(SEEDS, config=PATIENCE))
     assert np.any(res.stopped_early)
     np.testing.assert_array_equal(res.stopped_early, res.epochs_run < PATIENCE.epochs)
     for r, seed in enumerate(SEEDS):
@@ -170,7 +169,7 @@ def test_sparse_features_no_early_stopping_batch_equals_single_runs(raw_hard, sp
     # runs csr and segment, whose regimes it is built for).
     prepared = sparse_hard if backend == "csr" else sparse_version(raw_hard, backend)
     execution = Execution(backend=backend)
-    res = batch(prepared, make_specs(SEEDS), config=NONE, execution=execution)  # paper's defaults
+    res = batch(prepared, entries_for(SEEDS, config=NONE), execution=execution)
     assert res.epochs_run.tolist() == [NONE.epochs] * 3 and not np.any(res.stopped_early)
     assert np.all(np.isfinite(res.history["loss"]))
     for r, seed in enumerate(SEEDS):
@@ -181,7 +180,7 @@ def test_sparse_features_no_early_stopping_batch_equals_single_runs(raw_hard, sp
 
 def test_progress_lines_report_runs_still_training(hard, kipf_batch):
     lines = []
-    res = batch(hard, make_specs(SEEDS, lr=KIPF.lr), config=KIPF, log_every=20, log=lines.append)
+    res = batch(hard, entries_for(SEEDS, config=KIPF), log_every=20, log=lines.append)
     assert res.compile_seconds == 0.0  # the kipf_batch program was reused
     np.testing.assert_array_equal(res.epochs_run, kipf_batch.epochs_run)
     pattern = re.compile(r"^Epoch +(\d+) \| runs training (\d+)/3 \| val mean (\d\.\d{4})$")
@@ -205,9 +204,7 @@ HYPER = [(0, 0.1, 5e-4, 0.5), (1, 0.02, 0.0, 0.2), (2, 0.05, 2e-3, 0.0)]
 
 
 def test_per_run_hyperparameters_equal_single_runs(hard, kipf_batch, single):
-    spec = concat_specs([make_specs([s], lr=lr, weight_decay=wd, dropout=d) for s, lr, wd, d in HYPER])
-    assert spec.n_runs == 3 and spec.lr.dtype == np.float32
-    res = batch(hard, spec, config=KIPF)
+    res = batch(hard, [hyper(*h) for h in HYPER])
     assert res.compile_seconds == 0.0  # hyperparameters are inputs, not part of the program
     for r, (seed, lr, wd, d) in enumerate(HYPER):
         one = single(hard, dataclasses.replace(MODEL, dropout=d),
@@ -222,56 +219,52 @@ def test_per_run_hyperparameters_equal_single_runs(hard, kipf_batch, single):
 def test_each_run_keeps_its_own_l2_factor_when_the_batch_config_has_none(hard, single):
     # regression: the step once dropped the L2 term of every run when the program's own
     # TrainConfig.weight_decay was 0 (a sweep whose --weight-decay list began with 0)
-    spec = concat_specs([make_specs([s], lr=lr, weight_decay=wd, dropout=d) for s, lr, wd, d in HYPER])
-    res = batch(hard, spec, config=dataclasses.replace(KIPF, weight_decay=0.0))
-    for r, (seed, lr, wd, d) in enumerate(HYPER):
+    # (the first entry's own weight decay is 0 here: the program's configs are the first entry's)
+    runs = [(s, lr, 0.0 if r == 0 else wd, d) for r, (s, lr, wd, d) in enumerate(HYPER)]
+    res = batch(hard, [hyper(*h) for h in runs])
+    for r, (seed, lr, wd, d) in enumerate(runs):
         one = single(hard, dataclasses.replace(MODEL, dropout=d),
                      dataclasses.replace(KIPF, lr=lr, weight_decay=wd), seed)
         assert_run_equals_fit(res, r, one)
 
 
-# --- 3. padded hidden widths ---------------------------------------------------------------------------
+# --- 3. what one program shares -------------------------------------------------------------------------
 
 
-def test_padded_hidden_widths_equal_unpadded_runs(hard, single):
-    widths = [8, 16, 8]
-    spec = concat_specs([make_specs([s], lr=KIPF.lr, hidden=h) for s, h in zip(SEEDS, widths)])
-    res = batch(hard, spec, config=KIPF)  # MODEL.hidden = 16 is the padded width
-    assert res.params["layer_0"]["w"].shape == (16, 3, 16)
-    assert res.params["layer_1"]["w"].shape == (16, 3, hard.n_classes)
-    for r, (seed, h) in enumerate(zip(SEEDS, widths)):
-        one = single(hard, dataclasses.replace(MODEL, hidden=h), KIPF, seed)
-        assert_run_equals_fit(res, r, one, params_hidden=h)
-        # The padded hidden units are exactly zero after training (zero gradients, zero Adam steps).
-        assert np.all(np.asarray(res.params["layer_0"]["w"][:, r, h:]) == 0.0)
-        assert np.all(np.asarray(res.params["layer_1"]["w"][h:, r, :]) == 0.0)
-    wide = single(hard, MODEL, KIPF, 0)
-    narrow = single(hard, dataclasses.replace(MODEL, hidden=8), KIPF, 0)
-    assert not np.allclose(narrow.history["loss"][:5], wide.history["loss"][:5])  # the width mattered
+def test_entries_that_cannot_share_one_program_are_refused_by_name(hard):
+    # hidden width, epochs, layers: the program's shapes and loop; lr, weight decay, dropout: inputs
+    assert program_of([hyper(*h) for h in HYPER]) == program_of(entries_for([0], config=KIPF))
+    for j, changed, field in ((1, dict(model=dataclasses.replace(MODEL, hidden=8)), "model.hidden (16 vs 8)"),
+                              (2, dict(train=dataclasses.replace(KIPF, epochs=61)), "train.epochs (60 vs 61)")):
+        entries = entries_for(SEEDS, config=KIPF)
+        entries[j] = entries[j]._replace(**changed)
+        with pytest.raises(ValueError, match=rf"entries\[0\] and entries\[{j}\] differ in {re.escape(field)}: one "
+                                             "program shares everything but lr, weight_decay, dropout"):
+            batch(hard, entries)
+    with pytest.raises(ValueError, match="entries: give at least one run"):
+        batch(hard, [])
 
 
 # --- 4. init_params / apply_runs against the single model --------------------------------------------
 
-# (architecture, features, per-run hidden widths): padding, bias, residual projections and layer
+# (architecture, features): bias, residual projections and layer
 # norm, over dense and sparse inputs. Each case compiles 4 small programs, so 3 cases, not 6.
 ARCHS = {
-    "paper-dense": (GCNConfig(hidden=16), "dense", [8, 16, 12]),
-    "bias_residual_3_layers-sparse": (GCNConfig(hidden=16, layers=3, bias=True, residual=True), "sparse",
-                                      [8, 16, 12]),
-    "layer_norm_3_layers-dense": (GCNConfig(hidden=16, layers=3, layer_norm=True, bias=True), "dense",
-                                  [16, 16, 16]),
+    "paper-dense": (GCNConfig(hidden=16), "dense"),
+    "bias_residual_3_layers-sparse": (GCNConfig(hidden=12, layers=3, bias=True, residual=True), "sparse"),
+    "layer_norm_3_layers-dense": (GCNConfig(hidden=16, layers=3, layer_norm=True, bias=True), "dense"),
 }
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_init_and_apply_runs_equal_the_single_model_per_run(arch, hard, sparse_hard):
-    config, features, widths = ARCHS[arch]
+    config, features = ARCHS[arch]
     data = (hard if features == "dense" else sparse_hard).data
     seeds, dropouts = [3, 4, 5], [0.5, 0.3, 0.0]
-    spec = concat_specs([make_specs([s], hidden=h, dropout=d) for s, h, d in zip(seeds, widths, dropouts)])
+    entries = [Entry(dataclasses.replace(config, dropout=d), TrainConfig(), s) for s, d in zip(seeds, dropouts)]
     n_features, n_classes = data.x.shape[1], hard.n_classes
-    stacked = init_params(config, spec, n_features, n_classes)
-    assert stacked["layer_0"]["w"].shape == (n_features, 3, 16)
+    stacked = init_params(config, entries, n_features, n_classes)
+    assert stacked["layer_0"]["w"].shape == (n_features, 3, config.hidden)
 
     keys = jnp.stack([jax.random.key_data(jax.random.key(100 + r)) for r in range(3)])
 
@@ -283,12 +276,10 @@ def test_init_and_apply_runs_equal_the_single_model_per_run(arch, hard, sparse_h
                 apply_runs(config, params, data.graph, data.x, runs, execution=EXEC,
                            keys=jnp.swapaxes(layer_keys, 0, 1), train=True))
 
-    logits, train_logits = batched_apply(stacked, run_inputs(spec), keys)
+    logits, train_logits = batched_apply(stacked, run_inputs(entries), keys)
     assert logits.shape == train_logits.shape == (data.x.shape[0], 3, n_classes)
-    def nonzero(tree):
-        return sum(int(np.count_nonzero(np.asarray(leaf))) for leaf in jax.tree.leaves(tree))
-    for r, (seed, h, d) in enumerate(zip(seeds, widths, dropouts)):
-        model = gcn(dataclasses.replace(config, hidden=h, dropout=d), EXEC)
+    for r, (seed, d) in enumerate(zip(seeds, dropouts)):
+        model = gcn(dataclasses.replace(config, dropout=d), EXEC)
 
         @jax.jit
         def single_run(seed, key):  # the single run's init (its key's first half), eval and train logits
@@ -297,24 +288,15 @@ def test_init_and_apply_runs_equal_the_single_model_per_run(arch, hard, sparse_h
                     model.apply(params, data.graph, data.x, key=jax.random.wrap_key_data(key), train=True))
 
         params, want, want_train = single_run(seed, keys[r])
-        # init_params: run r is the single run's init, zero-padded to the widest width.
-        mine = unstack_params(stacked, r, hidden=h)
+        # init_params: run r is the single run's init.
+        mine = unstack_params(stacked, r)
         assert jax.tree.structure(mine) == jax.tree.structure(params)
         jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), mine, params)
-        assert nonzero(unstack_params(stacked, r)) == nonzero(params)  # nothing outside its width
         np.testing.assert_allclose(np.asarray(logits[:, r]), np.asarray(want), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(np.asarray(train_logits[:, r]), np.asarray(want_train), rtol=1e-5, atol=1e-6)
     # Dropout did something for the runs that drop (and nothing for the rate-0 run).
     assert not np.allclose(np.asarray(train_logits[:, 0]), np.asarray(logits[:, 0]), atol=1e-3)
     np.testing.assert_allclose(np.asarray(train_logits[:, 2]), np.asarray(logits[:, 2]), rtol=1e-5, atol=1e-6)
-
-
-def test_init_params_rejects_widths_it_cannot_stack():
-    with pytest.raises(ValueError, match="hidden width 32 > the padded width 16"):
-        init_params(GCNConfig(hidden=16), make_specs([0], hidden=32), 5, 3)
-    spec = concat_specs([make_specs([0], hidden=8), make_specs([1], hidden=16)])
-    with pytest.raises(ValueError, match="layer norm needs every run"):
-        init_params(GCNConfig(hidden=16, layers=3, layer_norm=True), spec, 5, 3)
 
 
 # --- 5. random splits -----------------------------------------------------------------------------------
@@ -352,8 +334,7 @@ def test_random_splits_masks(three_splits, raw_hard, hard):
 
 
 def test_run_split_selects_its_masks(three_splits, hard, single):
-    spec = concat_specs([make_specs([7], lr=KIPF.lr, split=k) for k in range(3)])
-    res = batch(three_splits, spec, config=KIPF)
+    res = batch(three_splits, entries_for([7], config=KIPF, splits=3))
     d = three_splits.data
     for k in range(3):
         data_k = hard.data._replace(train_mask=d.train_mask[k], val_mask=d.val_mask[k], test_mask=d.test_mask[k])
@@ -368,7 +349,7 @@ import json, sys
 import jax
 import numpy as np
 from jaxgcn import datasets
-from jaxgcn.batched import fit_runs, make_specs
+from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.models import Execution
 from jaxgcn.train import COMPILED
 from jaxgcn.train import Kipf, TrainConfig
@@ -376,9 +357,9 @@ from jaxgcn.train import Kipf, TrainConfig
 assert len(jax.devices()) == 4, jax.devices()
 prepared = datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1),
                             backend="segment")  # csr batches stay on one device: the kernel uses every core
-res = fit_runs(prepared.data, prepared.n_classes, make_specs({seeds}, lr={lr}),
-               execution=Execution(backend="segment"),
-               config=TrainConfig(epochs={epochs}, lr={lr}, early_stopping=Kipf({window})), n_devices=4)
+config = TrainConfig(epochs={epochs}, lr={lr}, early_stopping=Kipf({window}))
+res = fit_runs(prepared.data, prepared.n_classes, entries_for({seeds}, config=config),
+               execution=Execution(backend="segment"), n_devices=4)
 meshes = [key[-1] for key in COMPILED if key[0] == "runs"]
 print(json.dumps({{
     "mesh_sizes": [None if m is None else int(m.size) for m in meshes],
@@ -410,8 +391,8 @@ def test_run_axis_sharded_over_four_devices_gives_the_same_runs(tmp_path, kipf_b
 def test_large_batches_run_in_slices_of_one_program(hard, kipf_batch):
     """More runs than runs_per_device x devices: repeated executions of one compiled program (the
     last slice padded) give exactly the runs of a single execution."""
-    sliced = batch(hard, make_specs(SEEDS, lr=KIPF.lr), config=KIPF, runs_per_device=2)
-    assert sliced.spec.n_runs == 3 and sliced.compile_seconds >= 0
+    sliced = batch(hard, entries_for(SEEDS, config=KIPF), runs_per_device=2)
+    assert len(sliced.entries) == 3 and sliced.compile_seconds >= 0
     np.testing.assert_array_equal(sliced.epochs_run, kipf_batch.epochs_run)
     for name in ("train_acc", "val_acc", "test_acc"):
         np.testing.assert_allclose(sliced.metrics[name], kipf_batch.metrics[name], atol=1e-6)
@@ -441,7 +422,7 @@ OPTIONS = {
 def test_training_options_batched_equal_single_runs(option, hard, single):
     model_config, execution, config = OPTIONS[option]
     seeds = [0, 1]
-    res = batch(hard, make_specs(seeds, lr=config.lr), model_config=model_config, execution=execution, config=config)
+    res = batch(hard, entries_for(seeds, model_config=model_config, config=config), execution=execution)
     for r, seed in enumerate(seeds):
         assert_run_equals_fit(res, r, single(hard, model_config, config, seed, execution=execution))
 
@@ -454,8 +435,8 @@ def test_a_diverging_run_is_named_like_the_single_run_reports_it(hard):
     with pytest.raises(TrainingDiverged) as single_err:
         fit(hard.data, hard.n_classes, model_config=MODEL, execution=EXEC, config=config, key=jax.random.key(1),
             log=None)
-    spec = concat_specs([make_specs([0], lr=0.01), make_specs([1], lr=1e20)])
+    entries = [Entry(MODEL, dataclasses.replace(config, lr=0.01), 0), Entry(MODEL, config, 1)]
     with pytest.raises(TrainingDiverged, match=r"run\(s\) \[1\] \(seed 1, lr 1e\+20\)") as batch_err:
-        batch(hard, spec, config=config)
+        batch(hard, entries)
     # the same epoch and causes as the single run's message
     assert str(single_err.value) in str(batch_err.value)

@@ -456,7 +456,7 @@ def test_a_batch_on_another_backend_never_calls_the_kernel():
     # all in XLA (here with sparse features, dropout, a residual 3-layer model; bcoo and dense take
     # the same kernels_for decision, tested above)
     from jaxgcn import datasets
-    from jaxgcn.batched import fit_runs, make_specs
+    from jaxgcn.batched import entries_for, fit_runs
     from jaxgcn.models import Execution, GCNConfig
     from jaxgcn.train import TrainConfig
 
@@ -464,17 +464,15 @@ def test_a_batch_on_another_backend_never_calls_the_kernel():
     raw = raw._replace(features=sp.csr_matrix(np.where(raw.features > 1.0, raw.features, 0)))
     p = datasets.prepare(raw, backend="segment")
     csr_mod.reset_kernel_counters()
-    res = fit_runs(p.data, p.n_classes, make_specs([0, 1, 2]), model_config=GCNConfig(layers=3, residual=True),
-                   execution=Execution(backend="segment"), config=TrainConfig(epochs=3))
+    runs = entries_for([0, 1, 2], model_config=GCNConfig(layers=3, residual=True), config=TrainConfig(epochs=3))
+    res = fit_runs(p.data, p.n_classes, runs, execution=Execution(backend="segment"))
     assert res.epochs_run.tolist() == [3, 3, 3]
     assert csr_mod.kernel_counters()["calls"] == csr_mod.kernel_counters()["dense_calls"] == 0
-    fit_runs(p.data, p.n_classes, make_specs([0, 1, 2]), model_config=GCNConfig(layers=3, residual=True),
-             execution=Execution(), config=TrainConfig(epochs=3))
+    fit_runs(p.data, p.n_classes, runs, execution=Execution())
     # "auto" is the backend the graph was prepared for (jaxgcn.plan): segment here, no kernel either
     assert csr_mod.kernel_counters()["calls"] == csr_mod.kernel_counters()["dense_calls"] == 0
     on_csr = datasets.prepare(raw)  # prepared for csr: the plan lets the kernel do the per-run products
-    fit_runs(on_csr.data, on_csr.n_classes, make_specs([0, 1, 2]), model_config=GCNConfig(layers=3, residual=True),
-             execution=Execution(), config=TrainConfig(epochs=3))
+    fit_runs(on_csr.data, on_csr.n_classes, runs, execution=Execution())
     assert csr_mod.kernel_counters()["dense_calls"] > 0
 
 

@@ -13,7 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 from jaxgcn import datasets
-from jaxgcn.batched import fit_runs, make_specs
+from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.csr import CSR
 from jaxgcn.cli.train import TrainOutcome, summary_line
 from jaxgcn.datasets.stats import describe, self_loops_line
@@ -190,14 +190,14 @@ def test_fit_reports_the_restored_epoch(synth):
 
 def test_batch_reports_the_restored_epoch_per_run(synth):
     config = TrainConfig(epochs=60, early_stopping=Patience(5))
-    res = fit_runs(synth.data, synth.n_classes, make_specs([0, 1, 2]), config=config, log=None)
+    res = fit_runs(synth.data, synth.n_classes, entries_for([0, 1, 2], config=config), log=None)
     assert res.restored_epoch.shape == (3,)
     for j in range(3):
         history = {k: v[j, : res.epochs_run[j]] for k, v in res.history.items()}
         assert res.restored_epoch[j] == best_epoch_by_rule(history["val_acc"], history["val_loss"])
     single = fit(synth.data, synth.n_classes, config=config, key=jax.random.key(1), log=None)
     assert int(res.restored_epoch[1]) == single.restored_epoch
-    none = fit_runs(synth.data, synth.n_classes, make_specs([0, 1]), config=TrainConfig(epochs=5), log=None)
+    none = fit_runs(synth.data, synth.n_classes, entries_for([0, 1], config=TrainConfig(epochs=5)), log=None)
     assert none.restored_epoch is None
 
 

@@ -437,13 +437,12 @@ def test_cli_download_then_list(server, tmp_path, capsys):
                           "pubmed, shchur-cora,") and "ogbn-arxiv" in err
 
 
-def test_five_lines_of_python_reproduce_a_protocol_batch_of_the_command_line(server, tmp_path, monkeypatch):
+def test_four_lines_of_python_reproduce_a_protocol_batch_of_the_command_line(server, tmp_path, monkeypatch):
     # `jaxgcn train --dataset shchur-cora --splits 3 --seeds 2` and load_protocol + fit_runs (the lines of
     # load_protocol's docstring, with amazon-photo's row served here by shchur-cora's): the same runs.
     import json
 
-    from jaxgcn import datasets, fit_runs
-    from jaxgcn.batched import concat_specs, make_specs
+    from jaxgcn import datasets, entries_for, fit_runs
     from jaxgcn.train import TrainConfig
 
     monkeypatch.setenv("JAXGCN_DATA", str(tmp_path))
@@ -452,8 +451,7 @@ def test_five_lines_of_python_reproduce_a_protocol_batch_of_the_command_line(ser
                      "--quiet", "--json", out]) == 0
     cli = json.loads(out.read_text())
     p = datasets.load_protocol("shchur-cora", splits=3)
-    res = fit_runs(p.data, p.n_classes, concat_specs([make_specs([0, 1], split=k) for k in range(3)]),
-                   config=TrainConfig(epochs=30))
+    res = fit_runs(p.data, p.n_classes, entries_for([0, 1], config=TrainConfig(epochs=30), splits=3))
     assert p.info["split"] == cli["split"] == "20/30 per class, rest test (seed 0..2)"
     assert p.info["protocol"] == "per-class-20-30" and p.info["split_sizes"]["train"] == 140
     assert res.metrics["test_acc"].tolist() == cli["test_acc"] and len(cli["test_acc"]) == 6

@@ -40,7 +40,7 @@ import pytest
 import scipy.sparse as sp
 
 from jaxgcn import datasets, train
-from jaxgcn.batched import fit_runs, make_specs, unstack_params
+from jaxgcn.batched import entries_for, fit_runs, unstack_params
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.models import Execution, GCNConfig
@@ -150,8 +150,7 @@ def assert_run_0_stops_first(ones):
 @pytest.mark.parametrize("backend", ["csr", "segment"])
 def test_seeds_in_one_program_equal_single_runs_that_stop_at_different_epochs(raw, prepared, singles, backend):
     p = _prepared(prepared, raw, backend)
-    res = fit_runs(p.data, p.n_classes, make_specs(SEEDS, weight_decay=CONFIG.weight_decay),
-                   model_config=GCNConfig(), execution=Execution(backend=backend), config=CONFIG)
+    res = fit_runs(p.data, p.n_classes, entries_for(SEEDS, config=CONFIG), execution=Execution(backend=backend))
     ones = singles(backend, SEEDS)
     assert len({one.epochs_run for one in ones}) == 3, "the seeds must stop at different epochs"
     assert any(one.stopped_early for one in ones) and not all(one.stopped_early for one in ones)

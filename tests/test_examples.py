@@ -97,10 +97,10 @@ def test_vmap_over_seeds_agrees_with_the_package(example):
     prepared = jaxgcn.prepare(jaxgcn.load_dataset("cora"))
     config = jaxgcn.TrainConfig(early_stopping=Patience(example.PATIENCE))
     # the package's 5 seeds in one program (each equal to its single jaxgcn.fit: tests/test_batched.py)
-    from jaxgcn.batched import fit_runs, make_specs
+    from jaxgcn.batched import entries_for, fit_runs
 
-    theirs = np.asarray(fit_runs(prepared.data, prepared.n_classes, make_specs(SEEDS), model_config=jaxgcn.GCNConfig(),
-                                 config=config).metrics["test_acc"])
+    theirs = np.asarray(fit_runs(prepared.data, prepared.n_classes, entries_for(SEEDS, config=config))
+                        .metrics["test_acc"])
     assert theirs.shape == (len(SEEDS),)
     print(f"example {ours['test_acc'].mean():.4f} ± {ours['test_acc'].std():.4f}, "
           f"package {theirs.mean():.4f} ± {theirs.std():.4f}")

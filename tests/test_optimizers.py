@@ -14,7 +14,7 @@ import optax
 import pytest
 
 from jaxgcn import datasets
-from jaxgcn.batched import fit_runs, make_specs, unstack_params
+from jaxgcn.batched import entries_for, fit_runs, unstack_params
 from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.sweep import Grid, run_grid
 from jaxgcn.train import OPTIMIZERS, Kipf, TrainConfig, fit, l2_penalty, masked_cross_entropy, optimizer_factory
@@ -92,8 +92,8 @@ def test_adamw_decays_in_the_optimizer_not_in_the_loss(prepared):
 @pytest.mark.parametrize("name", [o for o in OPTIMIZERS if o != "adam"])  # adam: test_batched.py
 def test_batched_runs_equal_single_runs_for_each_optimizer(prepared, name):
     config = TrainConfig(optimizer=name, epochs=40, lr=0.05, early_stopping=Kipf(5), clip_norm=1.0)
-    res = fit_runs(prepared.data, prepared.n_classes, make_specs([0, 1], lr=config.lr), model_config=MODEL,
-                   execution=EXEC, config=config)
+    res = fit_runs(prepared.data, prepared.n_classes, entries_for([0, 1], model_config=MODEL, config=config),
+                   execution=EXEC)
     for r, seed in enumerate([0, 1]):
         one = fit(prepared.data, prepared.n_classes, model_config=MODEL, execution=EXEC, config=config,
                   key=jax.random.key(seed), log=None)

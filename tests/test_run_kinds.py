@@ -20,8 +20,7 @@ import pytest
 from cli_run import run_main
 
 from jaxgcn import batch_state, checkpoint, datasets
-from jaxgcn.batched import fit_runs, make_specs
-from jaxgcn.models import GCNConfig
+from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.train import Patience, TrainConfig
 
 # 300 noisy nodes: with patience 400 the three seeds stop at epochs 1023, 698 and 1163
@@ -184,12 +183,11 @@ def test_every_slice_of_a_batch_resumes_from_any_of_its_checkpoints():
     # different epochs; a job killed after any checkpoint resumes to the uninterrupted params.
     p = datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=8, homophily=0.3, seed=0))
     config = TrainConfig(lr=0.005, epochs=300, early_stopping=Patience(40))
-    spec = make_specs([0, 1, 2], lr=0.005)
+    entries = entries_for([0, 1, 2], config=config)
     saves: list[tuple[int, int, dict]] = []
 
     def fit(**hooks):
-        return fit_runs(p.data, p.n_classes, spec, model_config=GCNConfig(), config=config, runs_per_device=2,
-                        checkpoint_every=25, **hooks)
+        return fit_runs(p.data, p.n_classes, entries, runs_per_device=2, checkpoint_every=25, **hooks)
 
     full = fit(on_checkpoint=lambda first, s: saves.append((first, int(s.step), checkpoint.state_arrays(s))))
     assert len(set(full.epochs_run.tolist())) == 3 and {f for f, _, _ in saves} == {0, 2}

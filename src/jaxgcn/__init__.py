@@ -9,7 +9,7 @@ their own modules (``jaxgcn.layers``, ``jaxgcn.propagate``, ``jaxgcn.train``, ``
 >>> result = jaxgcn.fit(prepared.data, prepared.n_classes, log=None)  # doctest: +SKIP
 """
 
-from jaxgcn.batched import BatchResult, fit_runs, make_specs
+from jaxgcn.batched import BatchResult, Entry, entries_for, fit_runs
 from jaxgcn.data import TrainData
 from jaxgcn.datasets import RawGraph, load_dataset, prepare, synthetic, with_random_splits
 from jaxgcn.graph import Graph, from_edges, from_scipy, gcn_norm
@@ -20,7 +20,7 @@ from jaxgcn.version import __version__
 
 __all__ = [
     "__version__",
-    "BatchResult", "Execution", "FitResult", "GCNConfig", "Graph", "Grid", "RawGraph", "TrainConfig", "TrainData",
-    "TrainingDiverged", "fit", "fit_runs", "from_edges", "from_scipy", "gcn", "gcn_norm", "load_dataset",
-    "make_specs", "prepare", "run_grid", "synthetic", "with_random_splits",
+    "BatchResult", "Entry", "Execution", "FitResult", "GCNConfig", "Graph", "Grid", "RawGraph", "TrainConfig",
+    "TrainData", "TrainingDiverged", "entries_for", "fit", "fit_runs", "from_edges", "from_scipy", "gcn", "gcn_norm",
+    "load_dataset", "prepare", "run_grid", "synthetic", "with_random_splits",
 ]

@@ -1,10 +1,10 @@
 """Hyperparameter grids × seeds × splits, run as few compiled programs as possible.
 
 A grid is lowered to a list of entries (:func:`lower`), each the full configs of ONE run plus its
-seed and split, and the entries are run (:func:`run_entries`): learning rate, L2 factor, dropout
-and hidden width vary per run inside one program (:mod:`jaxgcn.batched`); entries whose configs
-differ in anything else (layer count, optimizer, epochs, widths with layer norm, ...) form separate
-groups. A group too large for the memory budget is split into chunks.
+seed and split (:class:`jaxgcn.batched.Entry`), and the entries are run (:func:`run_entries`):
+learning rate, L2 factor and dropout vary per run inside one program (:mod:`jaxgcn.batched`);
+entries whose configs differ in anything else (hidden width, layer count, optimizer, epochs, ...)
+form separate groups (:func:`jaxgcn.batched.program_key`). A group too large for the memory budget is split into chunks.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from jaxgcn.batched import RunSpec, fit_runs
+from jaxgcn.batched import Entry, fit_runs, program_key
 from jaxgcn.memory import available_bytes
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.outputs import write_atomic
@@ -62,19 +62,6 @@ class Row(NamedTuple):
     test_std: float
     epochs_mean: float
     runs: list[dict[str, Any]]
-
-
-class Entry(NamedTuple):
-    """One run of a sweep: the full configs of that run, its seed and its split.
-
-    Every hyperparameter of the run lives in ``model`` and ``train`` (nothing is kept on the side);
-    ``split`` indexes the stacked split masks of the data (0 when there is one split).
-    """
-
-    model: GCNConfig
-    train: TrainConfig
-    seed: int
-    split: int
 
 
 class Outcome(NamedTuple):
@@ -128,22 +115,6 @@ def grid_values(entry: Entry) -> dict[str, Any]:
     """
     where = {**{k: entry.model for k in _MODEL_KEYS}, **{k: entry.train for k in _TRAIN_KEYS}}
     return {k: getattr(where[k], k) for k in GRID_KEYS}
-
-
-def program_key(entry: Entry) -> tuple[GCNConfig, TrainConfig]:
-    """The configs of the program an entry runs in: its own, with the per-run fields (learning
-    rate, weight decay, dropout) set to fixed values, since :class:`jaxgcn.batched.RunSpec` carries
-    them per run. Entries with equal keys share one program; any other difference (hidden width,
-    epochs, L2 scope, ...) separates them. Runs of several widths could share one program padded
-    to the widest, but then every run costs the widest: a 16/32/64 grid on Cora took 114 s padded
-    to 64 and far less as one program per width (compiling one is ~1 s, see docs/many-runs.md).
-
-    >>> entries = lower(Grid(lr=(0.01, 0.05), layers=(2, 3)), [0])  # (0.01, 2), (0.01, 3), (0.05, 2), ...
-    >>> [program_key(e) == program_key(entries[0]) for e in entries]
-    [True, False, True, False]
-    """
-    model = dataclasses.replace(entry.model, dropout=GCNConfig.dropout)
-    return model, dataclasses.replace(entry.train, lr=TrainConfig.lr, weight_decay=TrainConfig.weight_decay)
 
 
 def run_entries(
@@ -219,7 +190,7 @@ def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[i
         part = group[start:start + chunk]
         if progress is not None:
             progress.start_slice(rows[start], f"group {g}/{n_groups}, {len(part)} runs")
-        result = fit_runs(data, n_classes, run_spec(part), model_config=model, execution=execution, config=train,
+        result = fit_runs(data, n_classes, part, execution=execution,
                           log_every=progress.every if progress is not None else 0, progress=progress)
         out[start:start + len(part)] = np.stack([result.metrics["val_acc"], result.metrics["test_acc"],
                                                  result.epochs_run], axis=1)
@@ -228,21 +199,6 @@ def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[i
                 f"{len(part)} runs in one program | compile {result.compile_seconds:.1f}s | train "
                 f"{result.train_seconds:.1f}s | val mean {np.mean(result.metrics['val_acc']):.4f}")
     return out
-
-
-def run_spec(entries: list[Entry]) -> RunSpec:
-    """THE per-run settings of a batch, read from its entries' configs.
-
-    >>> spec = run_spec(lower(Grid(hidden=(8, 16)), [3, 4]))
-    >>> spec.hidden.tolist(), spec.seed.tolist()
-    ([8, 8, 16, 16], [3, 4, 3, 4])
-    """
-    return RunSpec(seed=np.asarray([e.seed for e in entries], np.int64),
-                   lr=np.asarray([e.train.lr for e in entries], np.float32),
-                   weight_decay=np.asarray([e.train.weight_decay for e in entries], np.float32),
-                   dropout=np.asarray([e.model.dropout for e in entries], np.float32),
-                   hidden=np.asarray([e.model.hidden for e in entries], np.int32),
-                   split=np.asarray([e.split for e in entries], np.int32))
 
 
 def run_grid(

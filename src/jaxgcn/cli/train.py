@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from jaxgcn import batch_state, checkpoint, outputs, reports
-from jaxgcn.batched import concat_specs, fit_runs, make_specs, unstack_params
+from jaxgcn.batched import entries_for, fit_runs, unstack_params
 from jaxgcn.cli import checkpointing, records, train_sharded
 from jaxgcn.cli.common import Say, plan, prelude, warn_tensorboard
 from jaxgcn.cli.config import configs
@@ -90,17 +90,15 @@ def _fit_batch(args: argparse.Namespace, loaded: Loaded, model_config: GCNConfig
     """Every seed on every split as one batched program (``runs`` of them execute together),
     with --checkpoint-every/--resume when given."""
     hooks = checkpointing.batch_hooks(args, loaded, model_config, train_config, execution, saved_facts, say, runs)
-    spec = concat_specs([make_specs(seeds, lr=args.lr, weight_decay=args.weight_decay, dropout=args.dropout,
-                                    hidden=args.hidden, split=k) for k in range(args.splits)])
-    say(f"{spec.n_runs} runs ({len(seeds)} seeds x {args.splits} split(s)) in one compiled program")
-    res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, spec, model_config=model_config,
-                   execution=execution, config=train_config, log_every=args.log_every, log=None, n_devices=args.devices,
-                   progress=progress, **hooks)
+    entries = entries_for(seeds, model_config=model_config, config=train_config, splits=args.splits)
+    say(f"{len(entries)} runs ({len(seeds)} seeds x {args.splits} split(s)) in one compiled program")
+    res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, entries, execution=execution,
+                   log_every=args.log_every, log=None, n_devices=args.devices, progress=progress, **hooks)
     restored = res.restored_epoch
-    runs = [RunSummary(int(spec.seed[j]), int(spec.split[j]), float(res.metrics["test_acc"][j]),
-                       float(res.metrics["val_acc"][j]), int(res.epochs_run[j]), bool(res.stopped_early[j]),
+    runs = [RunSummary(e.seed, e.split, float(res.metrics["test_acc"][j]), float(res.metrics["val_acc"][j]),
+                       int(res.epochs_run[j]), bool(res.stopped_early[j]),
                        None if restored is None else int(restored[j]))
-            for j in range(spec.n_runs)]
+            for j, e in enumerate(entries)]
     return TrainOutcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], None, res)
 
 

@@ -338,15 +338,15 @@ def load_protocol(name: str, *, splits: int = 1, seed: int = 0, data_root: str |
     """A catalogue dataset prepared for its own evaluation protocol, as ``jaxgcn train --dataset
     NAME --splits K`` prepares it: Shchur et al.'s 20/30-per-class splits drawn with seeds
     ``seed``..``seed + K - 1`` or WikiCS's first K official splits, stacked for a batch (each run
-    names its split: ``make_specs(..., split=k)``); the one split Planetoid and OGB datasets ship.
+    names its split: ``Entry.split``, as :func:`jaxgcn.batched.entries_for` numbers them); the one
+    split Planetoid and OGB datasets ship.
     ``prepare_args`` go to :func:`prepare`; ``info`` names the split, protocol and metric.
 
-    Five lines reproduce ``jaxgcn train --dataset amazon-photo --splits 10 --seeds 2``::
+    Four lines reproduce ``jaxgcn train --dataset amazon-photo --splits 10 --seeds 2``::
 
-        from jaxgcn import datasets, fit_runs
-        from jaxgcn.batched import concat_specs, make_specs
+        from jaxgcn import datasets, entries_for, fit_runs
         p = datasets.load_protocol("amazon-photo", splits=10)
-        res = fit_runs(p.data, p.n_classes, concat_specs([make_specs([0, 1], split=k) for k in range(10)]))
+        res = fit_runs(p.data, p.n_classes, entries_for([0, 1], splits=10))
         print(res.metrics["test_acc"].mean(), res.metrics["test_acc"].std())
     """
     protocol = protocol_of(name)

@@ -8,9 +8,9 @@ optimizer is the single run's (:func:`jaxgcn.train.optimizer_factory`), vmapped 
 
 Each run keeps its own PRNG stream (identical to a single run with the same key: same init, same
 dropout masks), its own learning rate, L2 factor, dropout rate, hidden width and split masks, and
-its own early stopping (per-run masks freeze a run once it has stopped). Hidden widths below the
-widest one are zero-padded; padded units receive zero gradients and Adam leaves them at exactly
-zero, so a padded run equals the unpadded model of its width.
+its own early stopping (per-run masks freeze a run once it has stopped). A run is described by an
+:class:`Entry` (its configs, seed and split); the runs of one program share everything else
+(:func:`program_of`), the hidden width included.
 
 :func:`jaxgcn.train.make_runner` is the single-run reference this module is tested against.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -39,79 +39,93 @@ from jaxgcn.training.loop import COMPILED, Chunk, Compiled, drive, progress_hook
 from jaxgcn.training.state import BatchState, state_axes
 from jaxgcn.training.step import make_batch_runner
 
-class RunSpec(NamedTuple):
-    """Per-run settings of a batch of R runs (host arrays, length R).
+class Entry(NamedTuple):
+    """One run: its full configs, its seed and its split (THE per-run description: the CLI, the
+    sweep and a library caller all describe runs this way).
 
-    Attributes:
-        seed: PRNG seed of each run (``jax.random.key(seed)``, as a single run would use).
-        lr, weight_decay, dropout: per-run hyperparameters.
-        hidden: per-run hidden width (<= the model config's ``hidden``, which is the padded width).
-        split: index into the batch's stacked split masks (0 when there is one split).
+    Runs whose configs differ only in ``train.lr``, ``train.weight_decay`` and ``model.dropout``
+    (and in seed and split) share one compiled program (:func:`program_of`); ``split`` indexes the
+    stacked split masks of the data (0 when there is one split).
     """
 
-    seed: np.ndarray
-    lr: np.ndarray
-    weight_decay: np.ndarray
-    dropout: np.ndarray
-    hidden: np.ndarray
-    split: np.ndarray
-
-    @property
-    def n_runs(self) -> int:
-        return int(np.asarray(self.seed).shape[0])
+    model: GCNConfig
+    train: TrainConfig
+    seed: int
+    split: int = 0
 
 
-def make_specs(seeds: list[int], *, lr: float = 0.01, weight_decay: float = 5e-4, dropout: float = 0.5,
-               hidden: int = 16, split: int = 0) -> RunSpec:
-    """A :class:`RunSpec` for several seeds of one configuration."""
-    r = len(seeds)
-    return RunSpec(np.asarray(seeds, np.int64), np.full(r, lr, np.float32), np.full(r, weight_decay, np.float32),
-                   np.full(r, dropout, np.float32), np.full(r, hidden, np.int32), np.full(r, split, np.int32))
+def entries_for(seeds: Sequence[int], *, model_config: GCNConfig = GCNConfig(), config: TrainConfig = TrainConfig(),
+                splits: int = 1) -> list[Entry]:
+    """Every seed on every split of one configuration, split by split (the order in which
+    ``jaxgcn train --seeds N --splits K`` reports its runs).
+
+    >>> [(e.seed, e.split) for e in entries_for([3, 4], splits=2)]
+    [(3, 0), (4, 0), (3, 1), (4, 1)]
+    """
+    return [Entry(model_config, config, int(seed), split) for split in range(splits) for seed in seeds]
 
 
-def concat_specs(specs: list[RunSpec]) -> RunSpec:
-    return RunSpec(*(np.concatenate(parts) for parts in zip(*specs)))
+def program_key(entry: Entry) -> tuple[GCNConfig, TrainConfig]:
+    """The configs of the program an entry runs in: its own, with the per-run fields (learning
+    rate, weight decay, dropout) set to fixed values, since they are inputs of the compiled program
+    (:class:`jaxgcn.models.RunInputs`). Entries with equal keys share one program; any other
+    difference (hidden width, epochs, L2 scope, ...) separates them. Runs of several widths could
+    share one program padded to the widest, but then every run costs the widest: a 16/32/64 grid
+    on Cora took 114 s padded to 64 and far less as one program per width (compiling one is ~1 s).
+
+    >>> a, b = Entry(GCNConfig(dropout=0.1), TrainConfig(lr=0.05), 0), Entry(GCNConfig(), TrainConfig(), 1)
+    >>> program_key(a) == program_key(b), program_key(a) == program_key(b._replace(model=GCNConfig(hidden=32)))
+    (True, False)
+    """
+    model = dataclasses.replace(entry.model, dropout=GCNConfig.dropout)
+    return model, dataclasses.replace(entry.train, lr=TrainConfig.lr, weight_decay=TrainConfig.weight_decay)
 
 
-def run_inputs(spec: RunSpec) -> RunInputs:
+def program_of(entries: Sequence[Entry]) -> tuple[GCNConfig, TrainConfig]:
+    """The one program's configs of ``entries`` (:func:`program_key`), or a ValueError naming the
+    first field in which two of them differ (group them first: :func:`jaxgcn.sweep.run_entries`)."""
+    if not entries:
+        raise ValueError("entries: give at least one run")
+    key = program_key(entries[0])
+    for j, entry in enumerate(entries):
+        other = program_key(entry)
+        if other == key:
+            continue
+        for name, mine, theirs in (("model", key[0], other[0]), ("train", key[1], other[1])):
+            for field in dataclasses.fields(mine):
+                a, b = getattr(mine, field.name), getattr(theirs, field.name)
+                if a != b:
+                    raise ValueError(f"entries[0] and entries[{j}] differ in {name}.{field.name} ({a!r} vs {b!r}): "
+                                     "one program shares everything but lr, weight_decay, dropout, seed and split; "
+                                     "run them as separate groups (jaxgcn.sweep.run_entries does)")
+    return key
+
+
+def run_inputs(entries: Sequence[Entry]) -> RunInputs:
     """The device-side per-run inputs of a batch (:func:`jaxgcn.models.make_run_inputs`)."""
-    return make_run_inputs(dropout=spec.dropout, hidden=spec.hidden, lr=spec.lr, weight_decay=spec.weight_decay,
-                           split=spec.split)
+    return make_run_inputs(dropout=[e.model.dropout for e in entries], hidden=[e.model.hidden for e in entries],
+                           lr=[e.train.lr for e in entries], weight_decay=[e.train.weight_decay for e in entries],
+                           split=[e.split for e in entries])
+
+
+def _seeds(entries: Sequence[Entry]) -> np.ndarray:
+    return np.asarray([e.seed for e in entries], np.int64)
 
 
 # --- init and the batched training run ------------------------------------------------------------
 
 
-def _pad_to(leaf: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    return jnp.pad(leaf, [(0, t - s) for s, t in zip(leaf.shape, shape)])
+def init_params(config: GCNConfig, entries: Sequence[Entry], n_features: int, n_classes: int) -> Params:
+    """Stacked params: each run initialized exactly as a single run of its seed (``config``: the
+    program's model, :func:`program_of`), stacked along the run axis."""
+    init = jit(_init_stacked, static_argnums=(0, 1, 2))
+    return init(config, n_features, n_classes, jnp.asarray(_seeds(entries), jnp.int32))
 
 
-def init_params(config: GCNConfig, spec: RunSpec, n_features: int, n_classes: int) -> Params:
-    """Stacked params: each run initialized exactly as a single run of its seed and width, then
-    zero-padded to ``config.hidden`` and stacked along the run axis."""
-    hidden = np.asarray(spec.hidden)
-    if hidden.max() > config.hidden:
-        raise ValueError(f"a run has hidden width {hidden.max()} > the padded width {config.hidden}")
-    if config.layer_norm and np.any(hidden != config.hidden):
-        raise ValueError("layer norm needs every run of a batch to have the same hidden width")
-    init = jit(_init_stacked, static_argnums=(0, 1, 2, 3))
-    return init(config, tuple(int(h) for h in hidden), n_features, n_classes, jnp.asarray(spec.seed, jnp.int32))
-
-
-def _init_stacked(config: GCNConfig, hidden: tuple[int, ...], n_features: int, n_classes: int,
-                  seeds: jax.Array) -> Params:
-    widths = np.asarray(hidden)
-    full = jax.eval_shape(lambda: gcn(config).init(jax.random.key(0), n_features, n_classes))
-    order, groups = [], []
-    for width in np.unique(widths):
-        idx = np.flatnonzero(widths == width)
-        model = gcn(dataclasses.replace(config, hidden=int(width)))
-        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[0])(seeds[idx])
-        group = jax.vmap(lambda k, m=model: m.init(k, n_features, n_classes))(keys)
-        groups.append(jax.tree.map(lambda g, f: _pad_to(g, (g.shape[0], *f.shape)), group, full))
-        order.append(idx)
-    inverse = np.argsort(np.concatenate(order))
-    stacked = jax.tree.map(lambda *g: jnp.concatenate(g, axis=0)[inverse], *groups)
+def _init_stacked(config: GCNConfig, n_features: int, n_classes: int, seeds: jax.Array) -> Params:
+    model = gcn(config)
+    keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[0])(seeds)
+    stacked = jax.vmap(lambda k: model.init(k, n_features, n_classes))(keys)
     return jax.tree.map(lambda leaf: jnp.moveaxis(leaf, 0, 1) if leaf.ndim == 3 else leaf, stacked)
 
 
@@ -122,7 +136,7 @@ class BatchResult(NamedTuple):
     """Outcome of a batch of runs (host NumPy, one entry per run).
 
     Attributes:
-        spec: the runs.
+        entries: the runs.
         metrics: ``{"train_acc", "val_acc", "test_acc", ...}`` -> [R] of the final (or best) params.
         epochs_run: [R]. stopped_early: [R] bool.
         history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [R, epochs] (NaN after a run stopped).
@@ -132,7 +146,7 @@ class BatchResult(NamedTuple):
             run returns (its best validation accuracy); ``None`` otherwise.
     """
 
-    spec: RunSpec
+    entries: list[Entry]
     metrics: dict[str, np.ndarray]
     epochs_run: np.ndarray
     stopped_early: np.ndarray
@@ -162,10 +176,9 @@ def _replicate(tree: Any, mesh: jax.sharding.Mesh | None) -> Any:
     return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
 
 
-def _pad_spec(spec: RunSpec, multiple: int) -> RunSpec:
+def _padded(entries: Sequence[Entry], multiple: int) -> list[Entry]:
     """Repeat the last run so the run count divides evenly over the devices (extra runs dropped later)."""
-    extra = (-spec.n_runs) % multiple
-    return spec if extra == 0 else RunSpec(*(np.concatenate([a, np.repeat(a[-1:], extra)]) for a in spec))
+    return [*entries, *[entries[-1]] * ((-len(entries)) % multiple)]
 
 
 def _state_shardings(state: BatchState, config: TrainConfig, mesh: jax.sharding.Mesh | None) -> Any:
@@ -212,11 +225,9 @@ def compile_batch(model_config: GCNConfig, config: TrainConfig, execution: Execu
 def fit_runs(
     data: TrainData,
     n_classes: int,
-    spec: RunSpec,
+    entries: Sequence[Entry],
     *,
-    model_config: GCNConfig = GCNConfig(),
     execution: Execution = Execution(),
-    config: TrainConfig = TrainConfig(),
     log_every: int = 0,
     log: Callable[[str], None] | None = None,
     n_devices: int | None = None,
@@ -226,41 +237,71 @@ def fit_runs(
     on_checkpoint: Callable[[int, BatchState], None] | None = None,
     resume: Callable[[int, BatchState], BatchState | None] | None = None,
 ) -> BatchResult:
-    """Train every run of ``spec`` with one compiled program (see the module docstring).
+    """Train every run of ``entries`` with one compiled program (see the module docstring).
 
-    The runs are executed in slices of ``runs_per_device * devices`` runs (default
-    :func:`runs_per_device_for` the model's hidden width); every slice has the same shapes (the
-    last one is padded), so the program is compiled once and executed ``ceil(runs / slice)``
-    times. Checkpoints are per slice: ``on_checkpoint(first, state)`` receives the state of the
-    slice whose first run is ``first`` every ``checkpoint_every`` epochs and when it ends;
+    The entries share one program (:func:`program_of`: they differ only in learning rate, weight
+    decay, dropout, seed and split). With more than one device visible the run axis is sharded over
+    them (``n_devices`` limits how many). The runs are executed in slices of ``runs_per_device *
+    devices`` runs (default :func:`jaxgcn.plan.runs_per_device_for` the hidden width); every slice
+    has the same shapes (the last one is padded), so the program is compiled once and executed
+    ``ceil(runs / slice)`` times. Progress, when ``log_every`` > 0, is one line per chunk: the
+    epoch, runs still training, mean val accuracy.
+
+    Checkpoints are per slice: ``on_checkpoint(first, state)`` receives the state of the slice
+    whose first run is ``first`` every ``checkpoint_every`` epochs and when it ends;
     ``resume(first, template)`` returns a saved state of that slice (or None: start it afresh).
-    Other arguments as :func:`fit_batch`.
+
+    Raises:
+        ValueError: the entries do not share one program.
+        TrainingDiverged: a run's loss became NaN/inf (the message names the runs and the causes).
     """
+    entries = list(entries)
+    model_config, config = program_of(entries)
     execution = planned(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
-    size = slice_size(spec.n_runs, model_config.hidden, execution, n_devices, data.graph, runs_per_device)
-    saving = dict(checkpoint_every=checkpoint_every, on_checkpoint=on_checkpoint, resume=resume)
-    if spec.n_runs <= size:
-        return fit_batch(data, n_classes, spec, model_config=model_config, execution=execution, config=config,
-                         log_every=log_every, log=log, n_devices=n_devices, progress=progress, **saving)
+    n = len(entries)
+    size = slice_size(n, model_config.hidden, execution, n_devices, data.graph, runs_per_device)
+    data = with_focus(data)
+    options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,
+                       on_checkpoint, resume)
+    if n <= size:
+        return _fit_slice(data, n_classes, entries, options)
     parts = []
-    for start in range(0, spec.n_runs, size):
-        part = RunSpec(*(a[start:start + size] for a in spec))
+    for start in range(0, n, size):
+        part = entries[start:start + size]
         if log is not None and log_every > 0:
-            log(f"runs {start + 1}-{start + part.n_runs} of {spec.n_runs}")
+            log(f"runs {start + 1}-{start + len(part)} of {n}")
         if progress is not None:
-            progress.start_slice(start, f"runs {start + 1}-{start + part.n_runs} of {spec.n_runs}")
-        parts.append(fit_batch(data, n_classes, _pad_spec(part, size), model_config=model_config,
-                               execution=execution, config=config,
-                               log_every=log_every, log=log, n_devices=n_devices, keep=part.n_runs,
-                               progress=progress, first=start, **saving))
-    return _concat_results(spec, parts)
+            progress.start_slice(start, f"runs {start + 1}-{start + len(part)} of {n}")
+        parts.append(_fit_slice(data, n_classes, _padded(part, size), options, keep=len(part), first=start))
+    return _concat_results(entries, parts)
 
 
-def _concat_results(spec: RunSpec, parts: list[BatchResult]) -> BatchResult:
+def fit_batch(data: TrainData, n_classes: int, entries: Sequence[Entry], **options: Any) -> BatchResult:
+    """Every run of ``entries`` in ONE execution of one compiled program (:func:`fit_runs` with one
+    slice; the same keyword arguments)."""
+    return fit_runs(data, n_classes, entries, runs_per_device=max(1, len(entries)), **options)
+
+
+class _Options(NamedTuple):
+    """What every slice of one :func:`fit_runs` call shares."""
+
+    model_config: GCNConfig
+    config: TrainConfig
+    execution: Execution
+    log_every: int
+    log: Callable[[str], None] | None
+    n_devices: int | None
+    progress: Any
+    checkpoint_every: int | None
+    on_checkpoint: Callable[[int, BatchState], None] | None
+    resume: Callable[[int, BatchState], BatchState | None] | None
+
+
+def _concat_results(entries: list[Entry], parts: list[BatchResult]) -> BatchResult:
     def cat(get: Callable[[BatchResult], Any]) -> Any:
         return np.concatenate([get(p) for p in parts])
     return BatchResult(
-        spec=spec,
+        entries=entries,
         metrics={k: cat(lambda p, k=k: p.metrics[k]) for k in parts[0].metrics},
         epochs_run=cat(lambda p: p.epochs_run),
         stopped_early=cat(lambda p: p.stopped_early),
@@ -273,46 +314,16 @@ def _concat_results(spec: RunSpec, parts: list[BatchResult]) -> BatchResult:
     )
 
 
-def fit_batch(
-    data: TrainData,
-    n_classes: int,
-    spec: RunSpec,
-    *,
-    model_config: GCNConfig = GCNConfig(),
-    execution: Execution = Execution(),
-    config: TrainConfig = TrainConfig(),
-    log_every: int = 0,
-    log: Callable[[str], None] | None = None,
-    n_devices: int | None = None,
-    keep: int | None = None,
-    progress: Any = None,
-    first: int = 0,
-    checkpoint_every: int | None = None,
-    on_checkpoint: Callable[[int, BatchState], None] | None = None,
-    resume: Callable[[int, BatchState], BatchState | None] | None = None,
-) -> BatchResult:
-    """Train every run of ``spec`` in ONE execution of one compiled program.
-
-    The per-run learning rate, L2 factor, dropout and hidden width come from ``spec`` (see
-    :func:`make_specs`, whose defaults are the paper's), not from ``config.lr``,
-    ``config.weight_decay``, ``model_config.dropout``; ``model_config.hidden`` is the padded width
-    (>= every ``spec.hidden``). With more than one
-    device visible the run axis is sharded over them (``n_devices`` limits how many). Progress,
-    when ``log_every`` > 0, is one line per chunk: the epoch, runs still training, mean val accuracy.
-
-    ``keep`` drops trailing runs from the result (padding added by :func:`fit_runs`); ``first``
-    is the index of the batch's first run in :func:`fit_runs`'s runs, what the checkpoint hooks
-    (as :func:`fit_runs`) receive.
-
-    Raises:
-        TrainingDiverged: a run's loss became NaN/inf (the message names the runs and the causes).
-    """
-    n_runs = spec.n_runs if keep is None else keep
-    execution = planned(execution, data.graph)
-    data = with_focus(data)
-    compiled, state, data, runs = _start(model_config, config, execution, spec, data, n_classes, n_devices, progress)
+def _fit_slice(data: TrainData, n_classes: int, entries: list[Entry], options: _Options, keep: int | None = None,
+               first: int = 0) -> BatchResult:
+    """One slice of :func:`fit_runs` in ONE execution of its program. ``keep`` drops trailing runs
+    from the result (the padding); ``first`` is the index of the slice's first run among all
+    runs, what the checkpoint hooks receive."""
+    n_runs = len(entries) if keep is None else keep
+    config = options.config
+    compiled, state, data, runs = _start(options, entries, data, n_classes)
     run_until, evaluate, final, compile_s = compiled[1:]
-    saved = None if resume is None else resume(first, state)
+    saved = None if options.resume is None else options.resume(first, state)
     if saved is not None:  # uncommitted arrays: the program places them over its mesh as its own output
         state = saved
     start = time.perf_counter()
@@ -321,30 +332,33 @@ def fit_batch(
         history = {k: np.asarray(v)[:n_runs] for k, v in s.runs.history.items()}
         return int(s.step), history, np.asarray(s.runs.reason)[:n_runs]
 
-    hooks = _hooks(n_runs, log if log_every > 0 else None, progress, on_checkpoint, first)
+    log_every = options.log_every
+    hooks = _hooks(n_runs, options.log if log_every > 0 else None, options.progress, options.on_checkpoint, first)
     state, seen = drive(lambda s, stop: run_until(s, data, runs, jnp.int32(stop)), state, view, epochs=config.epochs,
-                        chunk=checkpoint_every or (log_every if log_every > 0 else config.epochs), hooks=hooks)
-    _raise_if_diverged(spec, config, data, state, seen.reason)
+                        chunk=options.checkpoint_every or (log_every if log_every > 0 else config.epochs), hooks=hooks)
+    _raise_if_diverged(entries, data, state, seen.reason)
     params = final(state)
     metrics = {k: np.asarray(v)[:n_runs] for k, v in evaluate(params, data, runs).items()}
     epochs = np.asarray(state.runs.epoch)[:n_runs]
     history = {k: np.asarray(v)[:n_runs] for k, v in state.runs.history.items()}
     params = jax.tree.map(lambda leaf: jnp.take(leaf, jnp.arange(n_runs), axis=run_axis(leaf)), params)
     restored = np.asarray(state.runs.best_epoch)[:n_runs] if isinstance(config.early_stopping, Patience) else None
-    return BatchResult(RunSpec(*(a[:n_runs] for a in spec)), metrics, epochs, seen.reason == STOPPED_EARLY, history,
-                       params, compile_s, time.perf_counter() - start, restored)
+    return BatchResult(entries[:n_runs], metrics, epochs, seen.reason == STOPPED_EARLY, history, params, compile_s,
+                       time.perf_counter() - start, restored)
 
 
-def _start(model_config: GCNConfig, config: TrainConfig, execution: Execution, spec: RunSpec, data: TrainData,
-           n_classes: int, n_devices: int | None, progress: Any) -> tuple[Compiled, BatchState, TrainData, RunInputs]:
-    """A batch's compiled programs, initial state, and data and run inputs placed on its mesh (the
+def _start(options: _Options, entries: list[Entry], data: TrainData,
+           n_classes: int) -> tuple[Compiled, BatchState, TrainData, RunInputs]:
+    """A slice's compiled programs, initial state, and data and run inputs placed on its mesh (the
     runs padded to a multiple of its devices)."""
-    mesh = batch_mesh(spec.n_runs, execution, n_devices, data.graph)
-    padded = _pad_spec(spec, mesh.size if mesh is not None else 1)
+    model_config, config, execution, progress = options.model_config, options.config, options.execution, \
+        options.progress
+    mesh = batch_mesh(len(entries), execution, options.n_devices, data.graph)
+    padded = _padded(entries, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
     params = _shard_runs(params, mesh, jax.tree.map(run_axis, params))
     runs = _shard_runs(run_inputs(padded), mesh)
-    seeds = _shard_runs(jnp.asarray(padded.seed, jnp.int32), mesh)
+    seeds = _shard_runs(jnp.asarray(_seeds(padded), jnp.int32), mesh)
     data = _replicate(data, mesh)
     if progress is not None:
         progress.compiling()
@@ -372,38 +386,17 @@ def _hooks(n_runs: int, log: Callable[[str], None] | None, progress: Any,
     return hooks
 
 
-def _raise_if_diverged(spec: RunSpec, config: TrainConfig, data: TrainData, state: BatchState,
-                       reason: np.ndarray) -> None:
+def _raise_if_diverged(entries: list[Entry], data: TrainData, state: BatchState, reason: np.ndarray) -> None:
     """:class:`TrainingDiverged` naming the runs whose loss became NaN/inf (the first one's seed
     and learning rate, and the likely causes)."""
     if not np.any(reason == DIVERGED):
         return
     bad = np.flatnonzero(reason == DIVERGED)
-    worst = int(bad[0])
-    one = dataclasses.replace(config, lr=float(spec.lr[worst]))
-    raise TrainingDiverged(f"run(s) {bad.tolist()} (seed {int(spec.seed[worst])}, lr {float(spec.lr[worst]):g}): "
-                           + divergence_message(data, one, int(np.asarray(state.runs.epoch)[worst])))
+    worst = entries[int(bad[0])]
+    raise TrainingDiverged(f"run(s) {bad.tolist()} (seed {worst.seed}, lr {worst.train.lr:g}): "
+                           + divergence_message(data, worst.train, int(np.asarray(state.runs.epoch)[int(bad[0])])))
 
 
-def unstack_params(params: Params, run: int, hidden: int | None = None) -> Params:
-    """The params of one run, in the single-run layout, cut to its hidden width when given."""
-    def take(leaf: jax.Array) -> jax.Array:
-        return jnp.take(leaf, run, axis=run_axis(leaf))
-    single = jax.tree.map(take, params)
-    if hidden is None:
-        return single
-    out = {}
-    n_layers = len(single)
-    for i in range(n_layers):
-        layer = dict(single[f"layer_{i}"])
-        for k in ("w", "w_res"):
-            if k in layer:
-                w = layer[k]
-                layer[k] = w[: (hidden if i > 0 else w.shape[0]), : (hidden if i < n_layers - 1 else w.shape[1])]
-        for k in ("b",):
-            if k in layer and i < n_layers - 1:
-                layer[k] = layer[k][:hidden]
-        if "ln" in layer:
-            layer["ln"] = {k: v[:hidden] for k, v in layer["ln"].items()}
-        out[f"layer_{i}"] = layer
-    return out
+def unstack_params(params: Params, run: int) -> Params:
+    """The params of one run, in the single-run layout."""
+    return jax.tree.map(lambda leaf: jnp.take(leaf, run, axis=run_axis(leaf)), params)
