@@ -21,7 +21,7 @@ import pytest
 
 from jaxgcn import checkpoint, cli, outputs
 from jaxgcn.cli import common as cli_common
-from jaxgcn.cli import data as cli_data
+from jaxgcn.app import data as app_data
 
 from cli_run import run_main
 
@@ -60,7 +60,7 @@ def no_loading(monkeypatch):
     """Output checks run before any work: loading data fails the test if reached."""
     def boom(*args, **kwargs):
         raise AssertionError("the data was loaded before the output paths were checked")
-    monkeypatch.setattr(cli_data, "raw_graph", boom)
+    monkeypatch.setattr(app_data, "read", boom)
 
 
 def unwritable_folder(tmp_path: Path) -> Path:

@@ -15,7 +15,8 @@ import scipy.sparse as sp
 from jaxgcn import datasets
 from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.csr import CSR
-from jaxgcn.cli.train import TrainOutcome, summary_line
+from jaxgcn.app.job import Outcome
+from jaxgcn.cli.train import summary_line
 from jaxgcn.datasets.stats import describe, self_loops_line
 from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_csr
 from jaxgcn.layers import gcn_apply, gcn_init
@@ -143,7 +144,7 @@ def test_self_loops_line_forms():
 
 
 def outcome(runs):
-    return TrainOutcome(runs, 1.25, 0.5, np.zeros((len(runs), 1)), None)
+    return Outcome(runs, 1.25, 0.5, np.zeros((len(runs), 1)), None, None, None, None, None, None, None)
 
 
 def test_summary_line_of_one_run_has_no_spread():

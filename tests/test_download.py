@@ -383,7 +383,7 @@ def test_cached_parses_once_until_the_source_or_the_loader_changes(tmp_path, mon
 
 
 def test_cli_own_files_are_parsed_once(tmp_path, monkeypatch, capsys):
-    import jaxgcn.cli.data
+    import jaxgcn.app.data
 
     monkeypatch.setattr(parsed, "MIN_BYTES", 0)
     edges, labels = tmp_path / "edges.csv", tmp_path / "labels.csv"
@@ -391,8 +391,8 @@ def test_cli_own_files_are_parsed_once(tmp_path, monkeypatch, capsys):
     labels.write_text("node,label\n" + "".join(f"n{i},{i % 3}\n" for i in range(30)))
     argv = ["info", "--edges", edges, "--labels", labels, "--data-root", tmp_path / "root", "--train-per-class", "2",
             "--val", "3", "--test", "6"]
-    real, calls = jaxgcn.cli.data.load_files, []
-    monkeypatch.setattr(jaxgcn.cli.data, "load_files", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real, calls = jaxgcn.app.data.load_files, []
+    monkeypatch.setattr(jaxgcn.app.data, "load_files", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert run_main(argv) == 0
     first = capsys.readouterr().out
     assert len(calls) == 1 and list((tmp_path / "root" / "parsed").glob("files-*.npz"))
@@ -400,7 +400,7 @@ def test_cli_own_files_are_parsed_once(tmp_path, monkeypatch, capsys):
     def no_parse(*args, **kwargs):
         raise AssertionError("parsed again")
 
-    monkeypatch.setattr(jaxgcn.cli.data, "load_files", no_parse)
+    monkeypatch.setattr(jaxgcn.app.data, "load_files", no_parse)
     assert run_main(argv) == 0
     assert capsys.readouterr().out == first and "30" in first
 

@@ -165,14 +165,15 @@ def fallback_note(requested: str, backend: str) -> str | None:
     return None if ok else f"backend segment: {reason}"
 
 
-def cpu_devices(backend: str, devices: int | None, cores: int, batched: bool) -> int | None:
+def cpu_devices(backend: str, devices: int | None, cores: int | None, batched: bool) -> int | None:
     """How many CPU devices a process should expose before JAX starts (None: leave JAX's default):
     for a batch, one per core (``devices`` when given), so XLA spreads the run axis over them (the
     gather/scatter kernels of one device use one core: measured 1.6x on 2 cores); but one device
     when the C++ kernel runs the batch, as it already uses every core. The kernel is looked up
     without starting JAX (its cached build or recorded failure: a compiler that is present but
-    fails still gets the runs spread over devices)."""
-    cores = devices or cores
+    fails still gets the runs spread over devices). ``cores``: those this process may use (None:
+    :func:`jaxgcn.memory.available_cpus`)."""
+    cores = devices or cores or memory.available_cpus()
     if not batched or cores < 2:
         return None
     from jaxgcn.csr import kernel_possible
@@ -195,3 +196,28 @@ def batch_bytes(data: Any, model_config: GCNConfig, n_runs: int, n_classes: int,
     one = memory.estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=1, **kwargs)
     two = memory.estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=2, **kwargs)
     return (two.total - one.total) * n_runs
+
+
+def require_sharded(execution: Execution) -> None:
+    """A run with the graph's rows sharded over devices aggregates each row block as a CSR product
+    (the fused kernel on a CPU, XLA on a GPU): another backend asked for is refused, and ``csr``
+    asked for needs the kernel."""
+    backend = execution.backend
+    if backend not in ("auto", "csr") or execution.chunk_edges is not None:
+        raise ValueError(f"--shard-graph aggregates each row block as a CSR product (the fused kernel on a CPU, "
+                         f"XLA on a GPU); drop --backend {backend}"
+                         + (" and --chunk-edges" if execution.chunk_edges else ""))
+    if backend == "csr":
+        require_kernel()
+
+
+def exchange_for(choice: str, stats: dict[str, Any]) -> str:
+    """How the devices of a sharded run exchange rows, for a partition's statistics
+    (:func:`jaxgcn.distributed.partition_stats`): ``auto`` is halo when it receives fewer rows.
+
+    >>> exchange_for("auto", {"halo_rows": 10, "all_gather_rows": 30}), exchange_for("all_gather", {})
+    ('halo', 'all_gather')
+    """
+    if choice == "auto":
+        return "halo" if stats["halo_rows"] < stats["all_gather_rows"] else "all_gather"
+    return choice

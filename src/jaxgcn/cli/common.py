@@ -4,7 +4,6 @@ run fits in memory) and the one-line messages of their failures."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import math
 import os
@@ -12,13 +11,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from jaxgcn import memory, outputs
-from jaxgcn import plan as planner
+from jaxgcn import outputs
+from jaxgcn.cli.data import request
 from jaxgcn.cli.runtime import is_writer
 from jaxgcn.cli.values import INT32_MAX
-from jaxgcn.datasets import Prepared
-from jaxgcn.datasets.named import protocol_of
-from jaxgcn.models import Execution, GCNConfig
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
 # checkpoint/partitions: a directory jaxgcn owns (replaced only when it holds that kind of output); dir: any.
@@ -138,11 +134,9 @@ def check_split_flags(args: argparse.Namespace) -> None:
 
 
 def several_protocol_splits(args: argparse.Namespace) -> bool:
-    """Whether the dataset's own protocol has several splits that --splits K picks (Shchur et al.'s
-    per-class random splits, WikiCS's official ones): --split public on such a catalogue dataset."""
-    return (args.split == "public" and getattr(args, "edges", None) is None and args.data_dir is None
-            and args.split_file is None and args.train_frac is None
-            and protocol_of(args.dataset) in ("per-class-20-30", "wikics"))
+    """Whether --splits K picks K of the dataset protocol's own splits (Shchur et al.'s per-class
+    random splits, WikiCS's official ones): --split public on such a catalogue dataset."""
+    return request(args).several_protocol_splits
 
 
 def prelude(args: argparse.Namespace) -> None:
@@ -176,17 +170,3 @@ def os_error(args: argparse.Namespace, exc: OSError) -> str:
     flag = next((f"{flag} " for flag, attr in named
                  if getattr(args, attr, None) is not None and os.path.realpath(str(getattr(args, attr))) in failed), "")
     return f"{flag}{name}: {reason}; check the path, its permissions and the free space of its disk"
-
-
-def plan(args: argparse.Namespace, prepared: Prepared, model_config: GCNConfig, execution: Execution, n_runs: int,
-         say: Say) -> planner.Plan:
-    """THE plan of ``n_runs`` runs on the prepared data (:func:`jaxgcn.plan.resolve`: the backend
-    as --backend asked and the data was prepared, the kernels, --aggregate-first, the runs that
-    execute together); its peak memory estimate printed, and a run that cannot fit refused."""
-    chosen = planner.resolve(dataclasses.replace(execution, backend=args.backend), prepared.data, model_config,
-                             prepared.n_classes, n_runs=n_runs, devices=args.devices, aggregate=args.aggregate_first,
-                             n_nodes=prepared.info["n_nodes"])
-    available = memory.available_bytes()  # looked up on the module at each call (tests replace it)
-    say(f"memory estimate {chosen.memory.describe()} of {available / 2**30:.1f} GiB available")
-    memory.check_fits(chosen.memory, available)
-    return chosen

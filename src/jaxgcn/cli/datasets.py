@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from jaxgcn.datasets import available
-from jaxgcn.datasets.catalogue import CATALOGUE, PROTOCOLS, Dataset, lookup
+from jaxgcn.datasets import available, load_dataset
+from jaxgcn.datasets.catalogue import CATALOGUE, PROTOCOLS, Dataset, lookup, refuse_unsupported
 from jaxgcn.datasets.download import data_root, dataset_dir, is_cached
-from jaxgcn.datasets.named import load_named, refuse_unsupported
 
 
 def _megabytes(n: int | None) -> str:
@@ -56,7 +55,7 @@ def download(args: argparse.Namespace) -> int:
             print(f"{entry.name}: downloading {_megabytes(entry.download_bytes)} into "
                   f"{dataset_dir(entry, args.data_root)}", flush=True)
         # fetches what is missing and parses now: the job then starts from the stored arrays
-        raw = load_named(entry, root=args.data_root, progress=not args.quiet)
+        raw = load_dataset(entry.name, data_root=args.data_root, progress=not args.quiet)
         print(f"{entry.name}: {'already cached' if was else 'downloaded and verified'}, {raw.labels.size:,} nodes "
               f"ready in {dataset_dir(entry, args.data_root)}")
     return 0

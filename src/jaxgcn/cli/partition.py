@@ -4,27 +4,20 @@ job whose processes each read only their own (``--dataset partitioned:DIR``)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from jaxgcn import distributed, outputs
 from jaxgcn.cli.common import prelude
 from jaxgcn.cli.data import load, one_split, split_csv
-
-
-def exchange(choice: str, stats: dict[str, Any]) -> str:
-    """--exchange resolved for a partition's statistics (auto: halo when it receives fewer rows)."""
-    if choice == "auto":
-        return "halo" if stats["halo_rows"] < stats["all_gather_rows"] else "all_gather"
-    return choice
+from jaxgcn.plan import exchange_for
 
 
 def run(args: argparse.Namespace) -> int:
     prelude(args)
     # the blocks are CSR whatever the single-device backend would be
-    loaded = load(args, print, backend="auto", on_device=False)
+    loaded = load(args, print, on_device=False)
     data = one_split(loaded.prepared.data)
     stats = distributed.partition_stats(data.graph, args.parts)
-    layout = exchange(args.exchange, stats)
+    layout = exchange_for(args.exchange, stats)
     with outputs.Staged() as out, outputs.locked_dir("--out", args.out):  # a failure removes a folder it made
         outputs.remove_stale_temps(args.out)
         meta = distributed.save_partitions(args.out, data, args.parts, exchange=layout, info=loaded.prepared.info)

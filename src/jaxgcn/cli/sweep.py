@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -11,7 +12,8 @@ import jax
 
 from jaxgcn import outputs, reports
 from jaxgcn.cli import records
-from jaxgcn.cli.common import Say, plan, prelude
+from jaxgcn.app.train import plan
+from jaxgcn.cli.common import Say, prelude
 from jaxgcn.cli.config import sweep_base, sweep_grid
 from jaxgcn.cli.data import Loaded, load, split_csv
 from jaxgcn.cli.runtime import is_writer
@@ -68,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     grid = sweep_grid(args)  # every configuration validated before any work
     loaded = load(args, say)
     model_config, train_config, execution = sweep_base(args, loaded.prepared.backend)
-    execution = plan(args, loaded.prepared, model_config, execution, 1, say).execution  # run_grid chunks by memory
+    # run_grid chunks by memory: the plan of one run
+    execution = plan(loaded, model_config, dataclasses.replace(execution, backend=args.backend), 1, say,
+                     devices=args.devices, aggregate=args.aggregate_first).execution
     seeds = [args.seed + i for i in range(args.seeds)]
     n_configs = len(grid.configs())
     say(f"sweep: {n_configs} configurations x {len(seeds)} seeds x {args.splits} split(s) = "

@@ -168,3 +168,11 @@ CATALOGUE: dict[str, Dataset] = {d.name.lower(): d for d in (
 def lookup(name: str) -> Dataset | None:
     """The catalogue row of ``name`` (case and ``_``/``-`` insensitive), or None."""
     return CATALOGUE.get(name.lower().replace("_", "-"))
+
+
+def refuse_unsupported(entry: Dataset) -> None:
+    """A dataset the model cannot be trained on is refused with the reason, before any download."""
+    if entry.task != "multi-class":
+        raise ValueError(f"dataset {entry.name}: a {entry.task} task ({entry.classes} binary labels per node, "
+                         f"scored by {entry.metric}); jaxgcn's GCN predicts one class per node with a softmax, so "
+                         "it cannot be trained or scored on it: pick a multi-class dataset (`jaxgcn datasets`)")

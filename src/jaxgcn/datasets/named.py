@@ -9,21 +9,13 @@ import numpy as np
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.bundled import load_bundled
-from jaxgcn.datasets.catalogue import Dataset, lookup
+from jaxgcn.datasets.catalogue import Dataset, lookup, refuse_unsupported
 from jaxgcn.datasets.download import DownloadError, dataset_dir, fetch, is_cached
 from jaxgcn.datasets.parsed import cached
 from jaxgcn.datasets.splits import per_class_split
 
 PARSED = "parsed.npz"
 OGB_METRIC = {"accuracy": "acc"}  # the name OGB's Evaluator reports the metric under
-
-
-def refuse_unsupported(entry: Dataset) -> None:
-    """A dataset the model cannot be trained on is refused with the reason, before any download."""
-    if entry.task != "multi-class":
-        raise ValueError(f"dataset {entry.name}: a {entry.task} task ({entry.classes} binary labels per node, "
-                         f"scored by {entry.metric}); jaxgcn's GCN predicts one class per node with a softmax, so "
-                         "it cannot be trained or scored on it: pick a multi-class dataset (`jaxgcn datasets`)")
 
 
 def _parse(entry: Dataset, folder: Path) -> RawGraph:

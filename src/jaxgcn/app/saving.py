@@ -1,0 +1,125 @@
+"""A job's checkpoints: what they record about the training data, the settings a resumed run must
+share with the run it continues, the hooks that save and restore the run state (one run, a
+batch's slices, a sharded run), and the final models."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from jaxgcn import batch_state, checkpoint
+from jaxgcn.app.data import Loaded, Say
+from jaxgcn.app.job import Job, Outcome
+from jaxgcn.batched import unstack_params
+from jaxgcn.datasets import split_codes
+from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.train import TrainConfig
+
+
+def facts(job: Job, loaded: Loaded, *, fingerprint: bool = True, split: bool = True) -> dict[str, Any]:
+    """What a checkpoint records about its training data besides the params (``checkpoint.save``'s
+    keyword arguments): node ids, the split per input node (the first of several splits: a
+    several-run save replaces it per run), the data's SHA-256 fingerprint."""
+    out = {"node_ids": loaded.node_ids, "split": split_codes(loaded.prepared) if split else None,
+           "identity_features": job.identity_features}
+    if fingerprint:
+        out["fingerprint"] = checkpoint.data_fingerprint(loaded.prepared.data)
+    return out
+
+
+def result_facts(result: Any) -> dict[str, Any]:
+    """What the final checkpoint's ``extra`` records about the run's outcome (a fit result or a
+    batch run's :class:`~jaxgcn.reports.RunSummary`): ``restored_epoch``, the epoch whose params
+    it holds under patience early stopping (``None`` otherwise; ``epoch`` is then the last epoch
+    trained)."""
+    return {"restored_epoch": result.restored_epoch}
+
+
+def settings(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,
+             layout: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings a resumed run must share with the run it continues (as JSON values).
+    ``layout``: how the run is spread (a sharded run's devices and exchange; None on one device)."""
+    info = loaded.prepared.info
+    # "layout" None: one device (checkpoints written before sharded runs resumed have no key: also None)
+    return {"model": json.loads(json.dumps(dataclasses.asdict(model_config))),
+            "train": json.loads(json.dumps(dataclasses.asdict(train_config))),
+            "execution": json.loads(json.dumps(dataclasses.asdict(execution))), "seed": job.seed,
+            "dataset": info["dataset"], "n_nodes": info["n_nodes"], "layout": layout}
+
+
+def fit_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,
+              saved_facts: dict[str, Any], say: Say, layout: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``fit`` (and ``fit_sharded``) keyword arguments for ``checkpoint_every`` and ``resume``
+    (``saved_facts``: :func:`facts`; ``layout``: :func:`settings`)."""
+    out: dict[str, Any] = {}
+    if job.checkpoint_every is None and job.resume is None:
+        return out
+    extra = settings(job, loaded, model_config, train_config, execution, layout)
+    if job.checkpoint_every is not None:
+        def save_state(state: Any) -> None:
+            checkpoint.save(job.save, state.params, model_config=model_config, train_config=train_config,
+                            execution=execution, info=loaded.prepared.info, epoch=int(state.epoch), metrics={},
+                            state=state, extra=extra, **saved_facts)
+        out.update(checkpoint_every=job.checkpoint_every, on_checkpoint=save_state)
+    if job.resume is not None:
+        ck = checkpoint.load(job.resume)
+        arrays = checkpoint.load_state(job.resume, ck.meta)
+        checkpoint.check_resumable(ck.meta, extra, saved_facts["fingerprint"], f"--resume {job.resume}")
+        say(f"resuming from epoch {ck.meta['epoch']} of {job.resume}")
+        out["resume"] = lambda template: checkpoint.restore_state(template, arrays, str(job.resume))
+    return out
+
+
+def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,
+                saved_facts: dict[str, Any], say: Say, runs_per_program: int) -> dict[str, Any]:
+    """``fit_runs`` keyword arguments for ``checkpoint_every`` and ``resume`` of a batch: each
+    slice's state in ``save``'s :mod:`jaxgcn.batch_state` folder. The seeds, splits and runs per
+    program are settings (a slice holds the runs that train together)."""
+    out: dict[str, Any] = {}
+    if job.checkpoint_every is None and job.resume is None:
+        return out
+    extra = {**settings(job, loaded, model_config, train_config, execution, {"runs_per_program": runs_per_program}),
+             "seeds": job.seeds, "splits": job.data.splits}
+    previous = None
+    if job.resume is not None:
+        manifest = batch_state.load(job.resume)
+        checkpoint.check_resumable(manifest, extra, saved_facts["fingerprint"], f"--resume {job.resume}")
+        epochs = sorted(v["epoch"] for v in manifest["slices"].values())
+        say(f"resuming {len(epochs)} slice(s) of runs at epoch {'-'.join(map(str, sorted({epochs[0], epochs[-1]})))} "
+            f"of {job.resume}" if epochs else f"resuming {job.resume}: no slice had started")
+        out["resume"] = lambda first, template: batch_state.slice_state(job.resume, manifest, first, template)
+        if job.save is not None and Path(job.save).resolve() == Path(job.resume).resolve():
+            previous = manifest
+    if job.checkpoint_every is not None:
+        out.update(checkpoint_every=job.checkpoint_every,
+                   on_checkpoint=batch_state.saver(job.save, extra=extra, fingerprint=saved_facts["fingerprint"],
+                                                   previous=previous))
+    return out
+
+
+def save_models(job: Job, outcome: Outcome, say: Say) -> None:
+    """The final model of one run (a checkpoint in ``job.save``), or every run of a batch as an
+    ordinary checkpoint (``run-000``, ...) with its own split, then the manifest that names them
+    (:func:`jaxgcn.checkpoint.save_runs`), last; a finished batch's resumable state is removed."""
+    info = outcome.loaded.prepared.info
+    configs: dict[str, Any] = dict(model_config=outcome.model, train_config=outcome.train,
+                                   execution=outcome.execution, info=info)
+    if outcome.batch is None:
+        res = outcome.fitted
+        checkpoint.save(job.save, res.params, **configs, epoch=res.epochs_run, metrics=res.metrics,
+                        extra=result_facts(res), **outcome.facts)
+        say(f"saved the model to {job.save}")
+        return
+    res = outcome.batch
+    for j, run in enumerate(outcome.runs):
+        per_run = {**outcome.facts, "split": split_codes(outcome.loaded.prepared, run.split)}
+        checkpoint.save(checkpoint.run_dir(job.save, j), unstack_params(res.params, j), **configs,
+                        epoch=run.epochs_run, metrics={k: float(v[j]) for k, v in res.metrics.items()},
+                        extra={**result_facts(run), "seed": run.seed, "split_index": run.split}, **per_run)
+    checkpoint.save_runs(job.save, [r._asdict() for r in outcome.runs])
+    batch_state.remove(job.save)  # the saved runs are final: a finished batch holds no state to resume
+    say(f"saved the {len(outcome.runs)} runs' models to {job.save} (evaluate and predict take the best "
+        "validation run, or --run I)")
+

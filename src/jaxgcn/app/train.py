@@ -1,0 +1,129 @@
+"""A training job on one device (one run, or several seeds/splits as one batched program): the
+data, THE plan with its memory check, the runs with their checkpoints and resume, and the hint.
+
+Nothing here reads arguments or prints: notes go to ``say`` as they happen, and what ``jaxgcn
+train`` prints at the end comes back in the :class:`~jaxgcn.app.job.Outcome`. A library caller
+runs the same job as the command line::
+
+    from jaxgcn.app import DataRequest, Job, run
+    outcome = run(Job(DataRequest("amazon-photo", splits=10), seeds=2), say=print)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from jaxgcn import memory
+from jaxgcn import plan as planner
+from jaxgcn.app import saving
+from jaxgcn.app.data import Loaded, Say, load, one_split
+from jaxgcn.app.job import Job, Outcome
+from jaxgcn.batched import entries_for, fit_runs
+from jaxgcn.debug import CheckFailed, check_first_step
+from jaxgcn.diagnostics import divergence_hint
+from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.reports import RunSummary
+from jaxgcn.train import TrainConfig, fit
+
+OVERFIT_GAP = 0.3  # train minus validation accuracy above which a hint is given
+
+
+def plan(loaded: Loaded, model_config: GCNConfig, execution: Execution, n_runs: int, say: Say, *,
+         devices: int | None = None, aggregate: str = "auto") -> planner.Plan:
+    """THE plan of ``n_runs`` runs on the prepared data (:func:`jaxgcn.plan.resolve`: the backend
+    as ``execution`` asks and the data was prepared, the kernels, aggregate-first, the runs that
+    execute together); the note why ``auto`` fell back and the peak memory estimate go to ``say``,
+    and a job that cannot fit is refused."""
+    prepared = loaded.prepared
+    chosen = planner.resolve(execution, prepared.data, model_config, prepared.n_classes, n_runs=n_runs,
+                             devices=devices, aggregate=aggregate, n_nodes=prepared.info["n_nodes"])
+    if chosen.note:
+        say(chosen.note)  # why not the csr kernel, in one line
+    available = memory.available_bytes()  # looked up on the module at each call (tests replace it)
+    say(f"memory estimate {chosen.memory.describe()} of {available / 2**30:.1f} GiB available")
+    memory.check_fits(chosen.memory, available)
+    return chosen
+
+
+def debug_checks(loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,
+                 say: Say) -> None:
+    """One training step checked (:func:`jaxgcn.debug.check_first_step`) before the loop."""
+    try:
+        check_first_step(loaded.prepared.data, loaded.prepared.n_classes, model_config, train_config, execution)
+    except CheckFailed as exc:
+        raise ValueError(f"--debug: {exc}") from None
+    say("debug: one training step ran with jax_debug_nans on and under checkify index/NaN/division checks: "
+        "no out-of-range index, no NaN (the compiled loop then runs without them)")
+
+
+def overfitting_hint(train_acc: float, val_acc: float) -> str | None:
+    """A one-line hint when the final model fits the training nodes far better than the validation ones.
+
+    >>> overfitting_hint(1.0, 0.8) is None, overfitting_hint(1.0, 0.5)[:26]
+    (True, 'hint: train accuracy 1.000')
+    """
+    if train_acc - val_acc <= OVERFIT_GAP:
+        return None
+    return (f"hint: train accuracy {train_acc:.3f} but validation {val_acc:.3f}: the model overfits. Try more "
+            "regularization (--dropout, --weight-decay), early stopping (--early-stopping patience), fewer "
+            "--hidden units, or check that the split's classes are balanced (--train-per-class)")
+
+
+def hint(outcome: Outcome) -> str | None:
+    """Why a run diverged or that it overfits (one line), or None."""
+    prepared = outcome.loaded.prepared
+    diverged = divergence_hint(outcome.losses, prepared.data, outcome.train, norm=prepared.info.get("norm"))
+    fitted = outcome.fitted
+    return diverged or (overfitting_hint(fitted.metrics["train_acc"], fitted.metrics["val_acc"]) if fitted else None)
+
+
+def _one(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execution], facts: dict[str, Any] | None,
+         progress: Any, log_every: int, say: Say) -> Outcome:
+    """One run through ``fit``."""
+    model_config, train_config, execution = chosen
+    hooks = {} if facts is None else saving.fit_hooks(job, loaded, *chosen, facts, say)
+    res = fit(one_split(loaded.prepared.data), loaded.prepared.n_classes, model_config=model_config,
+              execution=execution, config=train_config, key=jax.random.key(job.seed), log_every=log_every, log=None,
+              progress=progress, **hooks)
+    m = res.metrics
+    runs = [RunSummary(job.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early,
+                       res.restored_epoch)]
+    return Outcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], res, None, loaded, *chosen, facts)
+
+
+def _batch(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execution], facts: dict[str, Any] | None,
+           runs_per_program: int, progress: Any, log_every: int, say: Say) -> Outcome:
+    """Every seed on every split as one batched program (``runs_per_program`` of them execute together)."""
+    model_config, train_config, execution = chosen
+    hooks = {} if facts is None else saving.batch_hooks(job, loaded, *chosen, facts, say, runs_per_program)
+    entries = entries_for(job.seed_list, model_config=model_config, config=train_config, splits=job.data.splits)
+    say(f"{len(entries)} runs ({job.seeds} seeds x {job.data.splits} split(s)) in one compiled program")
+    res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, entries, execution=execution,
+                   log_every=log_every, log=None, n_devices=job.devices, progress=progress, **hooks)
+    restored = res.restored_epoch
+    runs = [RunSummary(e.seed, e.split, float(res.metrics["test_acc"][j]), float(res.metrics["val_acc"][j]),
+                       int(res.epochs_run[j]), bool(res.stopped_early[j]),
+                       None if restored is None else int(restored[j]))
+            for j, e in enumerate(entries)]
+    return Outcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], None, res, loaded, *chosen,
+                   facts)
+
+
+def run(job: Job, say: Say, *, progress: Any = None, log_every: int = 0, loaded: Loaded | None = None) -> Outcome:
+    """Train the job on this process's devices (one run, or a batch); ``progress``: a
+    :class:`jaxgcn.progress.Progress` (or None), which the caller closes; ``loaded``: the data,
+    when already loaded (else :func:`jaxgcn.app.data.load` of ``job.data``)."""
+    loaded = loaded if loaded is not None else load(job.data, say, backend=job.execution.backend)
+    chosen = plan(loaded, job.model, job.execution, job.n_runs, say, devices=job.devices, aggregate=job.aggregate)
+    configs = (job.model, job.train, chosen.execution)
+    if job.debug:
+        debug_checks(loaded, *configs, say)
+    # what a checkpoint records about the data (its SHA-256 fingerprint is computed once, here)
+    facts = saving.facts(job, loaded) if job.save is not None or job.resume is not None else None
+    if job.n_runs == 1:
+        outcome = _one(job, loaded, configs, facts, progress, log_every, say)
+    else:
+        outcome = _batch(job, loaded, configs, facts, chosen.runs, progress, log_every, say)
+    return outcome._replace(hint=hint(outcome))
