@@ -64,6 +64,18 @@ def test_train_writes_consistent_json(tmp_path, capsys):
     stdout = capsys.readouterr().out.splitlines()
     assert len(stdout) == 1 and SUMMARY.match(stdout[0]), stdout  # --quiet: the summary only
 
+    # The same job through the application layer, as a library caller runs it: the same runs, and
+    # the notes the command would print come to `say` (nothing printed).
+    from jaxgcn import app
+
+    notes = []
+    request = app.DataRequest("synthetic", features=16, synthetic={"n_nodes": 400, "n_classes": 3})
+    outcome = app.run(app.Job(request, train=config, seeds=2), say=notes.append)
+    assert [r.test_acc for r in outcome.runs] == report["test_acc"] and [r.seed for r in outcome.runs] == [0, 1]
+    assert outcome.execution.backend == "csr" and outcome.batch is not None and outcome.fitted is None
+    assert any(n.startswith("memory estimate ") for n in notes) and "2 runs (2 seeds x 1 split(s))" in " ".join(notes)
+    assert capsys.readouterr().out == ""
+
 
 def test_train_progress_lines(capsys):
     assert run_main([*SYNTH, "--log-every", "10"]) == 0

@@ -50,6 +50,11 @@ class DataRequest:
         per_class, n_val, n_test: the sizes of a Planetoid-style split.
         norm, feature_norm, symmetrize, reorder: the preparation (:func:`jaxgcn.datasets.prepare`).
         entry: the catalogue row of ``dataset`` (looked up once, here), or None.
+
+    >>> DataRequest("Amazon_Photo").entry.name, DataRequest("amazon-photo").protocol
+    ('amazon-photo', 'per-class-20-30')
+    >>> DataRequest("amazon-photo", split="random").protocol, DataRequest("npz:graph.npz").source
+    (None, 'named')
     """
 
     dataset: str = "cora"
@@ -150,8 +155,10 @@ def _read_graph(request: DataRequest, require_labels: bool) -> RawGraph:
         if require_labels and r.labels is None:
             raise ValueError("--labels FILE is needed with --edges: a CSV node,label")
         paths = [Path(p) for p in (r.edges, r.features, r.labels) if p is not None]
-        return cached(cache_file(default_root(r.data_root), "files", paths), paths,
-                      lambda: load_files(r.edges, r.features, r.labels))
+
+        def parse() -> RawGraph:
+            return load_files(r.edges, r.features, r.labels)
+        return cached(cache_file(default_root(r.data_root), "files", paths), paths, parse)
     if r.labels is not None:
         raise ValueError("--labels FILE needs --edges FILE (your own graph)")
     if r.features is not None and not str(r.features).isdigit():

@@ -87,7 +87,7 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
     ``fold_in(key, p)``.
     """
     runner = make_runner(model_config, config, n_features, n_classes, execution, propagate=propagate_block,
-                         collective=NODES)
+                         collective=NODES, first_pair=False)
     spec, rep = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
 
     def on_mesh(fn: Callable[..., Any], in_specs: tuple) -> Callable[..., Any]:
