@@ -137,6 +137,18 @@ res = fit_sharded(shard_data(host.data, node_mesh(4)), host.n_classes, model_con
                   key=jax.random.key(0), log=None)
 out["momentum"] = {"loss": float(np.abs(res.history["loss"] - one.history["loss"]).max()),
                    "moved": float(np.abs(one.history["loss"][-1] - one.history["loss"][0]))}
+# A diverging run (the same program: lr is an input) is named as the single run names it.
+from jaxgcn.train import TrainingDiverged
+errors = []
+for run in (lambda c: fit(dev.data, dev.n_classes, model_config=model_config, config=c, key=jax.random.key(0),
+                          log=None),
+            lambda c: fit_sharded(shard_data(host.data, node_mesh(4)), host.n_classes, model_config=model_config,
+                                  config=c, key=jax.random.key(0), log=None)):
+    try:
+        run(TrainConfig(early_stopping=None, epochs=30, optimizer="momentum", lr=1e20))
+    except TrainingDiverged as exc:
+        errors.append(str(exc))
+out["diverged"] = errors
 # Early stopping runs inside the sharded loop: with patience 20 the run must stop 20 epochs after its
 # best validation epoch (by its own history) and return that epoch's params.
 res = fit_sharded(shard_data(host.data, node_mesh(4)), host.n_classes, model_config=model_config,
@@ -179,6 +191,10 @@ def test_sharded_training_follows_the_single_device_run_epoch_by_epoch():
         assert run["loss"] < 1e-4 and run["val_acc"] < 0.01 and run["params"] < 1e-2, out
         assert abs(run["test"] - single["test"]) < 4e-3, out
     assert out["momentum"]["loss"] < 1e-4 < out["momentum"]["moved"], out
+    single_error, sharded_error = out["diverged"]  # both raised TrainingDiverged, with one wording
+    assert sharded_error == single_error and single_error.startswith("training diverged: the loss became NaN/inf at "
+                                                                     "epoch "), out["diverged"]
+    assert "the learning rate 1e+20 is large (try lr=0.01)" in sharded_error
     stop = out["patience"]
     assert stop["stopped"] and stop["epochs"] == stop["best"] + 20 < 1000, stop
     assert abs(stop["val_acc"] - stop["best_val_acc"]) < 1e-6, stop

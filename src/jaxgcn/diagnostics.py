@@ -83,9 +83,12 @@ def adjacency_scale(graph: Any) -> float:
         return bound  # an upper bound: may name the adjacency when it is not the cause, never the reverse
 
 
-def divergence_message(data: TrainData, config: _Settings, epoch: int, *, norm: str | None = None) -> str:
+def divergence_message(data: TrainData | None, config: _Settings, epoch: int, *, norm: str | None = None) -> str:
     """Explain a NaN/inf loss from what the run can see: lr, feature scale, adjacency scale
-    (``norm``: the normalization the graph was prepared with, when known; see :func:`likely_causes`)."""
+    (``norm``: the normalization the graph was prepared with, when known; ``data`` None: a sharded
+    run's, whose rows are spread over devices; see :func:`likely_causes`). THE wording of one run's
+    divergence (:func:`jaxgcn.train.fit`, :func:`jaxgcn.distributed.fit_sharded`; a batch names
+    its runs before it)."""
     return (f"training diverged: the loss became NaN/inf at epoch {epoch}; likely cause: "
             + likely_causes(data, config, norm=norm))
 
@@ -129,21 +132,28 @@ def adjacency_cause(graph: Any, norm: str | None = None) -> str | None:
     return f"the adjacency is unnormalized ({what}; a normalized Â has 1): use norm='sym' (jaxgcn.graph.gcn_norm)"
 
 
-def likely_causes(data: TrainData, config: _Settings, *, norm: str | None = None) -> str:
+def likely_causes(data: TrainData | None, config: _Settings, *, norm: str | None = None) -> str:
     """The causes of a diverging run that its settings and data show: a large ``lr``, unnormalized
     features, an adjacency that scales features up (:func:`adjacency_cause`; ``norm``: the
-    normalization the graph was prepared with, ``prepared.info["norm"]``, when known)."""
-    x = data.x.data if hasattr(data.x, "data") and not isinstance(data.x, jax.Array) else data.x
-    feature_scale = float(jnp.max(jnp.abs(x))) if x.size else 0.0
+    normalization the graph was prepared with, ``prepared.info["norm"]``, when known). ``data``
+    None: the data is not on this host in one piece (a sharded run's row blocks); the settings speak.
+
+    >>> from types import SimpleNamespace
+    >>> likely_causes(None, SimpleNamespace(lr=5.0))
+    'the learning rate 5 is large (try lr=0.01)'
+    """
     causes = []
     if config.lr > 0.1:
         causes.append(f"the learning rate {config.lr:g} is large (try lr=0.01)")
-    if feature_scale > 10:
-        causes.append(f"features are unnormalized (largest |value| {feature_scale:.3g}; "
-                      "use row normalization or feature_norm='standardize')")
-    adjacency = adjacency_cause(data.graph, norm)
-    if adjacency is not None:
-        causes.append(adjacency)
+    if data is not None:
+        x = data.x.data if hasattr(data.x, "data") and not isinstance(data.x, jax.Array) else data.x
+        feature_scale = float(jnp.max(jnp.abs(x))) if x.size else 0.0
+        if feature_scale > 10:
+            causes.append(f"features are unnormalized (largest |value| {feature_scale:.3g}; "
+                          "use row normalization or feature_norm='standardize')")
+        adjacency = adjacency_cause(data.graph, norm)
+        if adjacency is not None:
+            causes.append(adjacency)
     if not causes:
         causes.append(f"learning rate {config.lr:g} too large for this data, or extreme input values")
     return "; ".join(causes)

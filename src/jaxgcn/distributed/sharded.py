@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgcn.diagnostics import divergence_message
 from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import block_of_this_device, to_global
@@ -87,7 +88,7 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
     ``fold_in(key, p)``.
     """
     runner = make_runner(model_config, config, n_features, n_classes, execution, propagate=propagate_block,
-                         collective=NODES, first_pair=False)
+                         collective=NODES)
     spec, rep = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
 
     def on_mesh(fn: Callable[..., Any], in_specs: tuple) -> Callable[..., Any]:
@@ -98,15 +99,6 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
 
     return runner._replace(run_until=on_mesh(runner.run_until, (rep, spec, rep, rep)),
                            evaluate=on_mesh(runner.evaluate, (rep, spec, rep)))
-
-
-def _diverged_message(epoch: int, config: TrainConfig) -> str:
-    """Library wording for a NaN/inf loss. Not :func:`jaxgcn.diagnostics.divergence_message`: that
-    computes the adjacency's spectral radius from a whole :class:`~jaxgcn.graph.Graph` and reads the
-    whole feature matrix, while a sharded run holds :class:`GraphBlock` rows spread over processes."""
-    return (f"training diverged: the loss became NaN/inf at epoch {epoch}; lower the learning rate "
-            f"(TrainConfig.lr={config.lr:g}) or normalize the features (prepare(..., feature_norm='row' or "
-            "'standardize'))")
 
 
 class ShardedData(NamedTuple):
@@ -162,4 +154,4 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
         state = resume(state)
     return run_one(compiled, data, state, config, compile_seconds=compile_seconds, log_every=log_every, log=log,
                    checkpoint_every=checkpoint_every, on_checkpoint=on_checkpoint, progress=progress,
-                   diverged=lambda epoch: _diverged_message(epoch, config))
+                   diverged=lambda epoch: divergence_message(None, config, epoch))

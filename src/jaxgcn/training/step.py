@@ -61,7 +61,6 @@ class Step(NamedTuple):
     execution: Execution
     propagate: Propagate | None
     collective: Collective
-    first_pair: bool = True  # the first layer's train/eval products from one kernel pass where it runs
 
     @property
     def keep_best(self) -> bool:
@@ -114,8 +113,6 @@ class Step(NamedTuple):
     def ahead(self, st: RunState, data: TrainData, runs: RunInputs) -> tuple[FirstLayer, FirstLayer] | None:
         """The first layer of the next training step of ``st`` and of an evaluation of its params,
         in one kernel pass (:func:`jaxgcn.models.first_layer_pair`; None where it does not apply)."""
-        if not self.first_pair:
-            return None
         return first_layer_pair(runs_of(st).stack(st.params), data.x, runs, execution=self.execution,
                                 keys=self.step_keys(st)[1])
 
@@ -205,8 +202,7 @@ class Step(NamedTuple):
 
 
 def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: Execution = Execution(), *,
-                      propagate: Propagate | None = None, collective: Collective = LOCAL,
-                      first_pair: bool = True) -> BatchRunner:
+                      propagate: Propagate | None = None, collective: Collective = LOCAL) -> BatchRunner:
     """THE training step, for R runs at once (compile the functions with ``jax.jit``): every path
     (one run, many runs, sharded) runs these functions (:class:`Step`).
 
@@ -218,11 +214,11 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
     ``propagate`` replaces the aggregation (sharded training passes its block exchange) and
     ``collective`` sums the loss, metrics and gradients over devices (:class:`Collective`). Split
     masks may be stacked ``[n_splits, n_nodes]``; each run reads the split its
-    :class:`jaxgcn.models.RunInputs` names. ``first_pair``: compute the first layer of a step and
-    of its evaluation in one kernel pass where the kernel runs (:func:`jaxgcn.models.first_layer_pair`);
-    sharded training turns it off (its features are a block of rows: the plain path is kept).
+    :class:`jaxgcn.models.RunInputs` names. The first layer of a step and of its evaluation come
+    from one kernel pass wherever the kernel runs (:func:`jaxgcn.models.first_layer_pair`; on a
+    sharded run, over the device's block of rows: the first layer is row-local).
     """
-    step = Step(model_config, config, execution, propagate, collective, first_pair)
+    step = Step(model_config, config, execution, propagate, collective)
     return BatchRunner(step.init, step.run_until, step.evaluate, step.final_params)
 
 
@@ -241,15 +237,13 @@ class Runner(NamedTuple):
 
 def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
                 execution: Execution = Execution(), *,
-                propagate: Propagate | None = None, collective: Collective = LOCAL,
-                first_pair: bool = True) -> Runner:
+                propagate: Propagate | None = None, collective: Collective = LOCAL) -> Runner:
     """The (uncompiled) functions of ONE training run: :func:`make_batch_runner`'s step, carrying one
     run's own :class:`RunState` (no run axis: what checkpoints hold; the step gives the forward
-    pass its params with a run axis of 1). ``propagate``, ``collective`` and ``first_pair`` as in
+    pass its params with a run axis of 1). ``propagate`` and ``collective`` as in
     :func:`make_batch_runner` (sharded training)."""
     model = gcn(model_config)
-    batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective,
-                              first_pair=first_pair)
+    batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective)
     keep_best = isinstance(config.early_stopping, Patience)
 
     def one() -> RunInputs:  # this run's settings, as a batch of one
