@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -480,3 +481,108 @@ def test_cli_sweep_shares_the_runs_between_two_processes(tmp_path):
     assert len(two["configurations"]) == len(single["configurations"]) == 2
     for a, b in zip(two["configurations"], single["configurations"]):
         assert a["lr"] == b["lr"] and a["test_acc_mean"] == pytest.approx(b["test_acc_mean"], abs=1e-6), (a, b)
+
+
+# --- partition files validated as any user file (issue 25): the hash proves a file is the one written,
+# not that what was written is valid; a crafted part with a recomputed hash once aborted the process
+# (SIGABRT) inside the kernel.
+
+def _edit_meta(meta, edit):
+    edit(meta)
+    return meta
+
+
+META_CASES = {
+    "a list": (lambda m: [m], r"holds a JSON list, not an object"),
+    "no parts": (lambda m: _edit_meta(m, lambda d: d.pop("parts")), r"'parts' is None, not a positive integer"),
+    "files short": (lambda m: _edit_meta(m, lambda d: d.update(files=[])), r"'files' is not a list of 1 entries"),
+    "files not a list": (lambda m: _edit_meta(m, lambda d: d.update(files="part-00000.npz")),
+                         r"'files' is not a list of 1 entries"),
+    "a path in files": (lambda m: _edit_meta(m, lambda d: d["files"][0].update(file="../part-00000.npz")),
+                        r"'files'\[0\] is not \{\"file\": \"part-NNNNN.npz\""),
+    "unknown exchange": (lambda m: _edit_meta(m, lambda d: d.update(exchange="bogus")),
+                         r"'exchange' is 'bogus', not 'all_gather' or 'halo'"),
+    "wrong n_features": (lambda m: _edit_meta(m, lambda d: d.update(n_features=99)),
+                         r"'info' \(300 nodes, 6 features, 3 classes\) disagrees with the partitions \(300 nodes, "
+                         r"99 features\)"),
+    "no stats": (lambda m: _edit_meta(m, lambda d: d.pop("stats")), r"'stats' lacks one of parts"),
+    "info without classes": (lambda m: _edit_meta(m, lambda d: d["info"].pop("n_classes")),
+                             r"'info' lacks one of dataset"),
+}
+
+
+def _shift_first_col(a):
+    a["graph/adj/cols"] = a["graph/adj/cols"].copy()
+    a["graph/adj/cols"][0] = 10**6
+
+
+def _swap_pointers(a):
+    a["graph/adj/indptr"] = a["graph/adj/indptr"].copy()
+    a["graph/adj/indptr"][5] = a["graph/adj/indptr"][-1] + 50
+
+
+def _repeat_perm(a):
+    a["graph/adj/t_perm"] = np.zeros_like(a["graph/adj/t_perm"])
+
+
+def _bad_label(a):
+    a["labels"] = a["labels"].copy()
+    a["labels"][0] = 7
+
+
+ARRAY_CASES = {
+    "column out of range": (_shift_first_col, r"graph/adj: column index 1000000 \(stored entry 0\) is outside "
+                                              r"\[0, 300\)"),
+    "row pointers past the end": (_swap_pointers, r"graph/adj: indptr decreases at row"),
+    "transpose not a permutation": (_repeat_perm, r"graph/adj/t_perm: not a permutation of the \d+ entries"),
+    "label out of range": (_bad_label, r"labels: not 300 class ids in \[-1, 3\)"),
+}
+
+
+@pytest.fixture
+def one_part(tmp_path):
+    from jaxgcn.distributed import save_partitions
+
+    host = datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=6, seed=0), on_device=False)
+    save_partitions(tmp_path / "p", host.data, 1, info=host.info)
+    return tmp_path / "p"
+
+
+def _train_on(directory, capsys):
+    code = run_main(["train", "--dataset", f"partitioned:{directory}", "--shard-graph", "--devices", "1",
+                     "--epochs", "2", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("case", sorted(META_CASES))
+def test_a_partition_record_that_is_not_one_is_refused_in_one_line(one_part, capsys, case):
+    edit, message = META_CASES[case]
+    meta_path = one_part / "partitions.json"
+    meta_path.write_text(json.dumps(edit(json.loads(meta_path.read_text()))))
+    assert re.search(message + r".*write the partitions again", _train_on(one_part, capsys))
+
+
+def test_a_deeply_nested_partition_record_is_refused_in_one_line(one_part, capsys):
+    (one_part / "partitions.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert "partitions.json: unreadable (RecursionError" in _train_on(one_part, capsys)
+
+
+@pytest.mark.parametrize("case", sorted(ARRAY_CASES))
+def test_a_crafted_part_with_a_recomputed_hash_is_refused_before_the_kernel(one_part, capsys, case):
+    import hashlib
+    from io import BytesIO
+
+    edit, message = ARRAY_CASES[case]
+    part, meta_path = one_part / "part-00000.npz", one_part / "partitions.json"
+    with np.load(part) as z:
+        arrays = {k: z[k] for k in z.files}
+    edit(arrays)
+    buf = BytesIO()
+    np.savez(buf, **arrays)
+    part.write_bytes(buf.getvalue())
+    meta = json.loads(meta_path.read_text())
+    meta["files"][0].update(bytes=len(buf.getvalue()), sha256=hashlib.sha256(buf.getvalue()).hexdigest())
+    meta_path.write_text(json.dumps(meta))
+    assert re.search(r"part-00000.npz " + message, _train_on(one_part, capsys))

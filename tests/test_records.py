@@ -118,6 +118,8 @@ def test_sweep_config_takes_lists(tmp_path):
     ("optimizer = \"adamm\"\n", r"--config \S+c\.toml: optimizer = 'adamm': --optimizer takes one of adam, "),
     ("bias = 1\n", r"--config \S+c\.toml: bias = 1: --bias is a switch; give true or false"),
     ("lr = \n", r"--config \S+c\.toml: not valid TOML"),
+    ("lr = [[0.01]]\n", r"--config \S+c\.toml: lr = \[\[0\.01\]\]: --lr takes a value such as '0\.01'"),
+    ("a = " + "[" * 5000 + "]" * 5000 + "\n", r"--config \S+c\.toml: nested deeper than Python's recursion limit"),
 ])
 def test_bad_config_is_refused(tmp_path, capsys, text, message):
     config = tmp_path / "c.toml"
@@ -138,6 +140,34 @@ def test_bad_record_is_refused(tmp_path, recorded):
         parse_args(build_parser(), ["sweep", "--from-record", str(recorded)])
     with pytest.raises(ValueError, match=r"--config \S+c\.yaml: unknown suffix '\.yaml'"):
         parse_args(build_parser(), ["train", "--config", str(tmp_path / "c.yaml")])
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r.update(versions=["jax"]), r"its \"record\" has a 'versions' of the wrong type \(list\)"),
+    (lambda r: r.update(data_sha256=5), r"its \"record\" has a 'data_sha256' of the wrong type \(int\)"),
+    (lambda r: r.update(devices={"devices": [1]}), r"its \"record\" has a 'devices' of the wrong type \(dict\)"),
+    (lambda r: r.update(command=3), r"its \"record\" has a 'command' of the wrong type \(int\)"),
+    (lambda r: r["options"].update(lr=None), r"lr = null: --lr needs a value such as '0\.01' \(leave the key out"),
+    (lambda r: r["options"].update(hidden=[[16]]), r"hidden = \[\[16\]\]: --hidden takes a value such as '16'"),
+])
+def test_a_record_of_the_wrong_shape_is_refused_in_one_line(tmp_path, recorded, capsys, edit, message):
+    # issue 25: these were tracebacks (a record's versions, fingerprint or devices of another type, null)
+    report = json.loads(recorded.read_text())
+    edit(report["record"])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(report))
+    assert run_main(["train", "--from-record", bad]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+def test_a_deeply_nested_json_file_is_refused_in_one_line(tmp_path, capsys):
+    for flag, name in (("--config", "c.json"), ("--from-record", "r.json")):
+        deep = tmp_path / name
+        deep.write_text("[" * 100_000 + "]" * 100_000)
+        assert run_main(["train", flag, deep]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "nested deeper than Python's recursion limit" in err, err
 
 
 def test_info_lists_devices(tmp_path, capsys):

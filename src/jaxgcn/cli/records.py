@@ -54,6 +54,28 @@ def _read_json(flag: str, path: Path) -> Any:
             from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{flag} {path}: not valid JSON ({err}); give a JSON file") from None
+    except RecursionError:
+        raise ValueError(f"{flag} {path}: nested deeper than Python's recursion limit; an options file is a flat "
+                         "table of option = value") from None
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _check_record(record: dict[str, Any], path: Path) -> None:
+    """The fields a re-run reads besides the options, of the types ``jaxgcn --json`` writes."""
+    devices = record.get("devices")
+    listed = devices.get("devices") if isinstance(devices, dict) else None
+    for key, ok in (("command", isinstance(record.get("command", "train"), str)),
+                    ("versions", record.get("versions") is None or _strings(record["versions"])),
+                    ("data_sha256", record.get("data_sha256") is None or _strings(record["data_sha256"])),
+                    ("devices", devices is None or (isinstance(listed, list) and all(
+                        _strings({k: d.get(k) for k in ("platform", "kind", "name")}) if isinstance(d, dict)
+                        else False for d in listed)))):
+        if not ok:
+            raise ValueError(f"--from-record {path}: its \"record\" has a {key!r} of the wrong type "
+                             f"({type(record.get(key)).__name__}); give a file written by `jaxgcn train --json`")
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -63,6 +85,7 @@ def read_record(path: Path) -> dict[str, Any]:
     if not isinstance(record, dict) or not isinstance(record.get("options"), dict):
         raise ValueError(f"--from-record {path}: holds no \"record\" with \"options\"; give a file written by "
                          "`jaxgcn train --json` (or sweep --json)")
+    _check_record(record, path)
     return record
 
 
@@ -80,6 +103,9 @@ def read_config(path: Path) -> dict[str, Any]:
             raise ValueError(f"--config {path}: cannot be read ({err.strerror}); check the path") from None
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
             raise ValueError(f"--config {path}: not valid TOML ({err})") from None
+        except RecursionError:
+            raise ValueError(f"--config {path}: nested deeper than Python's recursion limit; an options file is "
+                             "a flat table of option = value") from None
     else:
         raise ValueError(f"--config {path}: unknown suffix {path.suffix or '(none)'!r}; name a TOML file *.toml "
                          "or a JSON file *.json")
@@ -103,8 +129,12 @@ def _convert(source: str, key: str, action: argparse.Action, value: Any) -> Any:
             raise ValueError(f"{source}: {key} = {value!r}: {flag} is a switch; give true or false")
         return value
     if value is None:
-        return None
-    if isinstance(value, (dict, bool)):
+        if action.default is None:  # the flag's own "not given"
+            return None
+        raise ValueError(f"{source}: {key} = null: {flag} needs a value such as {_text(action.default)!r} (leave "
+                         "the key out for the default)")
+    if isinstance(value, (dict, bool)) or (isinstance(value, (list, tuple)) and any(
+            isinstance(v, (dict, list, tuple, bool)) or v is None for v in value)):
         raise ValueError(f"{source}: {key} = {value!r}: {flag} takes a value such as {_text(action.default)!r}")
     text = _text(value)
     try:
