@@ -170,6 +170,69 @@ def test_a_corrupted_download_of_a_published_file_keeps_nothing(server, tmp_path
     assert not leftovers(folder) and server.gets == ["/bad/shchur-cora/cora.npz"]
 
 
+def unhashed_row(monkeypatch, name: str) -> Dataset:
+    """A gnn-benchmark row like cora-full's: no published SHA-256 (the first download's is recorded)."""
+    return add_row(monkeypatch, name, "gnnbench", (Source("https://upstream.invalid/cora.npz", "cora.npz"),), "cora")
+
+
+@pytest.mark.parametrize("first, message", [
+    (b"<!DOCTYPE html>\n<html><body>502 Bad Gateway</body></html>\n",
+     r"answered with an HTML page, not the dataset file \(an error page, a login or captive portal, a proxy\?\); "
+     r"nothing was kept"),
+    (b"PK\x03\x04" + b"\0" * 500, r"the downloaded cora\.npz did not parse \(.*\); nothing was kept: run again to "
+                                 r"download anew"),
+])
+def test_a_bad_first_download_is_never_recorded_and_the_next_one_succeeds(server, tmp_path, monkeypatch, first,
+                                                                         message):
+    # issue 25: the first bytes received were trusted and their hash recorded: a proxy's error page
+    # or a truncated file became the dataset's identity and every later download was refused
+    entry = unhashed_row(monkeypatch, "test-nohash")
+    bad = server.root / "first" / "test-nohash"
+    bad.mkdir(parents=True, exist_ok=True)
+    (bad / "cora.npz").write_bytes(first)
+    (server.root / "test-nohash").mkdir(exist_ok=True)
+    shutil.copy(need(SHARED / "gnn-benchmark" / "cora.npz"), server.root / "test-nohash" / "cora.npz")
+    monkeypatch.setenv("JAXGCN_MIRROR", f"{server.url}/first")
+    monkeypatch.setattr(download, "RETRIES", 0)
+    with pytest.raises(DownloadError, match=message):
+        load_dataset("test-nohash", data_root=tmp_path, progress=False)
+    folder = tmp_path / "test-nohash"
+    assert sorted(p.name for p in folder.iterdir()) == [".lock"]  # no file, no record, no temp, no parse cache
+    monkeypatch.setenv("JAXGCN_MIRROR", server.url)
+    assert load_dataset("test-nohash", data_root=tmp_path, progress=False).labels.size == 2708
+    assert (folder / "cora.npz.sha256").read_text().split()[0] == CORA_SHA and is_cached(entry, tmp_path)
+
+
+def test_a_killed_download_leaves_no_partial_file_behind(server, tmp_path, monkeypatch):
+    # pooch streams into tmpXXXXXXXX in the folder; a process killed mid-transfer left it forever
+    unhashed_row(monkeypatch, "test-nohash")
+    (server.root / "test-nohash").mkdir(exist_ok=True)
+    shutil.copy(need(SHARED / "gnn-benchmark" / "cora.npz"), server.root / "test-nohash" / "cora.npz")
+    folder = tmp_path / "test-nohash"
+    folder.mkdir(parents=True)
+    (folder / "tmpab12_xyz").write_bytes(b"half a download")
+    (folder / "tmp-notes.txt").write_text("a file of the user's")  # not pooch's name: kept
+    load_dataset("test-nohash", data_root=tmp_path, progress=False)
+    assert not (folder / "tmpab12_xyz").exists() and (folder / "tmp-notes.txt").exists()
+
+
+def test_an_archive_that_is_not_one_or_expands_too_far_is_refused(server, tmp_path, monkeypatch):
+    (server.root / "test-notzip").mkdir(exist_ok=True)
+    (server.root / "test-notzip" / "notzip.zip").write_bytes(b"\x1f\x8b" + b"\0" * 300)  # gzip, not zip
+    ogb_row(monkeypatch, "test-notzip", "ogb", "notzip")
+    with pytest.raises(DownloadError, match=r"notzip\.zip: not a zip archive \(unreadable\); nothing was kept"):
+        load_dataset("test-notzip", data_root=tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "test-notzip").iterdir()) == [".lock"]
+    (server.root / "test-bomb").mkdir(exist_ok=True)
+    with zipfile.ZipFile(server.root / "test-bomb" / "bomb.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("bomb/raw/edge.csv", b"\0" * (120 * 2**20))  # 120 MiB of zeros: ~120 KB packed
+    ogb_row(monkeypatch, "test-bomb", "ogb", "bomb")
+    with pytest.raises(DownloadError, match=r"bomb\.zip: its members expand to 0\.13 GB, \d+ times the archive's "
+                                            r"0\.1 MB \(a zip bomb\?\); refusing the archive"):
+        load_dataset("test-bomb", data_root=tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "test-bomb").iterdir()) == [".lock"]
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -53,7 +53,11 @@ def load_named(entry: Dataset, *, root: str | Path | None = None, download: bool
         if not download:
             raise DownloadError(f"dataset {entry.name}: not in the cache {folder}; run `jaxgcn download "
                                 f"{entry.name}` (or point --data-root / $JAXGCN_DATA at a folder that holds it)")
-        fetch(entry, root, progress=progress)
+        parsed: list[RawGraph] = []  # what fetch's check parsed (a first download is parsed once)
+        fetch(entry, root, progress=progress, check=lambda f: parsed.append(_parse(entry, f)))
+        if parsed:
+            return cached(folder / PARSED, [folder / s.filename for s in entry.sources], lambda: parsed[0],
+                          min_bytes=0)
     sources = [folder / s.filename for s in entry.sources]
     return cached(folder / PARSED, sources, lambda: _parse(entry, folder), min_bytes=0)
 
