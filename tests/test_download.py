@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -443,6 +444,88 @@ def test_cached_parses_once_until_the_source_or_the_loader_changes(tmp_path, mon
         unwritable = tmp_path / "ro" / "x.npz"
     raw = parsed.cached(unwritable, [source], parse)
     assert len(calls) == 4 and raw.labels.tolist() == [0, 1, 0] and not unwritable.exists()
+
+
+def _rewrite_npz(path: Path, edit) -> None:
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    edit(arrays)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), r"unreadable: BadZipFile"),
+    (lambda p: p.write_bytes(b""), r"unreadable: \w+"),
+    (lambda p: _rewrite_npz(p, lambda a: a.update(labels=np.roll(a["labels"], 1))),
+     r"its arrays differ from the SHA-256 recorded when it was written \(damaged or edited\)"),
+])
+def test_a_damaged_parse_cache_is_discarded_with_a_note_and_parsed_again(tmp_path, monkeypatch, damage, why):
+    # issue 25: a truncated or empty cache file was a BadZipFile traceback; permuted labels with valid
+    # keys trained silently on poisoned data
+    monkeypatch.setattr(parsed, "MIN_BYTES", 0)
+    source = tmp_path / "edges.csv"
+    source.write_text("0,1\n1,2\n")
+    calls = []
+
+    def parse():
+        calls.append(1)
+        return tiny_raw()
+
+    path = parsed.cache_file(tmp_path / "root", "files", [source])
+    parsed.cached(path, [source], parse)
+    damage(path)
+    with pytest.warns(parsed.CacheNote, match=rf"{re.escape(str(path))}: discarded this parse cache \({why}\); the "
+                                              "sources are parsed again"):
+        again = parsed.cached(path, [source], parse)
+    assert len(calls) == 2 and again.labels.tolist() == [0, 1, 0]
+    assert parsed.load_raw_npz(path, verify=True).labels.tolist() == [0, 1, 0]  # rebuilt
+
+
+def test_a_source_edited_to_the_same_size_and_mtime_is_parsed_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(parsed, "MIN_BYTES", 0)
+    source = tmp_path / "edges.csv"
+    source.write_text("0,1\n1,2\n")
+    calls = []
+    path = parsed.cache_file(tmp_path / "root", "files", [source])
+    parsed.cached(path, [source], lambda: calls.append(1) or tiny_raw())
+    st = source.stat()
+    source.write_text("0,2\n1,2\n")  # same size
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the old modification time
+    parsed.cached(path, [source], lambda: calls.append(1) or tiny_raw())
+    assert len(calls) == 2
+    # a large source is fingerprinted by 16 blocks spread over it, the first and the last among them
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(parsed.FULL_HASH_BYTES + 5 * parsed.SAMPLE_BYTES))
+    seen = {parsed.content_fingerprint(big, big.stat().st_size)}
+    for offset in (0, big.stat().st_size - 1):
+        with open(big, "r+b") as f:
+            f.seek(offset)
+            f.write(b"x")
+        seen.add(parsed.content_fingerprint(big, big.stat().st_size))
+    assert len(seen) == 3
+
+
+def test_cli_poisoned_cache_is_refused_and_the_run_equals_a_fresh_parse(tmp_path, monkeypatch, capsys):
+    # the cached labels permuted, keys and layout intact: the run says so in one line, parses again,
+    # and scores what a run from a fresh parse scores
+    import json
+
+    monkeypatch.setattr(parsed, "MIN_BYTES", 0)
+    edges, labels = tmp_path / "edges.csv", tmp_path / "labels.csv"
+    edges.write_text("src,dst\n" + "".join(f"n{i},n{(i + 1) % 60}\nn{i},n{(i + 7) % 60}\n" for i in range(60)))
+    labels.write_text("node,label\n" + "".join(f"n{i},{(i // 20)}\n" for i in range(60)))
+    argv = ["train", "--edges", edges, "--labels", labels, "--data-root", tmp_path / "root", "--train-per-class", "5",
+            "--val", "10", "--test", "20", "--epochs", "20", "--quiet"]
+    assert run_main([*argv, "--json", tmp_path / "fresh.json"]) == 0
+    [cache] = (tmp_path / "root" / "parsed").glob("files-*.npz")
+    _rewrite_npz(cache, lambda a: a.update(labels=np.roll(a["labels"], 20)))
+    capsys.readouterr()
+    assert run_main([*argv, "--json", tmp_path / "again.json"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("jaxgcn: note: ") and "its arrays differ from the SHA-256" in err[0]
+    fresh, again = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("fresh", "again"))
+    assert again["test_acc"] == fresh["test_acc"] and again["val_acc"] == fresh["val_acc"]
 
 
 def test_cli_own_files_are_parsed_once(tmp_path, monkeypatch, capsys):

@@ -10,17 +10,30 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Sequence
+import warnings
+from typing import Any, Sequence
 
 from jaxgcn.cli.common import os_error
 from jaxgcn.cli.config import to_flags
 from jaxgcn.cli.parser import EXIT_USAGE, build_parser
 from jaxgcn.cli.records import parse_args
+from jaxgcn.datasets.parsed import CacheNote
 from jaxgcn.train import TrainingDiverged
 
 EXIT_DIVERGED = 1
+_SHOW_WARNING = warnings.showwarning
 
 __all__ = ["build_parser", "main"]
+
+
+def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+              line: str | None = None) -> None:
+    """A library note (:class:`~jaxgcn.datasets.parsed.CacheNote`) as one ``jaxgcn: note:`` line on
+    stderr; any other warning as Python shows it."""
+    if issubclass(category, CacheNote):
+        print(f"jaxgcn: note: {message}", file=sys.stderr, flush=True)
+        return
+    _SHOW_WARNING(message, category, filename, lineno, file, line)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,10 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jaxgcn: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        setup = getattr(args, "setup", None)
-        if setup is not None:
-            setup(args, from_console)
-        return args.func(args)
+        with warnings.catch_warnings():  # restores showwarning: in-process callers keep theirs
+            warnings.showwarning = _one_line
+            warnings.simplefilter("always", CacheNote)  # a note for the user, whatever the filters say
+            setup = getattr(args, "setup", None)
+            if setup is not None:
+                setup(args, from_console)
+            return args.func(args)
     except ValueError as exc:
         code = EXIT_DIVERGED if isinstance(exc, TrainingDiverged) else EXIT_USAGE
         print(f"jaxgcn: error: {to_flags(str(exc))}", file=sys.stderr)
