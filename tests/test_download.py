@@ -409,7 +409,8 @@ def tiny_raw() -> RawGraph:
                                                     "test": np.array([2])})
 
 
-def test_cached_parses_once_until_the_source_or_the_loader_changes(tmp_path, monkeypatch):
+def one_source(tmp_path, monkeypatch):
+    """A small source file (cached despite its size), its cache path, and a parse that counts its calls."""
     monkeypatch.setattr(parsed, "MIN_BYTES", 0)
     source = tmp_path / "edges.csv"
     source.write_text("0,1\n1,2\n")
@@ -418,8 +419,11 @@ def test_cached_parses_once_until_the_source_or_the_loader_changes(tmp_path, mon
     def parse():
         calls.append(1)
         return tiny_raw()
+    return source, parsed.cache_file(tmp_path / "root", "files", [source]), calls, parse
 
-    path = parsed.cache_file(tmp_path / "root", "files", [source])
+
+def test_cached_parses_once_until_the_source_or_the_loader_changes(tmp_path, monkeypatch):
+    source, path, calls, parse = one_source(tmp_path, monkeypatch)
     first = parsed.cached(path, [source], parse)
     again = parsed.cached(path, [source], parse)
     assert len(calls) == 1 and path.is_file()
@@ -463,16 +467,7 @@ def _rewrite_npz(path: Path, edit) -> None:
 def test_a_damaged_parse_cache_is_discarded_with_a_note_and_parsed_again(tmp_path, monkeypatch, damage, why):
     # issue 25: a truncated or empty cache file was a BadZipFile traceback; permuted labels with valid
     # keys trained silently on poisoned data
-    monkeypatch.setattr(parsed, "MIN_BYTES", 0)
-    source = tmp_path / "edges.csv"
-    source.write_text("0,1\n1,2\n")
-    calls = []
-
-    def parse():
-        calls.append(1)
-        return tiny_raw()
-
-    path = parsed.cache_file(tmp_path / "root", "files", [source])
+    source, path, calls, parse = one_source(tmp_path, monkeypatch)
     parsed.cached(path, [source], parse)
     damage(path)
     with pytest.warns(parsed.CacheNote, match=rf"{re.escape(str(path))}: discarded this parse cache \({why}\); the "
@@ -483,16 +478,12 @@ def test_a_damaged_parse_cache_is_discarded_with_a_note_and_parsed_again(tmp_pat
 
 
 def test_a_source_edited_to_the_same_size_and_mtime_is_parsed_again(tmp_path, monkeypatch):
-    monkeypatch.setattr(parsed, "MIN_BYTES", 0)
-    source = tmp_path / "edges.csv"
-    source.write_text("0,1\n1,2\n")
-    calls = []
-    path = parsed.cache_file(tmp_path / "root", "files", [source])
-    parsed.cached(path, [source], lambda: calls.append(1) or tiny_raw())
+    source, path, calls, parse = one_source(tmp_path, monkeypatch)
+    parsed.cached(path, [source], parse)
     st = source.stat()
     source.write_text("0,2\n1,2\n")  # same size
     os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the old modification time
-    parsed.cached(path, [source], lambda: calls.append(1) or tiny_raw())
+    parsed.cached(path, [source], parse)
     assert len(calls) == 2
     # a large source is fingerprinted by 16 blocks spread over it, the first and the last among them
     big = tmp_path / "big.bin"
