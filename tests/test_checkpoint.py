@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import hashlib
 import json
 import os
 import re
@@ -102,6 +104,62 @@ def test_corrupted_truncated_and_foreign_checkpoints_are_named(tmp_path):
     (tmp_path / "ck" / "checkpoint.json").write_text('{"format": "other"}')
     with pytest.raises(ValueError, match=r"format 'other', expected 'jaxgcn-checkpoint-1'"):
         checkpoint.load(tmp_path / "ck")
+
+
+def _npy_with_header(shape, dtype="|i1") -> bytes:
+    """An .npy file whose header declares ``shape`` over a few bytes of data."""
+    header = repr({"descr": dtype, "fortran_order": False, "shape": shape}).encode()
+    header += b" " * (63 - (len(header) + 10) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\0" * 16
+
+
+def test_side_files_are_verified_like_the_params(tmp_path):
+    # issue 25: node ids, split and run state were not covered by the checkpoint's hashes, and a huge
+    # .npy header in one gave an out-of-memory traceback
+    ck = tmp_path / "ck"
+    checkpoint.save(ck, PARAMS, model_config=GCNConfig(hidden=2), train_config=TrainConfig(), info=INFO, epoch=1,
+                    metrics={}, node_ids=np.array(["x", "y", "z"]), split=np.array([1, 2, 3], np.int8))
+    meta = json.loads((ck / "checkpoint.json").read_text())
+    assert set(meta["files"]) == {"node_ids-1.npy", "split-1.npy"}
+    split = ck / "split-1.npy"
+    good = split.read_bytes()
+    buf = io.BytesIO()
+    np.save(buf, np.array([3, 2, 1], np.int8))  # a valid split, not the one saved: only the hash can tell
+    split.write_bytes(buf.getvalue())
+    with pytest.raises(ValueError, match=r"split-1\.npy: \d+ bytes that do not match the recorded size/SHA-256; "
+                                         r"the split file is truncated or corrupted, save the model again"):
+        checkpoint.load(ck)
+    huge = _npy_with_header((10**13,))  # and its hash recorded, as a crafted checkpoint would
+    split.write_bytes(huge)
+    meta["files"]["split-1.npy"] = {"bytes": len(huge), "sha256": hashlib.sha256(huge).hexdigest()}
+    (ck / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"split-1\.npy: the split file declares an array larger than memory"):
+        checkpoint.load(ck)
+    split.write_bytes(good)
+    (ck / "checkpoint.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=r"checkpoint\.json: nested deeper than Python's recursion limit"):
+        checkpoint.load(ck)
+
+
+def test_a_reader_racing_a_run_that_saves_reads_the_newer_checkpoint(tmp_path, monkeypatch):
+    # a reader that read checkpoint.json just before a --checkpoint-every save replaced it found its
+    # files gone ("params file ... is missing", 3 times in 4): it now reads the newer checkpoint
+    ck = tmp_path / "ck"
+    save(ck)
+    old = (ck / "checkpoint.json").read_text()
+    save(ck, {"layer_0": {"w": PARAMS["layer_0"]["w"] * 3}, "layer_1": PARAMS["layer_1"]}, epoch=20)
+    real, reads = checkpoint._meta_text, []
+
+    def racing(directory):  # the first read sees the JSON of the save that was just replaced
+        reads.append(1)
+        return old if len(reads) == 1 else real(directory)
+
+    monkeypatch.setattr(checkpoint, "_meta_text", racing)
+    loaded = checkpoint.load(ck)
+    assert loaded.meta["epoch"] == 20 and np.array_equal(loaded.params["layer_0"]["w"], PARAMS["layer_0"]["w"] * 3)
+    monkeypatch.setattr(checkpoint, "_meta_text", lambda directory: old)  # no newer save: the error stands
+    with pytest.raises(ValueError, match=r"params file params-1\.npz is missing"):
+        checkpoint.load(ck)
 
 
 def write_graph(tmp_path, n_extra=0):

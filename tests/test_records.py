@@ -93,7 +93,7 @@ JSON = {"dataset": "citeseer", "seeds": 10, "lr": 0.05, "weight_decay": 0.001, "
 
 def _parsed(argv: list) -> dict:
     args = vars(parse_args(build_parser(), [str(a) for a in argv]))
-    return {k: v for k, v in args.items() if k not in ("argv", "config", "func", "setup")}
+    return {k: v for k, v in args.items() if k not in ("argv", "config", "func", "setup", "dataset_origin")}
 
 
 @pytest.mark.parametrize("suffix", ["toml", "json"])
@@ -177,3 +177,24 @@ def test_info_lists_devices(tmp_path, capsys):
     assert re.fullmatch(rf"devices: {len(jax.devices())} x {platform} \(.+\)", line), line
     devices = json.loads((tmp_path / "i.json").read_text())["devices"]
     assert devices["count"] == len(jax.devices()) and devices["devices"][0]["platform"] == platform
+
+
+def test_a_named_dataset_and_own_files_together_are_refused(tmp_path, recorded, capsys):
+    # issue 25: --dataset citeseer with --edges/--labels trained silently on the files, also when
+    # --from-record or --config set one and the command line the other
+    edges, labels = tmp_path / "e.csv", tmp_path / "l.csv"
+    edges.write_text("src,dst\na,b\n")
+    labels.write_text("node,label\na,0\nb,1\n")
+    own = ["--edges", edges, "--labels", labels]
+    config = tmp_path / "c.toml"
+    config.write_text('dataset = "citeseer"\n')
+    for argv, chosen in ((["--dataset", "citeseer", *own], "--dataset citeseer"),
+                         (["--datas", "citeseer", *own], "--dataset citeseer"),  # argparse's abbreviation too
+                         (["--config", config, *own], rf"--config {re.escape(str(config))} \(citeseer\)"),
+                         (["--from-record", recorded, *own], rf"--from-record {re.escape(str(recorded))} \(cora\)")):
+        assert run_main(["train", *argv, "--epochs", "1"]) == 2
+        err = capsys.readouterr().err
+        assert re.search(rf"{chosen} and --edges {re.escape(str(edges))} both choose the data \(a named dataset, "
+                         r"your own graph\); give one of them", err), err
+        assert len(err.strip().splitlines()) == 1
+

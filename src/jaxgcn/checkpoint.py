@@ -15,9 +15,11 @@ temporary files a killed save left. Older files are removed only after the new J
 Reads (:func:`load`) trust nothing: the JSON is checked against a schema (every key's type, the
 model config valid, class names and feature statistics consistent with the counts, file names
 plain names inside the directory), the params file against its recorded size and SHA-256, every
-param's name, shape and dtype against what the config builds, and every value for NaN/inf. Object
-arrays are refused (they would need unpickling). Every problem is one ValueError that names the file
-and the fix.
+param's name, shape and dtype against what the config builds, and every value for NaN/inf. The
+side files (node ids, split, run state) are checked against the sizes and SHA-256s ``files``
+records. Object arrays are refused (they would need unpickling). Every problem is one ValueError
+that names the file and the fix. A reader that meets files gone because a running job saved a
+newer checkpoint meanwhile (``--checkpoint-every``) reads that one instead.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxgcn.checkpoint_runs import RUNS, RUNS_FORMAT, resolve_run, run_dir, save_runs  # noqa: F401 - its face
 from jaxgcn.data import SPLIT_CODES  # noqa: F401 - re-exported for split-<n>.npy readers
+from jaxgcn.validate import is_json
 from jaxgcn.version import __version__
 from jaxgcn.outputs import remove_stale_temps, write_atomic
 
@@ -214,15 +218,18 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     params_path = directory / f"params-{number}.npz"
     write_atomic(params_path, blob)
     names: dict[str, str | None] = {"state_file": None, "node_ids_file": None, "split_file": None}
+    sides: dict[str, dict[str, Any]] = {}  # each side file's size and SHA-256, as the params'
+
+    def side(key: str, name: str, data: bytes) -> None:
+        names[key] = name
+        write_atomic(directory / name, data)
+        sides[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     if state is not None:
-        names["state_file"] = f"state-{number}.npz"
-        write_atomic(directory / names["state_file"], npz_bytes(state_arrays(state)))
+        side("state_file", f"state-{number}.npz", npz_bytes(state_arrays(state)))
     if node_ids is not None:
-        names["node_ids_file"] = f"node_ids-{number}.npy"
-        write_atomic(directory / names["node_ids_file"], _npy_bytes(np.asarray(node_ids).astype(str)))
+        side("node_ids_file", f"node_ids-{number}.npy", _npy_bytes(np.asarray(node_ids).astype(str)))
     if split is not None:
-        names["split_file"] = f"split-{number}.npy"
-        write_atomic(directory / names["split_file"], _npy_bytes(np.asarray(split, np.int8)))
+        side("split_file", f"split-{number}.npy", _npy_bytes(np.asarray(split, np.int8)))
     meta = {
         "format": FORMAT, "version": __version__,
         "params_file": params_path.name, "params_sha256": hashlib.sha256(blob).hexdigest(),
@@ -236,7 +243,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         "metrics": {k: float(v) for k, v in metrics.items()},
         "state_file": names["state_file"], "extra": extra or {},
         "split_file": names["split_file"], "split": info.get("split"),
-        "data_sha256": fingerprint, "identity_features": bool(identity_features),
+        "data_sha256": fingerprint, "identity_features": bool(identity_features), "files": sides,
     }
     write_atomic(directory / META, json.dumps(meta, indent=2) + "\n")
     keep = {params_path.name, *filter(None, names.values())}
@@ -263,7 +270,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
     "norm": ((str, type(None)), False), "dataset": ((str, type(None)), False),
     "extra": ((dict,), False), "split": ((str, type(None)), False),
     "data_sha256": ((dict, type(None)), False), "identity_features": ((bool,), False),
-    "execution": ((dict, type(None)), False),
+    "execution": ((dict, type(None)), False), "files": ((dict,), False),
 }
 # the model fields that decide the params' names and shapes must be recorded; the rest default
 _MODEL_REQUIRED = ("hidden", "layers", "bias", "residual", "layer_norm")
@@ -271,13 +278,6 @@ _MODEL_REQUIRED = ("hidden", "layers", "bias", "residual", "layer_norm")
 _EXECUTION_KEYS = ("backend", "dropout_rng", "chunk_edges", "aggregate_first")
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "an object",
                list: "a list", type(None): "null"}
-
-
-def is_json(value: Any, types: tuple[type, ...]) -> bool:
-    """Whether a JSON value has one of ``types`` (JSON true is not an int; an int is a float)."""
-    if isinstance(value, bool):
-        return bool in types
-    return isinstance(value, types) or (float in types and isinstance(value, int))
 
 
 def _expected(types: tuple[type, ...]) -> str:
@@ -314,6 +314,10 @@ def _check_schema(meta: dict[str, Any], path: Path) -> None:
     fp = meta.get("data_sha256")
     if fp is not None and any(not isinstance(fp.get(k), str) for k in FINGERPRINT_PARTS):
         raise _bad(path, f"data_sha256 must name {', '.join(FINGERPRINT_PARTS)}")
+    for name, entry in meta.get("files", {}).items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int)
+                and re.fullmatch(r"[0-9a-f]{64}", str(entry.get("sha256")))):
+            raise _bad(path, f"files[{name!r}] is {entry!r}, expected {{\"bytes\": N, \"sha256\": HEX}}")
     model_config(meta, path)
 
 
@@ -364,13 +368,20 @@ def model_config(meta: dict[str, Any], path: str | Path = META) -> Any:
         raise _bad(path, f"model config invalid: {err}") from None
 
 
-def read_arrays(path: Path, what: str) -> dict[str, np.ndarray]:
-    """Every array of an npz (or the one of an npy, as ``{"": a}``), never unpickling."""
+def read_arrays(path: Path, what: str, blob: bytes | None = None) -> dict[str, np.ndarray]:
+    """Every array of an npz (or the one of an npy, as ``{"": a}``), never unpickling; ``blob``:
+    the file's bytes, already read (and verified)."""
+    from io import BytesIO
+
+    source: Any = path if blob is None else BytesIO(blob)
     try:
         if path.suffix == ".npy":
-            return {"": np.load(path, allow_pickle=False)}
-        with np.load(path, allow_pickle=False) as z:
+            return {"": np.load(source, allow_pickle=False)}
+        with np.load(source, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
+    except MemoryError:  # a header declaring an array far larger than the file
+        raise ValueError(f"checkpoint {path}: the {what} file declares an array larger than memory; the file was "
+                         "not written by jaxgcn or is corrupted: save the model again") from None
     except ValueError as err:
         if "allow_pickle" in str(err) or "Object arrays" in str(err):
             raise ValueError(f"checkpoint {path}: the {what} file holds object arrays (pickled Python objects), "
@@ -410,47 +421,94 @@ def check_params(params: dict[str, Any], meta: dict[str, Any], path: str | Path)
                              "from it would be meaningless (the run diverged, or the file was edited): train again")
 
 
+class _Moved(ValueError):
+    """A file ``checkpoint.json`` names is missing or differs: also what a reader sees when a run
+    saves a newer checkpoint (``--checkpoint-every``) while it reads (the old files go)."""
+
+
+LOAD_ATTEMPTS = 3  # reads of a checkpoint that a running job keeps replacing
+
+
 def load(directory: str | Path) -> Checkpoint:
-    """Read and verify a checkpoint; every problem is a ValueError naming the file and the fix."""
+    """Read and verify a checkpoint; every problem is a ValueError naming the file and the fix. A
+    checkpoint replaced while it is read (a run writing ``--checkpoint-every``) is read again."""
     directory = Path(directory)
+    for attempt in range(LOAD_ATTEMPTS):
+        text = _meta_text(directory)
+        try:
+            return _load(directory, text)
+        except _Moved as err:
+            if _meta_text(directory) == text or attempt == LOAD_ATTEMPTS - 1:
+                raise ValueError(str(err)) from None  # not a newer save: the checkpoint itself is damaged
+    raise AssertionError("unreachable")
+
+
+def _meta_text(directory: Path) -> str:
     meta_path = directory / META
     if not directory.is_dir() or not meta_path.is_file():
         raise ValueError(f"checkpoint {directory}: not a checkpoint directory (no {META}); pass the folder "
                          "that --save wrote")
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return meta_path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
         raise ValueError(f"checkpoint {meta_path}: unreadable JSON ({err}); the file is corrupted") from None
     except OSError as err:
         raise ValueError(f"checkpoint {meta_path}: cannot be read ({err.strerror}); check its permissions") from None
+
+
+def _load(directory: Path, text: str) -> Checkpoint:
+    meta_path = directory / META
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"checkpoint {meta_path}: unreadable JSON ({err}); the file is corrupted") from None
+    except RecursionError:
+        raise ValueError(f"checkpoint {meta_path}: nested deeper than Python's recursion limit; it was not written "
+                         "by jaxgcn") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"checkpoint {meta_path}: format {meta.get('format') if isinstance(meta, dict) else None!r}, "
                          f"expected {FORMAT!r}; it was not written by this jaxgcn")
     _check_schema(meta, meta_path)
     params_path = directory / meta["params_file"]
     if not params_path.is_file():
-        raise ValueError(f"checkpoint {directory}: params file {params_path.name} is missing")
+        raise _Moved(f"checkpoint {directory}: params file {params_path.name} is missing")
     try:
         blob = params_path.read_bytes()
     except OSError as err:
         raise ValueError(f"checkpoint {params_path}: cannot be read ({err.strerror}); check its permissions") from None
     if len(blob) != meta["params_bytes"] or hashlib.sha256(blob).hexdigest() != meta["params_sha256"]:
-        raise ValueError(f"checkpoint {params_path}: {len(blob)} bytes that do not match the recorded size/SHA-256; "
-                         "the file is truncated or corrupted, save the model again")
-    params = _unflatten(read_arrays(params_path, "params"))
+        raise _Moved(f"checkpoint {params_path}: {len(blob)} bytes that do not match the recorded size/SHA-256; "
+                     "the file is truncated or corrupted, save the model again")
+    params = _unflatten(read_arrays(params_path, "params", blob))
     check_params(params, meta, params_path)
     node_ids = _read_node_ids(directory, meta)
     split = _read_split(directory, meta, node_ids)
     return Checkpoint(params, meta, node_ids, split)
 
 
+def _verified(directory: Path, meta: dict[str, Any], key: str, what: str) -> tuple[Path, bytes]:
+    """A side file's bytes, checked against the size and SHA-256 ``checkpoint.json`` records for it
+    (checkpoints written before side files were hashed record none: read as they are)."""
+    path = directory / meta[key]
+    if not path.is_file():
+        raise _Moved(f"checkpoint {directory}: {what} file {path.name} is missing")
+    try:
+        blob = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"checkpoint {path}: cannot be read ({err.strerror}); check its permissions") from None
+    recorded = meta.get("files", {}).get(path.name)
+    if recorded is not None and (len(blob) != recorded["bytes"]
+                                 or hashlib.sha256(blob).hexdigest() != recorded["sha256"]):
+        raise _Moved(f"checkpoint {path}: {len(blob)} bytes that do not match the recorded size/SHA-256; the "
+                     f"{what} file is truncated or corrupted, save the model again")
+    return path, blob
+
+
 def _side_file(directory: Path, meta: dict[str, Any], key: str, what: str) -> np.ndarray | None:
     if not meta.get(key):
         return None
-    path = directory / meta[key]
-    if not path.is_file():
-        raise ValueError(f"checkpoint {directory}: {what} file {path.name} is missing")
-    return read_arrays(path, what)[""]
+    path, blob = _verified(directory, meta, key, what)
+    return read_arrays(path, what, blob)[""]
 
 
 def _read_node_ids(directory: Path, meta: dict[str, Any]) -> np.ndarray | None:
@@ -483,76 +541,5 @@ def load_state(directory: str | Path, meta: dict[str, Any]) -> dict[str, np.ndar
     if not meta.get("state_file"):
         raise ValueError(f"checkpoint {directory}: holds no run state to resume (it was saved at the end of a "
                          "finished run); train again or --resume an interrupted --checkpoint-every run")
-    path = directory / meta["state_file"]
-    if not path.is_file():
-        raise ValueError(f"checkpoint {directory}: run state file {path.name} is missing")
-    return read_arrays(path, "run state")
-
-
-# --- several runs in one directory ------------------------------------------------------------------
-
-RUNS = "runs.json"
-RUNS_FORMAT = "jaxgcn-runs-1"
-
-
-def run_dir(directory: str | Path, run: int) -> Path:
-    """Where run ``run`` of a several-run save lives: an ordinary checkpoint directory."""
-    return Path(directory) / f"run-{run:03d}"
-
-
-def save_runs(directory: str | Path, runs: list[dict[str, Any]]) -> Path:
-    """Write the manifest of a several-run save (each run already saved with :func:`save` into
-    :func:`run_dir`): per run its ``seed``, ``split``, ``val_acc`` and ``test_acc``, and which run
-    has the best validation accuracy (ties: the first), the one a reader takes by default."""
-    best = max(range(len(runs)), key=lambda j: (runs[j]["val_acc"], -j))
-    manifest = {"format": RUNS_FORMAT, "version": __version__, "best": best,
-                "runs": [{"dir": run_dir(directory, j).name, **{k: r[k] for k in ("seed", "split", "val_acc",
-                                                                                   "test_acc")}}
-                         for j, r in enumerate(runs)]}
-    return write_atomic(Path(directory) / RUNS, json.dumps(manifest, indent=2) + "\n")
-
-
-def _runs_manifest(path: Path) -> dict[str, Any]:
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise ValueError(f"checkpoint {path}: unreadable JSON ({type(err).__name__}); the file is corrupted, "
-                         "save the runs again") from None
-    except OSError as err:
-        raise ValueError(f"checkpoint {path}: cannot be read ({err.strerror}); check its permissions") from None
-    runs = manifest.get("runs") if isinstance(manifest, dict) else None
-    if (not isinstance(manifest, dict) or manifest.get("format") != RUNS_FORMAT or not isinstance(runs, list)
-            or not runs or not is_json(manifest.get("best"), (int,)) or not 0 <= manifest["best"] < len(runs)
-            or not all(isinstance(r, dict) and r.get("dir") == run_dir(path.parent, j).name
-                       and is_json(r.get("seed"), (int,)) and is_json(r.get("split"), (int,))
-                       and all(is_json(r.get(k), (int, float)) for k in ("val_acc", "test_acc"))
-                       for j, r in enumerate(runs))):
-        raise ValueError(f"checkpoint {path}: not a {RUNS_FORMAT} manifest (format, best, and per run its dir, "
-                         "seed, split, val_acc and test_acc); it was edited or not written by this jaxgcn: save "
-                         "the runs again")
-    return manifest
-
-
-def resolve_run(directory: str | Path, run: int | None) -> tuple[Path, str | None]:
-    """The checkpoint directory to read for ``--checkpoint directory [--run run]``, and a note that
-    says which run a several-run save gave (``None`` for an ordinary checkpoint). Without ``run``
-    a several-run save gives its best-validation run."""
-    directory = Path(directory)
-    manifest_path = directory / RUNS
-    if not manifest_path.is_file():
-        if run is not None:
-            raise ValueError(f"--run {run}: checkpoint {directory} holds one run (no {RUNS}); drop --run, or "
-                             "pass a directory that train --save wrote with --seeds N or --splits K")
-        return directory, None
-    manifest = _runs_manifest(manifest_path)
-    runs = manifest["runs"]
-    if run is not None and not 0 <= run < len(runs):
-        raise ValueError(f"--run {run}: checkpoint {directory} holds runs 0-{len(runs) - 1}; pick one of them")
-    chosen = manifest["best"] if run is None else run
-    r = runs[chosen]
-    why = "the best validation accuracy" if run is None else "--run"
-    note = (f"checkpoint {directory}: run {chosen} of {len(runs)} (seed {r['seed']}, split {r['split']}, "
-            f"validation accuracy {r['val_acc']:.4f}: {why})")
-    if run is None:
-        note += "; --run I picks another"
-    return run_dir(directory, chosen), note
+    path, blob = _verified(directory, meta, "state_file", "run state")
+    return read_arrays(path, "run state", blob)

@@ -27,6 +27,13 @@ BYTES_PER_FEATURE = 384
 INT32_MAX = 2**31 - 1  # node, feature and entry indices are int32 on the device
 
 
+def is_json(value: Any, types: tuple[type, ...]) -> bool:
+    """Whether a JSON value has one of ``types`` (JSON true is not an int; an int is a float)."""
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types) or (float in types and isinstance(value, int))
+
+
 def human_bytes(n: float) -> str:
     """``n`` bytes as GiB, or TiB when that reads better.
 

@@ -115,6 +115,11 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 def check_split_flags(args: argparse.Namespace) -> None:
     """Split flags that contradict each other or would be silently ignored are refused."""
+    origin = getattr(args, "dataset_origin", None)
+    if getattr(args, "edges", None) is not None and origin is not None:
+        chosen = f"{origin} ({args.dataset})" if origin != "--dataset" else f"--dataset {args.dataset}"
+        raise ValueError(f"{chosen} and --edges {args.edges} both choose the data (a named dataset, your own graph); "
+                         "give one of them")
     given = "--split-file" if args.split_file is not None else "--train-frac" if args.train_frac is not None else None
     if args.split_file is not None and args.train_frac is not None:
         raise ValueError(f"--split-file {args.split_file} and --train-frac {args.train_frac} both choose the split; "

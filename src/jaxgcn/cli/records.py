@@ -26,7 +26,7 @@ from jaxgcn import checkpoint, reports
 FILE_OPTIONS = ("from_record", "config")
 NOT_REPLAYED = ("json", "csv", "save", "save_split", "log", "tensorboard", "checkpoint_every", "resume",
                 "coordinator", "num_processes", "process_id")
-NOT_OPTIONS = ("command", "func", "setup", "argv")  # namespace entries that are not options
+NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin")  # namespace entries that are not options
 
 
 def add_file_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -164,10 +164,13 @@ def to_defaults(parser: argparse.ArgumentParser, mapping: dict[str, Any], source
     return out
 
 
-def file_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
-    """The defaults ``--from-record`` and then ``--config`` set (the config's win over the record's)."""
+def file_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """The defaults ``--from-record`` and then ``--config`` set (the config's win over the record's),
+    and which file chose the dataset (``{"dataset": "--config FILE"}``; a record of a run on own
+    files only records the default dataset: it chose none)."""
     command = _command_parser(parser, args.command)
     defaults: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     if getattr(args, "from_record", None) is not None:
         record = read_record(args.from_record)
         if record.get("command", args.command) != args.command:
@@ -175,9 +178,28 @@ def file_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                              f"it with `jaxgcn {record['command']} --from-record {args.from_record}`")
         replayed = {k: v for k, v in record["options"].items() if k not in NOT_REPLAYED}
         defaults.update(to_defaults(command, replayed, f"--from-record {args.from_record}"))
+        if "dataset" in defaults and defaults.get("edges") is None:
+            origins["dataset"] = f"--from-record {args.from_record}"
     if getattr(args, "config", None) is not None:
-        defaults.update(to_defaults(command, read_config(args.config), f"--config {args.config}"))
-    return defaults
+        configured = to_defaults(command, read_config(args.config), f"--config {args.config}")
+        defaults.update(configured)
+        if "dataset" in configured:
+            origins["dataset"] = f"--config {args.config}"
+    return defaults, origins
+
+
+_UNSET = object()
+
+
+def _on_command_line(parser: argparse.ArgumentParser, command: str, given: list[str], dest: str) -> bool:
+    """Whether the command line itself sets ``dest`` (in any spelling argparse accepts)."""
+    sub = _command_parser(parser, command)
+    saved = sub.get_default(dest)
+    sub.set_defaults(**{dest: _UNSET})
+    try:
+        return getattr(parser.parse_args(given), dest) is not _UNSET
+    finally:
+        sub.set_defaults(**{dest: saved})
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -185,10 +207,13 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
     command's defaults, so the flags given still win. ``args.argv`` keeps the command line as given."""
     given = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(given)
-    defaults = file_defaults(parser, args) if hasattr(args, "from_record") else {}
+    defaults, origins = file_defaults(parser, args) if hasattr(args, "from_record") else ({}, {})
     if defaults:
         _command_parser(parser, args.command).set_defaults(**defaults)
         args = parser.parse_args(given)
+    if hasattr(args, "edges"):  # which option chose the dataset, if any (own files conflict with it)
+        args.dataset_origin = ("--dataset" if _on_command_line(parser, args.command, given, "dataset")
+                               else origins.get("dataset"))
     args.argv = [sys.argv[0] if argv is None else parser.prog, *given]
     return args
 
