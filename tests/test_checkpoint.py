@@ -87,7 +87,7 @@ def test_corrupted_truncated_and_foreign_checkpoints_are_named(tmp_path):
     params = tmp_path / "ck" / "params-1.npz"
     params.write_bytes(params.read_bytes()[:-10])
     with pytest.raises(ValueError, match=r"params-1\.npz: \d+ bytes that do not match the recorded size/SHA-256; "
-                                         r"the file is truncated or corrupted"):
+                                         r"the params file is truncated or corrupted"):
         checkpoint.load(tmp_path / "ck")
     save(tmp_path / "ck")  # a flipped bit in a weight: same size, so only the SHA-256 can tell
     params = next((tmp_path / "ck").glob("params-*.npz"))

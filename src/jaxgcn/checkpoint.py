@@ -469,16 +469,7 @@ def _load(directory: Path, text: str) -> Checkpoint:
         raise ValueError(f"checkpoint {meta_path}: format {meta.get('format') if isinstance(meta, dict) else None!r}, "
                          f"expected {FORMAT!r}; it was not written by this jaxgcn")
     _check_schema(meta, meta_path)
-    params_path = directory / meta["params_file"]
-    if not params_path.is_file():
-        raise _Moved(f"checkpoint {directory}: params file {params_path.name} is missing")
-    try:
-        blob = params_path.read_bytes()
-    except OSError as err:
-        raise ValueError(f"checkpoint {params_path}: cannot be read ({err.strerror}); check its permissions") from None
-    if len(blob) != meta["params_bytes"] or hashlib.sha256(blob).hexdigest() != meta["params_sha256"]:
-        raise _Moved(f"checkpoint {params_path}: {len(blob)} bytes that do not match the recorded size/SHA-256; "
-                     "the file is truncated or corrupted, save the model again")
+    params_path, blob = _verified(directory, meta, "params_file", "params")
     params = _unflatten(read_arrays(params_path, "params", blob))
     check_params(params, meta, params_path)
     node_ids = _read_node_ids(directory, meta)
@@ -487,8 +478,9 @@ def _load(directory: Path, text: str) -> Checkpoint:
 
 
 def _verified(directory: Path, meta: dict[str, Any], key: str, what: str) -> tuple[Path, bytes]:
-    """A side file's bytes, checked against the size and SHA-256 ``checkpoint.json`` records for it
-    (checkpoints written before side files were hashed record none: read as they are)."""
+    """A file's bytes, checked against the size and SHA-256 ``checkpoint.json`` records for it: the
+    params', or a side file's in ``files`` (checkpoints written before side files were hashed record
+    none for them: read as they are)."""
     path = directory / meta[key]
     if not path.is_file():
         raise _Moved(f"checkpoint {directory}: {what} file {path.name} is missing")
@@ -496,7 +488,8 @@ def _verified(directory: Path, meta: dict[str, Any], key: str, what: str) -> tup
         blob = path.read_bytes()
     except OSError as err:
         raise ValueError(f"checkpoint {path}: cannot be read ({err.strerror}); check its permissions") from None
-    recorded = meta.get("files", {}).get(path.name)
+    recorded = ({"bytes": meta["params_bytes"], "sha256": meta["params_sha256"]} if key == "params_file"
+                else meta.get("files", {}).get(path.name))
     if recorded is not None and (len(blob) != recorded["bytes"]
                                  or hashlib.sha256(blob).hexdigest() != recorded["sha256"]):
         raise _Moved(f"checkpoint {path}: {len(blob)} bytes that do not match the recorded size/SHA-256; the "
