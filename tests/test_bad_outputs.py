@@ -372,6 +372,17 @@ def _resave_params(d: Path, change) -> None:
     (d / "checkpoint.json").write_text(json.dumps(meta))
 
 
+def _resave_side(d: Path, name: str, array: np.ndarray) -> None:
+    """Rewrite a side file and re-record its size and SHA-256 in ``files`` (as a crafted checkpoint would)."""
+    import hashlib
+
+    np.save(d / name, array, allow_pickle=array.dtype == object)
+    blob = (d / name).read_bytes()
+    meta = json.loads((d / "checkpoint.json").read_text())
+    meta["files"][name] = {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    (d / "checkpoint.json").write_text(json.dumps(meta))
+
+
 def _nan(a):
     a["layer_1/w"] = a["layer_1/w"].copy()
     a["layer_1/w"][0, 0] = np.nan
@@ -409,10 +420,13 @@ FILE_TAMPER = [
     ("object-array-same-sha",
      lambda d: _resave_params(d, lambda a: a.update({"layer_0/w": np.array([{"x": 1}], dtype=object)})),
      r"holds object arrays \(pickled Python objects\), which jaxgcn never writes and never loads"),
-    ("object-split-file", lambda d: np.save(d / "split-1.npy", np.array([None], dtype=object), allow_pickle=True),
+    ("object-split-file", lambda d: _resave_side(d, "split-1.npy", np.array([None], dtype=object)),
      r"split-1\.npy: the split file holds object arrays"),
-    ("split-codes-out-of-range", lambda d: np.save(d / "split-1.npy", np.full(200, 9, np.int8)),
+    ("split-codes-out-of-range", lambda d: _resave_side(d, "split-1.npy", np.full(200, 9, np.int8)),
      r"the split must be int8 codes 0\.\.3"),
+    ("split-file-edited", lambda d: np.save(d / "split-1.npy", np.full(200, 1, np.int8)),
+     r"split-1\.npy: \d+ bytes that do not match the recorded size/SHA-256; the split file is truncated or "
+     r"corrupted"),
 ]
 
 

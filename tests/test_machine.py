@@ -55,6 +55,23 @@ def test_cgroup_limit_above_psutils_figure_leaves_psutils(tmp_path, psutil_says)
     assert memory.available_bytes(root=root) == 5 * GiB
 
 
+def test_an_address_space_limit_caps_what_is_available(tmp_path, psutil_says, monkeypatch):
+    # issue 25: `ulimit -v` was ignored: --hidden 1000000 passed the check and aborted with std::bad_alloc
+    import resource
+
+    import psutil
+
+    psutil_says(5 * GiB)
+    used = psutil.Process().memory_info().vms
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (used + GiB, resource.RLIM_INFINITY)
+                        if which == resource.RLIMIT_AS else (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    free = memory.address_space_free()
+    assert 0.9 * GiB < free <= GiB  # the limit minus what this process has mapped (a little more by now)
+    assert memory.available_bytes(root=tmp_path) == free
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert memory.address_space_free() is None and memory.available_bytes(root=tmp_path) == 5 * GiB
+
+
 def test_cgroup_v2_max_is_no_limit(tmp_path, psutil_says):
     psutil_says(5 * GiB)
     root = _tree(tmp_path, {"memory.max": "max", "memory.current": str(1 * GiB)})

@@ -150,7 +150,8 @@ def _meminfo_available(meminfo: Path) -> int | None:
 def available_bytes(root: Path | None = None, meminfo: Path | None = None) -> int:
     """Memory this process may still allocate: the machine's available memory (psutil, on Linux,
     macOS and Windows; without psutil ``MemAvailable`` of /proc/meminfo, else ``DEFAULT_AVAILABLE``,
-    8 GiB), capped by the container's cgroup memory limit minus its usage where there is one.
+    8 GiB), capped by the container's cgroup memory limit minus its usage where there is one, and
+    by what an address-space limit (``ulimit -v``) leaves (:func:`address_space_free`).
 
     ``root`` and ``meminfo`` replace ``CGROUP_ROOT`` and ``MEMINFO`` (tests).
 
@@ -165,8 +166,36 @@ def available_bytes(root: Path | None = None, meminfo: Path | None = None) -> in
         machine = _meminfo_available(MEMINFO if meminfo is None else meminfo)
     if machine is None:
         machine = DEFAULT_AVAILABLE
-    container = cgroup_memory_free(root)
-    return machine if container is None else min(machine, container)
+    limits = [v for v in (machine, cgroup_memory_free(root), address_space_free()) if v is not None]
+    return min(limits)
+
+
+def address_space_free() -> int | None:
+    """What ``ulimit -v`` (``RLIMIT_AS``, as batch schedulers set it) still lets this process map:
+    the soft limit minus its virtual size now; None without such a limit. An allocation past it
+    fails (``std::bad_alloc`` inside XLA) however much memory the machine has free.
+
+    >>> free = address_space_free()
+    >>> free is None or free >= 0
+    True
+    """
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    try:
+        import psutil
+
+        used = int(psutil.Process().memory_info().vms)
+    except ImportError:
+        try:
+            used = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            used = 0
+    return max(int(soft) - used, 0)
 
 
 def cgroup_cpus(root: Path | None = None) -> int | None:
