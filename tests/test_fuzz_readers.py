@@ -63,6 +63,16 @@ def _one_line_or_accepted(read):
         assert "\n" not in str(err) and str(err), repr(err)
 
 
+def _copy_edited(folder, name, tmp_path, data):
+    """A copy of ``folder`` whose JSON file ``name`` is edited by hypothesis."""
+    target = tmp_path / folder.name
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(folder, target)
+    doc = json.loads((folder / name).read_text())
+    (target / name).write_text(json.dumps(data.draw(edited(doc))))
+    return target
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     directory = tmp_path_factory.mktemp("ck") / "ck"
@@ -77,11 +87,7 @@ def saved(tmp_path_factory):
 @FUZZ
 @given(data=st.data())
 def test_checkpoint_json_fuzzed(saved, tmp_path, data):
-    meta = json.loads((saved / "checkpoint.json").read_text())
-    target = tmp_path / "ck"
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(saved, target)
-    (target / "checkpoint.json").write_text(json.dumps(data.draw(edited(meta))))
+    target = _copy_edited(saved, "checkpoint.json", tmp_path, data)
     _one_line_or_accepted(lambda: checkpoint.load(target))
 
 
@@ -100,11 +106,7 @@ def partitions(tmp_path_factory):
 def test_partition_meta_fuzzed(partitions, tmp_path, data):
     from jaxgcn.distributed import load_partitions, node_mesh
 
-    meta = json.loads((partitions / "partitions.json").read_text())
-    target = tmp_path / "p"
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(partitions, target)
-    (target / "partitions.json").write_text(json.dumps(data.draw(edited(meta))))
+    target = _copy_edited(partitions, "partitions.json", tmp_path, data)
     _one_line_or_accepted(lambda: load_partitions(target, node_mesh(1)))
 
 
