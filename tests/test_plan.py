@@ -82,3 +82,17 @@ def test_every_entry_that_compiles_plans_its_execution():
     csr.reset_kernel_counters()
     state = compiled.run_until(compiled.init(jax.random.key(0), p.data), p.data, jnp.int32(3))
     assert int(state.epoch) == 3 and csr.kernel_counters()["pair_calls"] > 0
+
+
+def test_a_deep_model_is_announced_before_it_compiles(graphs):
+    # issue 25: `--layers 1000 --epochs 1` compiled for minutes with no output
+    from jaxgcn.app.data import Loaded
+    from jaxgcn.app.train import plan as app_plan
+
+    notes = []
+    loaded = Loaded(graphs["csr"], None)
+    app_plan(loaded, GCNConfig(layers=40), Execution(), 1, notes.append)
+    assert any(n.startswith("note: 40 layers: compiling takes about 6 s or more (0.15 s per layer") for n in notes)
+    notes.clear()
+    app_plan(loaded, GCNConfig(layers=3), Execution(), 1, notes.append)
+    assert not any("layers: compiling" in n for n in notes)

@@ -20,7 +20,7 @@ from jaxgcn.app.job import Job, Outcome
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
 from jaxgcn.models import Execution, GCNConfig
-from jaxgcn.plan import exchange_for, fallback_note, require_sharded, with_first_layer
+from jaxgcn.plan import compile_note, exchange_for, fallback_note, require_sharded, with_first_layer
 from jaxgcn.reports import RunSummary
 
 
@@ -123,6 +123,8 @@ def run(job: Job, say: Say, *, writer: bool, progress: Any = None, log_every: in
         layout = _from_data(job, n_parts, model_config, job.execution, say)
     layout = layout._replace(n_parts=n_parts)
     layout = layout._replace(estimate=_estimate(layout, model_config, say))
+    if deep := compile_note(model_config):
+        say(deep)
     sharded = layout.sharded if layout.data is None else distributed.shard_data(layout.data, mesh,
                                                                                   exchange=layout.exchange)
     facts = saved_facts(job, layout) if job.save is not None or job.resume is not None else None

@@ -41,6 +41,8 @@ def plan(loaded: Loaded, model_config: GCNConfig, execution: Execution, n_runs: 
                              devices=devices, aggregate=aggregate, n_nodes=prepared.info["n_nodes"])
     if chosen.note:
         say(chosen.note)  # why not the csr kernel, in one line
+    if deep := planner.compile_note(model_config):
+        say(deep)
     available = memory.available_bytes()  # looked up on the module at each call (tests replace it)
     say(f"memory estimate {chosen.memory.describe()} of {available / 2**30:.1f} GiB available")
     memory.check_fits(chosen.memory, available)
