@@ -36,7 +36,7 @@ import numpy as np
 
 from jaxgcn.checkpoint_runs import RUNS, RUNS_FORMAT, resolve_run, run_dir, save_runs  # noqa: F401 - its face
 from jaxgcn.data import SPLIT_CODES  # noqa: F401 - re-exported for split-<n>.npy readers
-from jaxgcn.validate import is_json
+from jaxgcn.validate import check_npy_declared, check_npz_declared, is_json
 from jaxgcn.version import __version__
 from jaxgcn.outputs import remove_stale_temps, write_atomic
 
@@ -373,11 +373,18 @@ def read_arrays(path: Path, what: str, blob: bytes | None = None) -> dict[str, n
     the file's bytes, already read (and verified)."""
     from io import BytesIO
 
-    source: Any = path if blob is None else BytesIO(blob)
+    try:
+        blob = path.read_bytes() if blob is None else blob
+        if path.suffix == ".npy":
+            check_npy_declared(BytesIO(blob), len(blob), f"checkpoint {path}")
+        else:
+            check_npz_declared(BytesIO(blob), f"checkpoint {path}")
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
+        raise ValueError(f"checkpoint {path}: the {what} file is unreadable ({err}); save the model again") from None
     try:
         if path.suffix == ".npy":
-            return {"": np.load(source, allow_pickle=False)}
-        with np.load(source, allow_pickle=False) as z:
+            return {"": np.load(BytesIO(blob), allow_pickle=False)}
+        with np.load(BytesIO(blob), allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except MemoryError:  # a header declaring an array far larger than the file
         raise ValueError(f"checkpoint {path}: the {what} file declares an array larger than memory; the file was "

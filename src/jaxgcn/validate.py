@@ -10,6 +10,7 @@ whatever a library user built by hand.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -178,3 +179,32 @@ def check_sparse(matrix: Any, source: str) -> None:
         check_coordinates(matrix.row, matrix.col, matrix.data, shape, source)
     else:  # lil, dok, dia: SciPy builds these through its own checked methods; convert and check
         check_sparse(matrix.tocoo(), source)
+
+
+def check_npy_declared(fp: Any, size: int, source: str) -> None:
+    """The header of the .npy stream ``fp`` (``size`` bytes in all) declares no more data than the
+    bytes after it: arrays are never allocated from a header alone (a crafted header can declare
+    terabytes). ``fp`` is left after the header."""
+    import numpy.lib.format as fmt
+
+    try:
+        version = fmt.read_magic(fp)
+        shape, _, dtype = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(fp)
+    except (ValueError, EOFError, SyntaxError) as err:
+        raise ValueError(f"{source}: not a readable .npy array ({str(err)[:120]})") from None
+    need, available = math.prod(int(d) for d in shape) * dtype.itemsize, size - fp.tell()
+    if need > available:
+        raise ValueError(f"{source}: its header declares {human_bytes(need)} of data but {available:,} bytes follow "
+                         "it; the file is corrupted or was not written by jaxgcn")
+
+
+def check_npz_declared(source: Any, name: str) -> None:
+    """Every member of the .npz ``source`` (a path or a binary file object) passes
+    :func:`check_npy_declared` against the member's size. A file that is not a zip raises
+    ``zipfile.BadZipFile`` (the callers word it)."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                check_npy_declared(member, info.file_size, f"{name} member {info.filename}")

@@ -27,6 +27,7 @@ import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.outputs import open_temp
+from jaxgcn.validate import check_npz_declared
 
 LOADER_VERSION = 1  # bump when a reader's output changes: every cached parse is then redone
 MIN_BYTES = 1 << 20
@@ -98,8 +99,11 @@ def npz_meta(path: Path) -> dict[str, Any]:
 def load_raw_npz(path: Path, *, verify: bool = False) -> RawGraph:
     """The :class:`RawGraph` that :func:`save_raw` wrote (no pickle). ``verify``: check the arrays
     against the SHA-256 recorded when they were written (:class:`DamagedCache` when they differ)."""
-    with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
-        f = {k: z[k] for k in z.files}
+    with open(path, "rb") as fh:
+        check_npz_declared(fh, str(path))  # a header never allocates more than the file holds
+        fh.seek(0)
+        with np.load(fh, allow_pickle=False) as z:
+            f = {k: z[k] for k in z.files}
     meta = json.loads(f.pop("meta").tobytes().decode())
     if verify and meta.get("sha256") != arrays_sha256(f):
         raise DamagedCache("its arrays differ from the SHA-256 recorded when it was written (damaged or edited)")

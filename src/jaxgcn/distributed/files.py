@@ -22,7 +22,7 @@ from jaxgcn.distributed.runtime import from_local, own_parts
 from jaxgcn.distributed.sharded import ShardedData
 from jaxgcn.layers import is_sparse
 from jaxgcn.outputs import write_atomic
-from jaxgcn.validate import check_compressed
+from jaxgcn.validate import check_compressed, check_npz_declared
 
 PARTITION_FORMAT = "jaxgcn-partitions"
 PARTITION_META = "partitions.json"
@@ -213,6 +213,7 @@ def load_partitions(directory: str | os.PathLike, mesh: jax.sharding.Mesh) -> tu
             raise ValueError(f"{path}: its SHA-256 differs from the one {PARTITION_META} records (the file "
                              "changed after it was written); write the partitions again")
         try:
+            check_npz_declared(BytesIO(blob), path)
             with np.load(BytesIO(blob), allow_pickle=False) as z:
                 missing = [n for n in names if n not in z.files]
                 if missing:
