@@ -131,8 +131,9 @@ def test_a_killed_run_of_each_kind_resumes_to_the_uninterrupted_params(tmp_path,
 
 
 def test_a_killed_two_process_job_resumes_to_the_uninterrupted_params(tmp_path):
-    args = [*SYNTHETIC, "--epochs", "600", "--patience", "5000"]
-    _killed_and_resumed_equals_uninterrupted(tmp_path, args, 150, 25, processes=2)
+    # 300 epochs (about 6 s of training for the job): killed after epoch 100, with 200 still to go
+    args = [*SYNTHETIC, "--epochs", "300", "--patience", "5000"]
+    _killed_and_resumed_equals_uninterrupted(tmp_path, args, 100, 25, processes=2)
 
 
 def test_a_resume_on_another_layout_or_batch_is_refused_naming_the_values(tmp_path, capsys):
