@@ -497,15 +497,21 @@ def test_a_source_edited_to_the_same_size_and_mtime_is_parsed_again(tmp_path, mo
     assert len(seen) == 3
 
 
+def own_files(tmp_path: Path, n: int, label) -> tuple[Path, Path]:
+    """edges.csv (node i linked to i + 1 and i + 7, around a ring of ``n``) and labels.csv (``label(i)``)."""
+    edges, labels = tmp_path / "edges.csv", tmp_path / "labels.csv"
+    edges.write_text("src,dst\n" + "".join(f"n{i},n{(i + 1) % n}\nn{i},n{(i + 7) % n}\n" for i in range(n)))
+    labels.write_text("node,label\n" + "".join(f"n{i},{label(i)}\n" for i in range(n)))
+    return edges, labels
+
+
 def test_cli_poisoned_cache_is_refused_and_the_run_equals_a_fresh_parse(tmp_path, monkeypatch, capsys):
     # the cached labels permuted, keys and layout intact: the run says so in one line, parses again,
     # and scores what a run from a fresh parse scores
     import json
 
     monkeypatch.setattr(parsed, "MIN_BYTES", 0)
-    edges, labels = tmp_path / "edges.csv", tmp_path / "labels.csv"
-    edges.write_text("src,dst\n" + "".join(f"n{i},n{(i + 1) % 60}\nn{i},n{(i + 7) % 60}\n" for i in range(60)))
-    labels.write_text("node,label\n" + "".join(f"n{i},{(i // 20)}\n" for i in range(60)))
+    edges, labels = own_files(tmp_path, 60, lambda i: i // 20)
     argv = ["train", "--edges", edges, "--labels", labels, "--data-root", tmp_path / "root", "--train-per-class", "5",
             "--val", "10", "--test", "20", "--epochs", "20", "--quiet"]
     assert run_main([*argv, "--json", tmp_path / "fresh.json"]) == 0
@@ -523,9 +529,7 @@ def test_cli_own_files_are_parsed_once(tmp_path, monkeypatch, capsys):
     import jaxgcn.app.data
 
     monkeypatch.setattr(parsed, "MIN_BYTES", 0)
-    edges, labels = tmp_path / "edges.csv", tmp_path / "labels.csv"
-    edges.write_text("src,dst\n" + "".join(f"n{i},n{(i + 1) % 30}\nn{i},n{(i + 7) % 30}\n" for i in range(30)))
-    labels.write_text("node,label\n" + "".join(f"n{i},{i % 3}\n" for i in range(30)))
+    edges, labels = own_files(tmp_path, 30, lambda i: i % 3)
     argv = ["info", "--edges", edges, "--labels", labels, "--data-root", tmp_path / "root", "--train-per-class", "2",
             "--val", "3", "--test", "6"]
     real, calls = jaxgcn.app.data.load_files, []
