@@ -199,3 +199,23 @@ def gnnbench_mirror(tmp_path_factory):
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+# The kernel's prefetch tile and thread cut-offs are the machine's (jaxgcn.machine); the tests that
+# were sized to reach a regime (prefetch, several row chunks) pin the settings they were sized for,
+# so that they reach it on every CPU.
+REGIME_TUNING = (256 * 1024, 1 << 18, 1 << 17)  # tile bytes, product and pass cut-offs
+
+
+@pytest.fixture
+def regime_tuning():
+    """The kernel runs with :data:`REGIME_TUNING` during the test; the machine's settings after."""
+    import jaxgcn.csr as csr
+    from jaxgcn import machine
+
+    if not csr.kernel_status()[0]:  # tests/test_csr.py::test_kernel_builds_here says why
+        yield
+        return
+    csr.set_kernel_tuning(machine.Tuning(*REGIME_TUNING))
+    yield
+    csr.set_kernel_tuning(machine.tuning())

@@ -78,6 +78,11 @@ def _specs(modules: list[str]) -> list[str]:
 
 def build(out: Path) -> list[str]:
     """Write the API reference into ``out``; return pdoc's warnings (minus the NamedTuple bug)."""
+    import jaxgcn.datasets
+
+    for face in (jaxgcn, jaxgcn.datasets):  # their names are imported on first use (PEP 562); pdoc reads the
+        for name in face.__all__:          # module's dict, so look each up first
+            getattr(face, name)
     pdoc.render.configure(docformat="google")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -87,6 +87,29 @@ def test_train_progress_lines(capsys):
     assert SUMMARY.match(lines[-1]) and "over 1 run |" in lines[-1]
 
 
+def test_verbose_says_where_the_time_went(capsys):
+    # issue 26: each phase of the process, in order, adding up to the total, and where the kernel came from
+    assert run_main([*SYNTH, "--quiet", "--verbose"]) == 0
+    summary, phases = capsys.readouterr().out.splitlines()[-2:]
+    assert SUMMARY.match(summary), summary
+    match = re.fullmatch(r"phases: (.+) \| total (\d+\.\d\d)s \(kernel: (.+)\)", phases)
+    assert match, phases
+    parts = [part.rpartition(" ") for part in match[1].split(" | ")]
+    assert [name for name, _, _ in parts] == ["start-up", "imports", "jax set-up",
+                                             "data, kernel, plan, evaluate, report", "compile", "train"]
+    seconds = [float(value.rstrip("s")) for _, _, value in parts]
+    assert all(s >= 0 for s in seconds) and abs(sum(seconds) - float(match[2])) <= 0.05
+    assert f"compile {seconds[4]:.2f}s | train {seconds[5]:.2f}s" in summary  # the summary's own figures
+    assert match[3].startswith(("built ", "not used: "))
+
+
+def test_process_start_is_read_from_proc():
+    from jaxgcn.cli import since_process_start
+
+    first = since_process_start()
+    assert 0 < first < 3600 and since_process_start() >= first
+
+
 def test_datasets_command_lists_bundled_data(capsys):
     assert run_main(["datasets"]) == 0
     out = capsys.readouterr().out

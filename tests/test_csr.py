@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 import jaxgcn.csr as csr_mod
+from jaxgcn import kernel_build
 from jaxgcn.csr import csr_from_scipy, kernel_status, spmm
 from jaxgcn.layers import dropout, matmul, sparse_features
 
@@ -116,7 +117,7 @@ def test_unavailable_kernel_is_a_clear_error(monkeypatch):
 def test_build_failure_names_the_command(monkeypatch, tmp_path):
     monkeypatch.setenv("JAXGCN_CACHE_DIR", str(tmp_path))
     with pytest.raises(RuntimeError, match=r"compiling spmm.cc failed: /bin/false"):
-        csr_mod._build("/bin/false")
+        kernel_build._build("/bin/false")
     assert not list((tmp_path / "kernels").glob("*.so"))  # nothing half-written left behind
 
 
@@ -160,11 +161,15 @@ def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):
 
 
 # --- every regime of the kernel, against SciPy (issue 12) --------------------------------------------
-# The kernel switches on row prefetching when b exceeds 256 KiB and cuts the rows into chunks on the
-# thread pool when (nnz + rows) * width >= 2**18; it sums a row in vector registers when V = 1 or
-# W / V is a multiple of 16, else in a loop; the gradient passes skip flags. Each case names the
-# regime it must reach and the kernel's own counters (csr.kernel_counters) say which it did, so a
-# changed threshold fails here instead of silently testing another regime.
+# The kernel switches on row prefetching when b exceeds the tile and cuts the rows into chunks on the
+# thread pool when (nnz + rows) * width reaches the product cut-off; it sums a row in vector registers
+# when V = 1 or W / V is a multiple of 16, else in a loop; the gradient passes skip flags. Each case
+# names the regime it must reach and the kernel's own counters (csr.kernel_counters) say which it
+# did, so a changed threshold fails here instead of silently testing another regime. The machine
+# chooses the tile and cut-offs (jaxgcn.machine); these tests pin the settings the cases were sized
+# for (256 KiB, 2**18, 2**17), so that they test the same regimes on every CPU.
+
+pytestmark = pytest.mark.usefixtures("regime_tuning")  # tests/conftest.py
 
 def _kernel_run(a, vals, b, skip=False, skip_mask=None):
     """One raw kernel call and the kernel's counters for it.
@@ -317,7 +322,7 @@ def test_kernel_reports_its_isa():
     # JAXGCN_KERNEL_ISA=portable keeps to the portable branch; native takes AVX-512 where the CPU has it
     want = os.environ.get("JAXGCN_KERNEL_ISA") or "native"
     if want == "native":
-        want = "avx512" if "avx512f" in csr_mod._cpu_id().split() else "portable"
+        want = "avx512" if "avx512f" in kernel_build._cpu_id().split() else "portable"
     assert csr_mod.kernel_isa() == want
 
 

@@ -3,10 +3,11 @@
 Cora-sized tests (test_batched.py) never reach what broke on real graphs (issue 12): runs stacked
 over more than 32,768 node-run pairs, where XLA's CPU backend handed the per-run loss reductions to
 YNNPACK, which returned run 0's loss for every run (every run stopped when run 0 did); a features
-operand past 256 KiB (kernel prefetch), several row chunks on the thread pool, skip flags in the
-gradient. The graph here has 12,000 nodes x 3 runs = 36,000 pairs, a 3,000-column sparse feature
-matrix (b = 3,000 x 48 floats = 576 KiB), and a weight decay at which Kipf's rule stops the seeds
-at different epochs, so stopped runs sit frozen while others train. Run 0 is the seed that stops
+operand past 256 KiB (kernel prefetch, with the settings tests/conftest.py pins), several row
+chunks on the thread pool, skip flags in the gradient. The graph here has 12,000 nodes x 3 runs =
+36,000 pairs, a 3,000-column sparse feature matrix (b = 3,000 x 48 floats = 576 KiB), and a weight
+decay at which Kipf's rule stops the seeds at different epochs, so stopped runs sit frozen while
+others train. Run 0 is the seed that stops
 first: a batch whose runs stopped (or froze) when run 0 did would end all of them at its epoch.
 
 Where the 36,000 pairs are reached: the training loop's loss and metrics read only the 540 train
@@ -46,6 +47,8 @@ from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.sweep import Grid, run_grid
 from jaxgcn.train import TrainConfig, fit
+
+pytestmark = pytest.mark.usefixtures("regime_tuning")  # the kernel settings the sizes were chosen for (conftest.py)
 
 # weight decay 5e-5: Kipf's rule (whose validation loss includes the L2 term) stops seed 1 at epoch
 # 66 and seed 2 at 82 and lets seed 0 run all 100 (measured on the csr backend); the earliest first.

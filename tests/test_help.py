@@ -183,7 +183,7 @@ def invocations(shell: str) -> list[tuple[str, str]]:
 def flag_problems(name: str, text: str) -> list[str]:
     """Flags of one markdown text that the command shown with them (or, in the text, any command)
     does not accept."""
-    every = set().union(*map(options, COMMANDS.values())) | benchmark_flags()
+    every = set().union(*map(options, COMMANDS.values())) | benchmark_flags() | options(build_parser())  # --version
     blocks, prose = code_blocks_and_prose(text)
     spans = re.findall(r"`([^`]+)`", prose, flags=re.S)
     problems = []
@@ -221,3 +221,49 @@ def test_every_flag_in_readme_and_docs_exists():
     assert paths, "no README.md or docs/*.md found"
     problems = [p for path in paths for p in flag_problems(str(path.relative_to(ROOT)), path.read_text())]
     assert not problems, "\n".join(problems)
+
+
+# --- answers without JAX (issue 26): the parser imports no command module ----------------------------
+
+NO_JAX = """
+import sys
+from jaxgcn.cli import main
+code = main(sys.argv[1:])
+print("imported:", " ".join(m for m in ("jax", "jaxlib", "scipy") if m in sys.modules) or "none", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize(("argv", "code", "text"), [
+    (["--help"], 0, "usage: jaxgcn"),
+    (["--version"], 0, "jaxgcn "),
+    (["train", "--help"], 0, "--weight-decay"),
+    (["train", "--lr", "abc"], 2, "jaxgcn: error: argument --lr: invalid float value: 'abc'"),
+    (["trian"], 2, "invalid choice: 'trian'"),
+    (["sweep", "--hidden", "16,x"], 2, "--hidden"),
+], ids=["help", "version", "train-help", "bad-value", "bad-command", "bad-list"])
+def test_help_version_and_argument_errors_answer_without_importing_jax(argv, code, text):
+    import subprocess
+    import sys
+
+    from jaxgcn.version import __version__
+
+    proc = subprocess.run([sys.executable, "-c", NO_JAX, *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code, proc.stderr
+    assert text in proc.stdout + proc.stderr
+    assert proc.stderr.splitlines()[-1] == "imported: none"
+    if argv == ["--version"]:
+        assert proc.stdout == f"jaxgcn {__version__}\n"
+
+
+def test_python_dash_m_jaxgcn_is_the_command():
+    import subprocess
+    import sys
+
+    from jaxgcn.version import __version__
+
+    proc = subprocess.run([sys.executable, "-m", "jaxgcn", "--version"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, f"jaxgcn {__version__}\n")
+    proc = subprocess.run([sys.executable, "-m", "jaxgcn", "train", "--epochs", "0"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "--epochs" in proc.stderr

@@ -22,6 +22,7 @@ import pytest
 import scipy.sparse as sp
 
 import jaxgcn.csr as csr_mod
+from jaxgcn import kernel_build
 from jaxgcn.csr import csr_from_scipy
 
 GXX = shutil.which("g++")
@@ -48,6 +49,7 @@ def fresh_loader(monkeypatch, tmp_path):
     csr_mod._load()  # the real kernel registered first: these tests never replace its FFI targets
     monkeypatch.setenv("JAXGCN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("JAXGCN_NO_KERNELS", raising=False)
+    monkeypatch.setattr(kernel_build, "PREBUILT", tmp_path / "prebuilt")  # none built at install time
     csr_mod._load.cache_clear()
     yield
     csr_mod._load.cache_clear()
@@ -63,14 +65,14 @@ def test_a_compiler_refusing_march_native_builds_on_the_retry(monkeypatch, tmp_p
 done
 exec "{GXX}" "$@\"""")
     monkeypatch.setenv("CXX", cxx)
-    assert csr_mod._compiler() == cxx
+    assert kernel_build._compiler() == cxx
     assert csr_mod.kernel_possible()  # builds without starting anything of JAX
-    path = csr_mod._build(cxx)
+    path = kernel_build._build(cxx)
     assert path.parent == tmp_path / "cache" / "kernels" and path.suffix == ".so"
     runs = log.read_text().splitlines()
     assert len(runs) == 2 and "-march=native" in runs[0] and "-march=native" not in runs[1] and "-O3" in runs[1]
     assert not list(path.parent.glob("*.failed"))
-    csr_mod._build(cxx)
+    kernel_build._build(cxx)
     assert len(log.read_text().splitlines()) == 2  # the cached library: no compiler run
 
     # the retried build computes the product: registered under its own name, not the real kernel's
@@ -117,13 +119,13 @@ def test_a_changed_compiler_gets_a_new_attempt(monkeypatch, tmp_path, fresh_load
     cxx, log = _script(tmp_path, "broken-cxx", "exit 1")
     monkeypatch.setenv("CXX", cxx)
     assert not csr_mod.kernel_possible()
-    first = csr_mod._library(cxx)
+    first = kernel_build._library(cxx)
     assert first.with_suffix(".failed").exists()
     _script(tmp_path, "broken-cxx", "exit 22")  # upgraded in place: a new size, a new key
-    assert csr_mod._library(cxx) != first
+    assert kernel_build._library(cxx) != first
     assert not csr_mod.kernel_possible()
     assert len(log.read_text().splitlines()) == 4
-    assert "exited 22: no output" in csr_mod._library(cxx).with_suffix(".failed").read_text().splitlines()[0]
+    assert "exited 22: no output" in kernel_build._library(cxx).with_suffix(".failed").read_text().splitlines()[0]
 
 
 def test_builds_needed_at_once_run_the_compiler_once(monkeypatch, tmp_path, fresh_loader):
@@ -141,7 +143,7 @@ echo built > "$out"
 
     def build() -> None:
         try:
-            paths.append(csr_mod._build(cxx))
+            paths.append(kernel_build._build(cxx))
         except Exception as err:  # noqa: BLE001 - reported by the assertion below
             errors.append(err)
 
@@ -156,7 +158,7 @@ echo built > "$out"
 
 
 def test_no_compiler_says_how_to_get_the_faster_kernel(monkeypatch, fresh_loader):
-    monkeypatch.setattr(csr_mod, "_compiler", lambda: None)
+    monkeypatch.setattr(kernel_build, "_compiler", lambda: None)
     assert csr_mod._load() == (False, "no C++ compiler found (set CXX or install g++ for the faster csr kernel)")
     assert not csr_mod.kernel_possible()
     assert csr_mod.fallback_note() == ("backend segment: no C++ compiler found (set CXX or install g++ for the "
@@ -217,21 +219,22 @@ def _compiler_takes(cxx: str, flags: tuple[str, ...], tmp_path) -> bool:
 
 def test_the_avx512_branch_compiles_wherever_the_compiler_takes_avx512(tmp_path):
     # Compiled, not run (this CPU may lack AVX-512): an error in that branch fails here on any machine.
-    cxx = csr_mod._compiler()
+    cxx = kernel_build._compiler()
     if cxx is None or not _compiler_takes(cxx, AVX512_FLAGS, tmp_path):
         pytest.skip(f"the compiler ({cxx}) does not take {' '.join(AVX512_FLAGS)}")
     out = str(tmp_path / "avx512.so")
-    failure = csr_mod._compile(cxx, ("-O1", *AVX512_FLAGS, "-DJAXGCN_EXPECT_ISA=1"), out)
+    failure = kernel_build._compile(cxx, ("-O1", *AVX512_FLAGS, "-DJAXGCN_EXPECT_ISA=1"), out)
     assert failure is None, failure[1]
     # JAXGCN_PORTABLE selects the portable branch even for an AVX-512 target ...
-    failure = csr_mod._compile(cxx, ("-fsyntax-only", *AVX512_FLAGS, "-DJAXGCN_PORTABLE", "-DJAXGCN_EXPECT_ISA=0"), out)
+    syntax = ("-fsyntax-only", *AVX512_FLAGS, "-DJAXGCN_PORTABLE")
+    failure = kernel_build._compile(cxx, (*syntax, "-DJAXGCN_EXPECT_ISA=0"), out)
     assert failure is None, failure[1]
     # ... and JAXGCN_EXPECT_ISA is checked: the other answer is refused
-    refused = csr_mod._compile(cxx, ("-fsyntax-only", *AVX512_FLAGS, "-DJAXGCN_PORTABLE", "-DJAXGCN_EXPECT_ISA=1"), out)
+    refused = kernel_build._compile(cxx, (*syntax, "-DJAXGCN_EXPECT_ISA=1"), out)
     assert refused is not None and "JAXGCN_EXPECT_ISA" in refused[1]
 
 
-@pytest.mark.skipif("avx512f" not in csr_mod._cpu_id().split(),
+@pytest.mark.skipif("avx512f" not in kernel_build._cpu_id().split(),
                     reason="this CPU has no AVX-512 (no avx512f in /proc/cpuinfo): its branch is only compiled here")
 def test_the_avx512_build_passes_the_kernel_tests(tmp_path):
     # -march=native on this CPU takes the AVX-512 branch; the ISA test in there asserts "avx512"
@@ -245,10 +248,56 @@ def test_an_unknown_isa_is_a_clear_reason(monkeypatch, fresh_loader):
 
 
 def test_the_isa_is_part_of_the_cache_key(monkeypatch):
-    cxx = csr_mod._compiler() or "/usr/bin/c++"
+    cxx = kernel_build._compiler() or "/usr/bin/c++"
     monkeypatch.delenv("JAXGCN_KERNEL_ISA", raising=False)
-    native = csr_mod._library(cxx)
+    native = kernel_build._library(cxx)
     monkeypatch.setenv("JAXGCN_KERNEL_ISA", "native")
-    assert csr_mod._library(cxx) == native
+    assert kernel_build._library(cxx) == native
     monkeypatch.setenv("JAXGCN_KERNEL_ISA", "portable")
-    assert csr_mod._library(cxx) != native
+    assert kernel_build._library(cxx) != native
+
+
+# --- the build at install time (setup.py -> kernel_build.build_prebuilt, issue 26) ----------------------
+
+@pytest.mark.skipif(GXX is None, reason="needs g++")
+def test_the_install_time_build_is_used_only_where_it_was_built_for(monkeypatch, tmp_path, fresh_loader):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("JAXGCN_KERNEL_ISA", raising=False)
+    dest = tmp_path / "prebuilt"
+    assert kernel_build.build_prebuilt(dest).startswith("jaxgcn: csr kernel built at install time with ")
+    assert sorted(p.name for p in dest.iterdir()) == ["build.json", "libjaxgcn_spmm.so"]  # no temp file left
+    assert kernel_build.prebuilt() == dest / "libjaxgcn_spmm.so"
+    # used without any compiler, and nothing is compiled into the cache (registered under names of
+    # its own: this process registered the real kernel's)
+    monkeypatch.setattr(kernel_build, "_compiler", lambda: None)
+    for target in ("_TARGET", "_DENSE_TARGET", "_PAIR_TARGET"):
+        monkeypatch.setattr(csr_mod, target, getattr(csr_mod, target) + "_prebuilt_test")
+    ok, reason = csr_mod._load()
+    assert ok and reason == f"built at install time, in {dest}", reason
+    assert not (tmp_path / "cache").exists()
+    # not for another CPU (a wheel copied to another machine), another build flavour or compiler
+    real_cpu = kernel_build._cpu_id()
+    monkeypatch.setattr(kernel_build, "_cpu_id", lambda: real_cpu + " another")
+    assert kernel_build.prebuilt() is None
+    monkeypatch.setattr(kernel_build, "_cpu_id", lambda: real_cpu)
+    monkeypatch.setenv("JAXGCN_KERNEL_ISA", "portable")
+    assert kernel_build.prebuilt() is None
+    monkeypatch.delenv("JAXGCN_KERNEL_ISA")
+    monkeypatch.setenv("CXX", "/bin/true")
+    assert kernel_build.prebuilt() is None
+    monkeypatch.delenv("CXX")
+    assert kernel_build.prebuilt() is not None
+    (dest / "build.json").write_text("{not json")
+    assert kernel_build.prebuilt() is None
+
+
+def test_an_install_without_a_working_compiler_says_so_and_builds_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(kernel_build, "_compiler", lambda: None)
+    assert "not built at install time: no C++ compiler found" in kernel_build.build_prebuilt(tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+    cxx, log = _script(tmp_path, "broken-cxx", 'echo "broken-cxx: error: nope" >&2\nexit 1')
+    monkeypatch.setattr(kernel_build, "_compiler", lambda: cxx)
+    message = kernel_build.build_prebuilt(tmp_path / "b")
+    assert "not built at install time (compiling spmm.cc failed" in message and "built on first use" in message
+    assert list((tmp_path / "b").iterdir()) == []  # no library, no half-written temp file
+    assert len(log.read_text().splitlines()) == 2  # -march=native, then without

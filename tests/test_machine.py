@@ -179,3 +179,120 @@ def test_without_an_affinity_call_counts_the_cpus(tmp_path, monkeypatch):
     assert memory.available_cpus(root=tmp_path) == 6
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert memory.available_cpus(root=tmp_path) == 1
+
+
+# --- the CPU's facts and the kernel settings chosen from them (jaxgcn.machine, issue 26) ----------
+
+from jaxgcn import machine  # noqa: E402
+
+EPYC_AVX512 = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+               "model name\t: AMD EPYC 9B14\nflags\t\t: fpu sse sse2 avx avx2 fma avx512f avx512bw\n\n"
+               "processor\t: 1\nmodel name\t: another\n")
+ZEN1 = ("processor\t: 0\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC 7601\n"
+        "flags\t\t: fpu sse sse2 avx avx2 fma\n")
+ARM = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes\n"
+
+
+def _caches(root: Path, sizes: dict[tuple[int, str], str]) -> Path:
+    """A fake ``/sys/devices/system/cpu`` whose cpu0 lists these (level, type) -> size caches."""
+    for i, ((level, kind), size) in enumerate(sizes.items()):
+        _tree(root, {f"cpu0/cache/index{i}/level": str(level), f"cpu0/cache/index{i}/type": kind,
+                     f"cpu0/cache/index{i}/size": size})
+    return root
+
+
+def _facts(tmp_path, cpuinfo: str, sizes: dict[tuple[int, str], str]) -> machine.Facts:
+    (tmp_path / "cpuinfo").write_text(cpuinfo)
+    return machine.read_facts(_caches(tmp_path / "sys", sizes), tmp_path / "cpuinfo")
+
+
+ZEN1_CACHES = {(1, "Data"): "32K", (1, "Instruction"): "64K", (2, "Unified"): "512K", (3, "Unified"): "8192K"}
+
+
+def test_facts_of_an_avx512_cpu_from_fake_files(tmp_path):
+    f = _facts(tmp_path, EPYC_AVX512, {(1, "Data"): "48K", (1, "Instruction"): "32K", (2, "Unified"): "1024K",
+                                       (3, "Unified"): "32M"})
+    assert (f.cpu, f.isa, f.l1d, f.l2, f.l3, f.missing) == (
+        "AMD EPYC 9B14 (family 25 model 17)", "avx512", 48 * 1024, 1024 ** 2, 32 * 1024 ** 2, ())
+    # half of L2 for the tile; the cut-offs measured on 16 lanes
+    assert machine.tuning_for(f) == machine.Tuning(tile_bytes=512 * 1024, product_cutoff=1 << 18, pass_cutoff=1 << 17)
+
+
+def test_a_cpu_without_avx512_halves_the_cutoffs(tmp_path):
+    f = _facts(tmp_path, ZEN1, ZEN1_CACHES)
+    assert (f.isa, f.l1d, f.l2, f.l3) == ("avx2", 32 * 1024, 512 * 1024, 8 * 1024 ** 2)  # L1i is not L1d
+    assert machine.tuning_for(f) == machine.Tuning(tile_bytes=256 * 1024, product_cutoff=1 << 17, pass_cutoff=1 << 16)
+
+
+def test_a_cpu_with_neither_quarters_them_and_missing_caches_take_the_fallback(tmp_path):
+    f = _facts(tmp_path, ARM, {})
+    assert (f.cpu, f.isa) == ("unknown", "baseline")
+    assert (f.l1d, f.l2, f.l3, f.missing) == (32 * 1024, 512 * 1024, 0, ("l1d", "l2"))
+    assert machine.tuning_for(f) == machine.Tuning(tile_bytes=256 * 1024, product_cutoff=1 << 16, pass_cutoff=1 << 15)
+    assert "not shown by this system, taken as usual: l1d, l2" in machine.describe(f)
+
+
+def test_unreadable_files_are_the_fallback_not_an_error(tmp_path):
+    broken = _caches(tmp_path / "sys", {(2, "Unified"): "lots"})  # a size that does not parse
+    f = machine.read_facts(broken, tmp_path / "no-cpuinfo")
+    assert (f.cpu, f.isa, f.l2, f.missing) == ("unknown", "baseline", 512 * 1024, ("l1d", "l2"))
+
+
+def test_a_small_l2_keeps_a_minimum_tile(tmp_path):
+    f = _facts(tmp_path, ZEN1, {(1, "Data"): "32K", (2, "Unified"): "64K"})
+    assert machine.tuning_for(f).tile_bytes == machine.MIN_TILE
+
+
+def test_the_report_holds_the_facts_and_the_choices(tmp_path):
+    f = _facts(tmp_path, ZEN1, ZEN1_CACHES)
+    r = machine.report(f)
+    assert r["isa"] == "avx2" and r["l2"] == 512 * 1024 and r["tuning"]["product_cutoff"] == 1 << 17
+    assert r["missing"] == [] and r["cores"] == memory.available_cpus()
+
+
+def test_the_kernel_runs_with_this_machines_settings():
+    import jaxgcn.csr as csr
+
+    if not csr.kernel_status()[0]:
+        pytest.skip(f"no csr kernel here: {csr.kernel_status()[1]}")
+    assert csr.kernel_tuning() == machine.tuning()
+    with pytest.raises(ValueError, match="kernel settings must be positive"):
+        csr.set_kernel_tuning(machine.Tuning(0, 1, 1))
+
+
+def test_every_setting_computes_the_same_sums():
+    # the settings decide the regime (threads, prefetch), never the sums: bit-identical results
+    import jax.numpy as jnp
+    import numpy as np
+    import scipy.sparse as sp
+
+    import jaxgcn.csr as csr
+
+    if not csr.kernel_status()[0]:
+        pytest.skip(f"no csr kernel here: {csr.kernel_status()[1]}")
+    rng = np.random.default_rng(3)
+    a = sp.random(3000, 3000, density=0.005, random_state=3, format="csr", dtype=np.float32)
+    a.sort_indices()
+    b = rng.standard_normal((3000, 48)).astype(np.float32)
+    b[rng.random(3000) < 0.4] = 0.0  # rows the skipping pass flags
+    vals = rng.standard_normal((a.nnz, 3)).astype(np.float32)
+    x = jnp.asarray(rng.standard_normal((3000, 3, 16)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((16, 3, 32)), jnp.float32)
+    outputs, regimes = [], []
+    every, none = machine.Tuning(machine.MIN_TILE, 1, 1), machine.Tuning(1 << 40, 1 << 40, 1 << 40)
+    try:
+        for tuning in (every, none, machine.tuning()):
+            csr.set_kernel_tuning(tuning)
+            csr.reset_kernel_counters()
+            out = csr._call(jnp.asarray(a.indptr, jnp.int32), jnp.asarray(a.indices, jnp.int32), jnp.asarray(vals),
+                            jnp.asarray(b), True)
+            dense = csr.run_matmul(x, w)
+            outputs.append((np.asarray(out), np.asarray(dense)))
+            c = csr.kernel_counters()
+            regimes.append((c["prefetch_calls"], c["chunked_calls"], c["skipped_rows"] > 0, c["dense_calls"]))
+    finally:
+        csr.set_kernel_tuning(machine.tuning())
+    assert regimes[0] == (1, 1, True, 1) and regimes[1] == (0, 0, True, 1)  # each setting took its regime
+    for out, dense in outputs[1:]:
+        np.testing.assert_array_equal(out, outputs[0][0])
+        np.testing.assert_array_equal(dense, outputs[0][1])

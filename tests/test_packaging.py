@@ -25,7 +25,7 @@ import jaxgcn.version
 
 ROOT = Path(__file__).resolve().parents[1]
 _NOT_SOURCE = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
-                                     ".pytest_cache", ".hypothesis", "bench-out")
+                                     ".pytest_cache", ".hypothesis", "bench-out", "prebuilt")
 
 
 def _can_build_wheels() -> str | None:
@@ -92,3 +92,19 @@ def test_one_version_source(wheel: zipfile.ZipFile) -> None:
     built = Parser().parsestr(wheel.read(meta).decode("utf-8"))["Version"]
     assert built == _pyproject_version() == jaxgcn.version.__version__
     assert jaxgcn.version.__version__ != "0+unknown"
+
+
+def test_wheel_ships_the_kernel_built_for_this_machine(wheel: zipfile.ZipFile) -> None:
+    # setup.py builds the csr kernel into the wheel where a compiler is found (issue 26): the first
+    # `jaxgcn train` then loads it instead of compiling it; the wheel is tagged for this platform
+    import json
+
+    from jaxgcn import kernel_build
+
+    if kernel_build._compiler() is None:
+        pytest.skip("no C++ compiler here: the wheel ships no kernel, the first use says why")
+    names = set(wheel.namelist())
+    assert {"jaxgcn/kernels/prebuilt/libjaxgcn_spmm.so", "jaxgcn/kernels/prebuilt/build.json"} <= names
+    info = json.loads(wheel.read("jaxgcn/kernels/prebuilt/build.json"))
+    assert info["key"] == kernel_build._prebuilt_key() and info["jaxlib"] == kernel_build.jaxlib_version()
+    assert not Path(wheel.filename).name.endswith("-none-any.whl"), wheel.filename

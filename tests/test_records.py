@@ -9,7 +9,7 @@ import re
 import jax
 import pytest
 
-from jaxgcn import reports
+from jaxgcn import machine, reports
 from jaxgcn.cli import build_parser
 from jaxgcn.cli.records import parse_args
 from cli_run import run_main
@@ -41,6 +41,7 @@ def test_record_holds_versions_devices_command_and_fingerprint(recorded):
     assert set(record["versions"]) == {"jaxgcn", "jax", "jaxlib", "numpy", "scipy", "optax", "python"}
     assert record["versions"]["jax"] == jax.__version__
     assert record["devices"]["count"] == len(jax.devices())
+    assert record["machine"] == machine.report()  # the CPU facts and kernel settings it ran with (issue 26)
     assert [d["platform"] for d in record["devices"]["devices"]] == [d.platform for d in jax.devices()]
     assert record["platform"]["machine"] and record["platform"]["platform"]
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$", record["date"])
@@ -172,10 +173,13 @@ def test_a_deeply_nested_json_file_is_refused_in_one_line(tmp_path, capsys):
 
 def test_info_lists_devices(tmp_path, capsys):
     assert run_main(["info", "--dataset", "cora", "--json", tmp_path / "i.json"]) == 0
-    line = capsys.readouterr().out.splitlines()[-1]
+    *_, facts, line = capsys.readouterr().out.splitlines()
     platform = jax.devices()[0].platform
     assert re.fullmatch(rf"devices: {len(jax.devices())} x {platform} \(.+\)", line), line
-    devices = json.loads((tmp_path / "i.json").read_text())["devices"]
+    assert facts == machine.describe() and facts.startswith("machine: ")  # the CPU and the kernel settings
+    stats = json.loads((tmp_path / "i.json").read_text())
+    assert stats["machine"] == machine.report()
+    devices = stats["devices"]
     assert devices["count"] == len(jax.devices()) and devices["devices"][0]["platform"] == platform
 
 

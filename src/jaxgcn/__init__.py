@@ -7,20 +7,48 @@ their own modules (``jaxgcn.layers``, ``jaxgcn.propagate``, ``jaxgcn.train``, ``
 >>> import jaxgcn
 >>> prepared = jaxgcn.prepare(jaxgcn.load_dataset("cora"))
 >>> result = jaxgcn.fit(prepared.data, prepared.n_classes, log=None)  # doctest: +SKIP
+
+``import jaxgcn`` itself imports nothing heavy (so that ``jaxgcn --help`` answers without JAX):
+each name is imported from its module on first use (PEP 562).
 """
 
-from jaxgcn.batched import BatchResult, Entry, entries_for, fit_runs
-from jaxgcn.data import TrainData
-from jaxgcn.datasets import RawGraph, load_dataset, prepare, synthetic, with_random_splits
-from jaxgcn.graph import Graph, from_edges, from_scipy, gcn_norm
-from jaxgcn.models import Execution, GCNConfig, gcn
-from jaxgcn.sweep import Grid, run_grid
-from jaxgcn.train import FitResult, TrainConfig, TrainingDiverged, fit
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from jaxgcn.version import __version__
 
-__all__ = [
-    "__version__",
-    "BatchResult", "Entry", "Execution", "FitResult", "GCNConfig", "Graph", "Grid", "RawGraph", "TrainConfig",
-    "TrainData", "TrainingDiverged", "entries_for", "fit", "fit_runs", "from_edges", "from_scipy", "gcn", "gcn_norm",
-    "load_dataset", "prepare", "run_grid", "synthetic", "with_random_splits",
-]
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and readers
+    from jaxgcn.batched import BatchResult, Entry, entries_for, fit_runs  # noqa: F401
+    from jaxgcn.data import TrainData  # noqa: F401
+    from jaxgcn.datasets import RawGraph, load_dataset, prepare, synthetic, with_random_splits  # noqa: F401
+    from jaxgcn.graph import Graph, from_edges, from_scipy, gcn_norm  # noqa: F401
+    from jaxgcn.models import Execution, GCNConfig, gcn  # noqa: F401
+    from jaxgcn.sweep import Grid, run_grid  # noqa: F401
+    from jaxgcn.train import FitResult, TrainConfig, TrainingDiverged, fit  # noqa: F401
+
+# each public name -> the module it comes from
+_FROM = {
+    **dict.fromkeys(("BatchResult", "Entry", "entries_for", "fit_runs"), "jaxgcn.batched"),
+    "TrainData": "jaxgcn.data",
+    **dict.fromkeys(("RawGraph", "load_dataset", "prepare", "synthetic", "with_random_splits"), "jaxgcn.datasets"),
+    **dict.fromkeys(("Graph", "from_edges", "from_scipy", "gcn_norm"), "jaxgcn.graph"),
+    **dict.fromkeys(("Execution", "GCNConfig", "gcn"), "jaxgcn.models"),
+    **dict.fromkeys(("Grid", "run_grid"), "jaxgcn.sweep"),
+    **dict.fromkeys(("FitResult", "TrainConfig", "TrainingDiverged", "fit"), "jaxgcn.train"),
+}
+
+__all__ = ["__version__", *sorted(_FROM)]
+
+
+def __getattr__(name: str) -> Any:
+    """One of the names above, imported from its module now."""
+    if name not in _FROM:
+        raise AttributeError(f"module 'jaxgcn' has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_FROM[name]), name)  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,16 +1,18 @@
-"""Fused CSR × dense products on the CPU: an XLA FFI kernel built on first use.
+"""Fused CSR × dense products on the CPU: an XLA FFI kernel built at install time or on first use.
 
 XLA lowers a sparse product (gather + ``segment_sum``, or BCOO) to a gather that materializes one
 message per stored entry, an ``[nnz, width]`` buffer written and read again: at 10M edges and
 width 128 that is 5 GB per propagation, and on Cora's features with 100 stacked runs 315 MB per
 pass. The kernel in ``kernels/spmm.cc`` accumulates each output row in place instead, on XLA's
-intra-op thread pool. It is compiled once per machine with the C++ compiler that builds Python
-extensions (``g++``/``c++``, or ``$CXX``) against the FFI headers that jaxlib ships, and cached in
-``~/.cache/jaxgcn/kernels`` (``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found,
-:func:`kernel_status` says why and ``backend="auto"`` keeps to the pure-XLA backends. A build
-that fails (with ``-march=native``, then once without it) is remembered as
-``libjaxgcn_spmm-<key>.failed`` beside the cache, so later processes report it without compiling
-again; a new source, compiler or jaxlib is a new key and a new attempt.
+intra-op thread pool. ``pip install`` builds it where a C++ compiler is found; otherwise (or for
+another CPU or jaxlib) :mod:`jaxgcn.kernel_build` compiles it on first use, once per machine, with
+the C++ compiler that builds Python extensions (``g++``/``c++``, or ``$CXX``) against the FFI
+headers that jaxlib ships, and caches it in ``~/.cache/jaxgcn/kernels``
+(``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found, :func:`kernel_status` says why and
+``backend="auto"`` keeps to the pure-XLA backends. A build that fails (with ``-march=native``, then
+once without it) is remembered as ``libjaxgcn_spmm-<key>.failed`` beside the cache, so later
+processes report it without compiling again; a new source, compiler or jaxlib is a new key and a
+new attempt.
 
 ``JAXGCN_KERNEL_ISA=portable`` builds the kernel without its AVX-512 branches even where the CPU
 has AVX-512 (``native``, the default, uses them where ``-march=native`` enables them), so that
@@ -29,14 +31,10 @@ by XLA when unused). Forward mode (``jax.jvp``) is not defined for it: training 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
-import hashlib
 import os
-import platform
-import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -44,9 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-_SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
-# what the build is made of (the key of its cached library): spmm.cc and the files it includes
-_SOURCES = (_SOURCE, _SOURCE.with_name("run_dense.h"))
+from jaxgcn import kernel_build, machine
+from jaxgcn.kernel_build import KernelBuildError  # noqa: F401 - its face
+
 _TARGET = "jaxgcn_spmm"
 _DENSE_TARGET = "jaxgcn_run_dense"
 _PAIR_TARGET = "jaxgcn_spmm_pair"
@@ -131,143 +129,6 @@ def csr_from_scipy(matrix: Any, dtype: Any = np.float32, *, check_symmetric: boo
 
 # ----------------------------------------------------------------------------- building the kernel
 
-def _compiler() -> str | None:
-    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("JAXGCN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxgcn")
-    return Path(root) / "kernels"
-
-
-def _cpu_id() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        return platform.processor()
-
-
-_NO_COMPILER = "no C++ compiler found (set CXX or install g++ for the faster csr kernel)"
-
-# -march=native first (the kernel's inner loops vectorize for this CPU); some compilers refuse it
-# (older Apple clang on arm64, clang on aarch64 Linux, an assembler older than the CPU), so once without.
-_FLAG_SETS = (("-O3", "-march=native"), ("-O3",))
-
-# JAXGCN_KERNEL_ISA -> extra compiler flags: "portable" compiles the non-AVX-512 branches of
-# LoadFirst/StoreFirst even with -march=native on an AVX-512 CPU (kernels/spmm.cc).
-_ISA_FLAGS = {"native": (), "portable": ("-DJAXGCN_PORTABLE",)}
-
-
-def _isa() -> str:
-    """The kernel build asked for by ``JAXGCN_KERNEL_ISA`` (default ``native``)."""
-    isa = os.environ.get("JAXGCN_KERNEL_ISA") or "native"
-    if isa not in _ISA_FLAGS:
-        raise ValueError(f"JAXGCN_KERNEL_ISA={isa!r} is not one of {', '.join(_ISA_FLAGS)}")
-    return isa
-
-
-class KernelBuildError(RuntimeError):
-    """Every attempt to compile the kernel failed, now or in an earlier process: ``summary`` is the
-    last attempt's command and first error line, ``marker`` the file that records them all."""
-
-    def __init__(self, summary: str, marker: Path) -> None:
-        super().__init__(f"the csr kernel failed to build ({summary}; details in {marker}; set CXX to another "
-                         "C++17 compiler, or delete that file to try again)")
-        self.summary, self.marker = summary, marker
-
-
-def _library(cxx: str) -> Path:
-    """Where the build for this source, jaxlib (its FFI headers), CPU, compiler and
-    ``JAXGCN_KERNEL_ISA`` is cached; the compiler counts with its size and date, so an upgraded
-    compiler gets a new attempt."""
-    import jaxlib
-
-    try:
-        st = os.stat(cxx)
-        stamp = f"{st.st_size}:{st.st_mtime_ns}"
-    except OSError:
-        stamp = ""
-    parts = (jaxlib.__version__, _cpu_id(), cxx, stamp, _isa())
-    sources = b"".join(path.read_bytes() for path in _SOURCES)
-    key = hashlib.sha256(sources + "\0".join(parts).encode()).hexdigest()[:16]
-    return _cache_dir() / f"libjaxgcn_spmm-{key}.so"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _compile(cxx: str, flags: tuple[str, ...], out: str) -> tuple[str, str] | None:
-    """Run one compilation; None when it succeeded, else (a one-line summary, the details)."""
-    cmd = [cxx, *flags, "-std=c++17", "-shared", "-fPIC", "-w", f"-I{jax.ffi.include_dir()}", str(_SOURCE), "-o", out]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    except OSError as err:  # not executable, not a program: as permanent as a compile error
-        status, stderr = f"could not run ({err})", ""
-    else:
-        if proc.returncode == 0:
-            return None
-        status, stderr = f"exited {proc.returncode}", proc.stderr
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    first = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")
-    summary = f"compiling {_SOURCE.name} failed: {cxx} {' '.join(flags)} {status}: {first}"
-    return summary, f"$ {' '.join(cmd)}\n{status}\n" + "\n".join(lines[-40:]) + "\n"
-
-
-def _build(cxx: str) -> Path:
-    """Compile the kernel into the cache (atomically: a temp file renamed into place), with
-    -march=native and, if that fails, once without (each with the flags of ``JAXGCN_KERNEL_ISA``).
-    When both fail, the failure is remembered next to where the library would be (``.failed``, same
-    key) and raised again by later calls and processes without running the compiler. Processes
-    that need the same build at once (a ``--distributed`` job's first run, test workers) take a
-    file lock: one compiles, the others wait for its library or its failure instead of compiling
-    it again."""
-    from filelock import FileLock
-
-    out = _library(cxx)
-    marker = out.with_suffix(".failed")
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out.with_suffix(".lock"))):
-        return _build_locked(cxx, out, marker)
-
-
-def _build_locked(cxx: str, out: Path, marker: Path) -> Path:
-    """:func:`_build` under its lock (another process may have finished the build meanwhile)."""
-    if out.exists():
-        return out
-    if marker.exists():
-        raise KernelBuildError((marker.read_text().splitlines() or ["unknown"])[0], marker)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-    os.close(fd)
-    failures = []
-    try:
-        for flags in _FLAG_SETS:
-            failure = _compile(cxx, (*flags, *_ISA_FLAGS[_isa()]), tmp)
-            if failure is None:
-                os.replace(tmp, out)
-                return out
-            failures.append(failure)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    summary = failures[-1][0]
-    _write_atomically(marker, summary + "\n\n" + "\n".join(details for _, details in failures))
-    raise KernelBuildError(summary, marker)
-
-
 # The library _load registered (its debug counters and ISA are read through it), or None.
 _LIBRARY: ctypes.CDLL | None = None
 
@@ -278,11 +139,12 @@ def _load() -> tuple[bool, str]:
     global _LIBRARY
     if os.environ.get("JAXGCN_NO_KERNELS"):
         return False, "disabled by JAXGCN_NO_KERNELS"
-    cxx = _compiler()
-    if cxx is None:
-        return False, _NO_COMPILER
+    path = kernel_build.prebuilt()  # built by pip install, for this CPU and jaxlib
+    cxx = None if path is not None else kernel_build._compiler()
+    if path is None and cxx is None:
+        return False, kernel_build._NO_COMPILER
     try:
-        path = _build(cxx)
+        path = path if cxx is None else kernel_build._build(cxx)
         lib = ctypes.cdll.LoadLibrary(str(path))
         jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmm), platform="cpu")
         jax.ffi.register_ffi_target(_DENSE_TARGET, jax.ffi.pycapsule(lib.JaxgcnRunDense), platform="cpu")
@@ -292,8 +154,11 @@ def _load() -> tuple[bool, str]:
     lib.JaxgcnKernelCounterNames.restype = ctypes.c_char_p
     lib.JaxgcnKernelCounters.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     lib.JaxgcnKernelIsa.restype = ctypes.c_int
+    lib.JaxgcnSetTuning.argtypes = [ctypes.c_int64] * 3
+    lib.JaxgcnTuning.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     _LIBRARY = lib
-    return True, f"built with {cxx} in {path.parent}"
+    lib.JaxgcnSetTuning(*dataclasses.astuple(machine.tuning()))  # the machine's settings (jaxgcn.machine)
+    return True, f"built with {cxx} in {path.parent}" if cxx is not None else f"built at install time, in {path.parent}"
 
 
 def kernel_possible() -> bool:
@@ -303,11 +168,12 @@ def kernel_possible() -> bool:
     per machine), and a failure an earlier process recorded is read, not retried."""
     if os.environ.get("JAXGCN_NO_KERNELS"):
         return False
-    cxx = _compiler()
-    if cxx is None:
+    path = kernel_build.prebuilt()
+    cxx = None if path is not None else kernel_build._compiler()
+    if path is None and cxx is None:
         return False
     try:
-        ctypes.cdll.LoadLibrary(str(_build(cxx)))  # dlopen only: registering it would start JAX
+        ctypes.cdll.LoadLibrary(str(path or kernel_build._build(cxx)))  # dlopen only: registering it would start JAX
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError):
         return False
     return True
@@ -354,6 +220,23 @@ def kernel_isa() -> str:
     return "avx512" if _loaded_library().JaxgcnKernelIsa() == 1 else "portable"
 
 
+def kernel_tuning() -> machine.Tuning:
+    """The settings the loaded kernel runs with (:class:`jaxgcn.machine.Tuning`: those
+    :func:`jaxgcn.machine.tuning` chose for this machine, unless :func:`set_kernel_tuning` changed
+    them). Needs :func:`kernel_status`."""
+    values = (ctypes.c_int64 * 3)()
+    _loaded_library().JaxgcnTuning(values)
+    return machine.Tuning(*map(int, values))
+
+
+def set_kernel_tuning(tuning: machine.Tuning) -> None:
+    """Run the kernel with these settings from now on (benchmarks try others; any settings compute
+    the same sums). Needs :func:`kernel_status`."""
+    if min(dataclasses.astuple(tuning)) <= 0:
+        raise ValueError(f"kernel settings must be positive: {tuning}")
+    _loaded_library().JaxgcnSetTuning(tuning.tile_bytes, tuning.product_cutoff, tuning.pass_cutoff)
+
+
 def kernel_counters() -> dict[str, int]:
     """The kernel's debug counters, cumulative since the library was loaded or
     :func:`reset_kernel_counters` (the tests read which regime a call ran in from them; counting
@@ -361,7 +244,8 @@ def kernel_counters() -> dict[str, int]:
 
     - ``calls``: sparse products (:func:`spmm`, its gradient, :func:`spmm_pair`); ``pair_calls``
       of them from :func:`spmm_pair`.
-    - ``prefetch_calls``: products that prefetched rows of ``b`` (``b`` over 256 KiB).
+    - ``prefetch_calls``: products that prefetched rows of ``b`` (``b`` over :func:`kernel_tuning`'s
+      ``tile_bytes``, half of L2).
     - ``chunked_calls``: products cut into several row chunks on the thread pool.
     - ``skip_calls``: products that left rows of ``b`` unread (its all-zero rows, in a gradient, or
       a test's mask); ``mask_calls``: of them with a mask; ``skipped_rows``: rows of ``b`` so flagged.

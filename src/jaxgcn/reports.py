@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from jaxgcn import machine
 from jaxgcn.metrics import Classification
 
 
@@ -193,7 +194,7 @@ def run_record(command: str, argv: list[str], options: dict[str, Any],
     return {"format": 1, "command": command, "argv": list(argv), "options": options,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "versions": versions(), "platform": {"platform": platform.platform(), "machine": platform.machine()},
-            "devices": devices_report(), "data_sha256": fingerprint}
+            "devices": devices_report(), "machine": machine.report(), "data_sha256": fingerprint}
 
 
 def record_differences(recorded: dict[str, Any], here: dict[str, Any]) -> dict[str, list[str]]:

@@ -24,11 +24,11 @@ from jaxgcn.datasets.download import data_root as default_root
 from jaxgcn.datasets.files import load_files
 from jaxgcn.datasets.named import protocol_info, protocol_name, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
+from jaxgcn.machine import REORDER_MIN_NODES
 from jaxgcn.memory import MemoryEstimate, estimate
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 
 Say = Callable[[str], None]  # where notes go as they happen (print, or nothing)
-REORDER_MIN_NODES = 100_000  # below this the features fit in cache and renumbering gains little
 PARTITIONED = "partitioned:"  # --dataset partitioned:DIR (written by `jaxgcn partition`)
 SEVERAL_SPLIT_PROTOCOLS = ("per-class-20-30", "wikics")  # protocols whose --splits K picks K of their splits
 

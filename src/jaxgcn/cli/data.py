@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from jaxgcn.app import data as app_data
-from jaxgcn.app.data import REORDER_MIN_NODES, DataRequest, Loaded, Say, one_split, split_csv  # noqa: F401
+from jaxgcn.app.data import DataRequest, Loaded, Say, one_split, split_csv  # noqa: F401
 from jaxgcn.datasets import RawGraph
 
 CLEAR = "\r\033[K"  # a terminal's carriage return and erase-line: a status line is overwritten

@@ -8,7 +8,7 @@ from typing import Any
 
 import scipy.sparse as sp
 
-from jaxgcn import outputs, reports
+from jaxgcn import machine, outputs, reports
 from jaxgcn.app.data import memory_estimate
 from jaxgcn.cli import data
 from jaxgcn.cli.common import prelude
@@ -25,9 +25,10 @@ def run(args: argparse.Namespace) -> int:
     est = memory_estimate(loaded, args.hidden, nnz if sparse else None)
     devices = reports.devices_report()
     stats: dict[str, Any] = {**dataset_stats(loaded.prepared, nnz), "memory_estimate_bytes": est.total,
-                             "devices": devices}
+                             "devices": devices, "machine": machine.report()}
     print("\n".join(describe(stats)))
     print(f"  training memory estimate (backend {loaded.prepared.backend}, hidden {args.hidden}): {est.describe()}")
+    print(machine.describe())
     print(reports.devices_line(devices))
     with outputs.Staged() as out:
         if args.json is not None:

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from jaxgcn.cli import datasets, evaluate, info, partition, plot, predict, records, runtime, sweep, train
+from jaxgcn import version
+from jaxgcn.cli import records
 from jaxgcn.cli import values as v
-from jaxgcn.cli.data import REORDER_MIN_NODES
-from jaxgcn.datasets import available
-from jaxgcn.train import OPTIMIZERS
+from jaxgcn.datasets.catalogue import available
+from jaxgcn.machine import REORDER_MIN_NODES
+from jaxgcn.training.config import OPTIMIZERS
 
 EXIT_USAGE = 2
 
@@ -50,6 +52,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"jaxgcn: error: {message} (see '{self.prog} --help')\n")
+
+
+def command(module: str, name: str = "run") -> Callable[[argparse.Namespace], Any]:
+    """``jaxgcn.cli.<module>.<name>``, imported when the command runs: building the parser imports
+    no command module (and so no JAX), and ``--help``, ``--version`` and a mistyped flag answer at once."""
+    def call(args: argparse.Namespace, *rest: Any) -> Any:
+        return getattr(importlib.import_module(f"jaxgcn.cli.{module}"), name)(args, *rest)
+    call.__qualname__ = call.__name__ = f"{module}.{name}"
+    return call
 
 
 def dataset_forms() -> list[str]:
@@ -202,6 +213,10 @@ def _add_output_args(o: argparse._ArgumentGroup, grid: bool) -> None:
         o.add_argument("--resume", type=Path, default=None,
                        help="continue an interrupted --checkpoint-every run from its checkpoint directory")
     o.add_argument("--quiet", action="store_true", help="only the final summary (no bar, no progress lines)")
+    if not grid:
+        o.add_argument("--verbose", action="store_true",
+                       help="also print where the time went: start-up, imports, devices and kernel, data, "
+                            "compile, train")
     o.add_argument("--log-every", type=v.positive_int, default=20,
                    help="period in epochs of the progress lines" + ("" if grid else " and of --log records"))
     if not grid:
@@ -253,7 +268,7 @@ def add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> dict[str, 
 def _add_train_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a GCN and report test accuracy")
     add_train_args(p)
-    p.set_defaults(func=train.run, setup=runtime.setup)
+    p.set_defaults(func=command("train"), setup=command("runtime", "setup"))
 
 
 def _add_sweep_command(sub: argparse._SubParsersAction) -> None:
@@ -265,7 +280,7 @@ def _add_sweep_command(sub: argparse._SubParsersAction) -> None:
     groups["execution"].add_argument("--memory-budget", type=v.byte_size, default=None,
                            help="split groups into chunks that fit (e.g. 4G; default: half the available memory)")
     groups["output"].add_argument("--csv", type=Path, help="write one row per configuration to this CSV file")
-    p.set_defaults(func=sweep.run, setup=runtime.setup)
+    p.set_defaults(func=command("sweep"), setup=command("runtime", "setup"))
 
 
 def _add_partition_command(sub: argparse._SubParsersAction) -> None:
@@ -276,7 +291,7 @@ def _add_partition_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exchange", choices=("auto", "all_gather", "halo"), default="auto",
                    help="the exchange the blocks are laid out for (auto: halo when it receives fewer rows)")
     p.add_argument("--out", type=Path, required=True, help="the directory to write")
-    p.set_defaults(func=partition.run)
+    p.set_defaults(func=command("partition"))
 
 
 def _add_plot_command(sub: argparse._SubParsersAction) -> None:
@@ -296,7 +311,7 @@ def _add_plot_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--y", default="hidden", help="sweep: hyperparameter on the y axis")
     p.add_argument("--title", default=None, help="the figure's title (default: one naming what is plotted)")
     add_data_args(p)
-    p.set_defaults(func=plot.run)
+    p.set_defaults(func=command("plot"))
 
 
 def _add_info_command(sub: argparse._SubParsersAction) -> None:
@@ -305,7 +320,7 @@ def _add_info_command(sub: argparse._SubParsersAction) -> None:
     add_data_args(p)
     p.add_argument("--hidden", type=v.positive_int, default=16, help="hidden units, for the memory estimate")
     p.add_argument("--json", type=Path, help="also write the statistics to this JSON file")
-    p.set_defaults(func=info.run)
+    p.set_defaults(func=command("info"))
 
 
 RUN_HELP = ("which run of a checkpoint saved with --seeds N / --splits K (0-based; default: the run with the "
@@ -314,8 +329,8 @@ RUN_HELP = ("which run of a checkpoint saved with --seeds N / --splits K (0-base
 
 def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
     """``evaluate`` and ``predict``: a saved model on a dataset."""
-    for name, text, module in (("evaluate", "metrics of a saved model on a dataset's split", evaluate),
-                               ("predict", "class predictions of a saved model, written as CSV", predict)):
+    for name, text in (("evaluate", "metrics of a saved model on a dataset's split"),
+                       ("predict", "class predictions of a saved model, written as CSV")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--checkpoint", type=Path, required=True, help="a directory written by train --save")
         p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
@@ -326,12 +341,13 @@ def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--on", choices=("test", "val", "train", "labelled"), default="test",
                            help="the nodes to score")
             p.add_argument("--json", type=Path, help="write the metrics to this JSON file")
-        p.set_defaults(func=module.run)
+        p.set_defaults(func=command(name))
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``jaxgcn`` parser: one subcommand per module of :mod:`jaxgcn.cli`."""
     parser = Parser(prog="jaxgcn", description="Graph Convolutional Networks in JAX (Kipf & Welling 2017).")
+    parser.add_argument("--version", action="version", version=f"jaxgcn {version.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     _add_train_command(sub)
     _add_sweep_command(sub)
@@ -341,12 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("datasets", help="list the datasets --dataset accepts, with source, size, protocol and "
                        "whether each is bundled, cached or to download")
     add_data_root(p)
-    p.set_defaults(func=datasets.run)
+    p.set_defaults(func=command("datasets"))
     p = sub.add_parser("download", help="fetch catalogue datasets into the cache now (e.g. before a job on "
                        "compute nodes without internet)")
     p.add_argument("names", nargs="+", metavar="NAME", help="catalogue names (`jaxgcn datasets`)")
     add_data_root(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=datasets.download)
+    p.set_defaults(func=command("datasets", "download"))
     _add_checkpoint_commands(sub)
     return parser

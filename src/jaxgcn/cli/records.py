@@ -18,7 +18,6 @@ import tomllib
 from pathlib import Path
 from typing import Any, Sequence
 
-from jaxgcn import checkpoint, reports
 
 # Options that are not the run's configuration: the files that set defaults, and what a re-run must
 # not take over from its record (where it writes, which checkpoint it resumes, how a job's processes
@@ -26,7 +25,7 @@ from jaxgcn import checkpoint, reports
 FILE_OPTIONS = ("from_record", "config")
 NOT_REPLAYED = ("json", "csv", "save", "save_split", "log", "tensorboard", "checkpoint_every", "resume",
                 "coordinator", "num_processes", "process_id")
-NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin")  # namespace entries that are not options
+NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin", "phases")  # namespace entries, not options
 
 
 def add_file_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -234,6 +233,8 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 def record(args: argparse.Namespace, data: Any | None) -> dict[str, Any]:
     """This run's ``record`` (:func:`jaxgcn.reports.run_record`); ``data``: the prepared
     :class:`~jaxgcn.train.TrainData` whose fingerprint it holds (None: not on this host)."""
+    from jaxgcn import checkpoint, reports  # here: parsing the flags imports neither (nor JAX)
+
     fingerprint = checkpoint.data_fingerprint(data) if data is not None else None
     return reports.run_record(args.command, getattr(args, "argv", [args.command]), options(args), fingerprint)
 
@@ -243,6 +244,8 @@ def match_line(args: argparse.Namespace, here: dict[str, Any]) -> str | None:
     naming what differs (None without ``--from-record``)."""
     if getattr(args, "from_record", None) is None:
         return None
+    from jaxgcn import reports
+
     differ = reports.record_differences(read_record(args.from_record), here)
     parts = ["versions match" if not differ["versions"] else "versions differ: " + "; ".join(differ["versions"])]
     parts.append("data matches" if not differ["data"] else

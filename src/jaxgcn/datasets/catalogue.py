@@ -176,3 +176,24 @@ def refuse_unsupported(entry: Dataset) -> None:
         raise ValueError(f"dataset {entry.name}: a {entry.task} task ({entry.classes} binary labels per node, "
                          f"scored by {entry.metric}); jaxgcn's GCN predicts one class per node with a softmax, so "
                          "it cannot be trained or scored on it: pick a multi-class dataset (`jaxgcn datasets`)")
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 10**6 else f"{n:,}"
+
+
+def available() -> list[tuple[str, str]]:
+    """``(form, description)`` of every value ``--dataset`` accepts: the one list that ``--help``,
+    ``jaxgcn datasets`` and the unknown-dataset error all print (catalogue names first)."""
+    names = [(d.name, f"{d.citation.split(',')[0]}: {_count(d.nodes)} nodes, {_count(d.edges)} edge entries, "
+                      f"{_count(d.features)} features, {d.classes} classes"
+              + ("" if d.task == "multi-class" else f" ({d.task}: listed, refused)"))
+             for d in CATALOGUE.values()]
+    return names + [
+        ("synthetic", "stochastic block model with class-signal features (--nodes, --classes, ...)"),
+        ("<name> --data-dir DIR", "raw Planetoid files ind.<name>.* in DIR (e.g. your own PubMed copy)"),
+        ("ogb:DIR", "an OGB node-property dataset in its raw layout (raw/*.csv.gz or raw/data.npz, split/<name>/)"),
+        ("npz:DIR", "adjacency.npz + features.npy|.npz + labels.npy [+ splits.npz] in DIR"),
+        ("partitioned:DIR", "per-device row blocks written by `jaxgcn partition` (train --shard-graph or "
+                            "--distributed only)"),
+    ]

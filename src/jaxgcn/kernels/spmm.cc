@@ -26,20 +26,24 @@
 //                                                       [scalar_rows]
 //   pair              SpmmPair: per-run and shared values from one      Block<true>, RunRows
 //                     read of each row of b             [pair_calls]
-//   prefetch          b larger than kTileBytes (256 KiB): rows of b     Spmm (w->prefetch), Block, RunRows
+//   prefetch          b larger than the tile (half of L2): rows of b   Spmm (w->prefetch), Block, RunRows
 //                     asked for kPrefetch entries ahead [prefetch_calls]
-//   row chunks        (nnz + rows) * W >= 2^18: 4 x threads chunks of   SplitRows, RunChunks
+//   row chunks        (nnz + rows) * W >= the product cut-off: 4 x     SplitRows, RunChunks
+//                     threads chunks of
 //                     equal nnz + rows on XLA's pool    [chunked_calls]
 //   zero rows skipped skip_zero_rows: all-zero rows of b flagged in     SkipFlags (on the pool through
-//                     one pass, never read      [skip_calls, skipped_rows]  ParallelFor when m * W >= 2^17)
+//                     one pass, never read      [skip_calls, skipped_rows]  ParallelFor when m * W >= the
+//                                                                       pass cut-off)
 //   test mask         an explicit mask replaces those flags [mask_calls] SkipFlags
 //   self-loop         diag given (square): out[i] += diag[i] * b[i]     RunRows, Block
 //   dense per run     RunDense modes 0-2; modes 1 and 2 skip all-zero   run_dense.h: RunDenseImpl (on the
-//                     rows of g       [dense_calls, dense_skipped_rows]  pool, ParallelFor, when MACs >= 2^17)
+//                     rows of g       [dense_calls, dense_skipped_rows]  pool, ParallelFor, when MACs >= the
+//                                                                       pass cut-off)
 //
 // Every parallel part runs on one scheduler, RunChunks (ChunksFor says how many chunks: one below
-// a cut-off, else 4 per thread). The two cut-offs (2^18 for a product's rows, 2^17 for
-// ParallelFor's passes) and kTileBytes were chosen on one CPU, an AVX-512 EPYC with a 32 MiB L3.
+// a cut-off, else 4 per thread). The two cut-offs (a product's rows, ParallelFor's passes) and the
+// prefetch tile are the machine's (jaxgcn/machine.py chooses them from the CPU's vector width and L2
+// and sets them once, JaxgcnSetTuning); they change the speed, never the sums.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -85,6 +89,10 @@ std::atomic<int64_t> g_counters[kNumCounters];
 inline void Count(Counter c, int64_t v = 1) {
   if (v != 0) g_counters[c].fetch_add(v, std::memory_order_relaxed);
 }
+
+// The settings JaxgcnSetTuning gives (defaults: an AVX-512 CPU with a 512 KiB L2); relaxed: each
+// call reads them once, and any value gives the same results.
+std::atomic<int64_t> g_tile_bytes{256 * 1024}, g_product_cutoff{1 << 18}, g_pass_cutoff{1 << 17};
 
 int64_t Padded(int64_t v) { return (v + kLanes - 1) / kLanes * kLanes; }
 
@@ -132,7 +140,7 @@ int64_t ChunksFor(ffi::ThreadPool& pool, int64_t n, int64_t cost, int64_t cutoff
 // Runs body(lo, hi) over [0, n) in equal chunks (RunChunks).
 template <typename Body>
 void ParallelFor(ffi::ThreadPool& pool, int64_t n, int64_t cost, const Body& body) {
-  const int64_t n_chunks = ChunksFor(pool, n, cost, 1 << 17);
+  const int64_t n_chunks = ChunksFor(pool, n, cost, g_pass_cutoff.load(std::memory_order_relaxed));
   RunChunks(pool, n_chunks, [&](int64_t t) { body(n * t / n_chunks, n * (t + 1) / n_chunks); });
 }
 
@@ -204,7 +212,6 @@ struct Work {
 };
 
 constexpr int32_t kPrefetch = 16;
-constexpr int64_t kTileBytes = 256 * 1024;  // half of a 512 KiB L2: b smaller than this stays cached
 
 // Columns [c0, c0 + 16 * (NZ - 1) + tail) of output row i (and of out2 for the pair), summed in
 // NZ vector registers each over the row's entries: every gathered piece of a b row costs one
@@ -248,18 +255,33 @@ void Block(const Work& w, int64_t i, int32_t k_begin, int32_t k_end, int64_t c0,
   }
 }
 
-// Output row i in blocks of up to 8 vectors (128 floats), for V = 1 or H a multiple of 16 (each
-// vector then belongs to one value column).
+// How many vectors of 16 floats a block sums in registers, one product / the pair's two: 8 each,
+// on AVX-512 (32 registers of 16 floats) and on AVX2 alike. On AVX2 a V16 takes two of its 16
+// registers, so 8 spill some sums; blocks of 4 (the pair: 2) that keep them all in registers were
+// measured slower, every block walking the row's entries again: 100 Cora seeds in one program
+// (benchmarks/bench_sweep.py --seeds 100 --loop 0, AMD EPYC family 25 model 1, Zen 3, AVX2)
+// 34.3 s against 22.7 s. -DJAXGCN_BLOCK=n / -DJAXGCN_PAIR_BLOCK=n (1..8) try other sizes.
+#ifndef JAXGCN_BLOCK
+#define JAXGCN_BLOCK 8
+#endif
+#ifndef JAXGCN_PAIR_BLOCK
+#define JAXGCN_PAIR_BLOCK 8
+#endif
+static_assert(JAXGCN_BLOCK >= 1 && JAXGCN_BLOCK <= 8 && JAXGCN_PAIR_BLOCK >= 1 && JAXGCN_PAIR_BLOCK <= 8,
+              "JAXGCN_BLOCK and JAXGCN_PAIR_BLOCK are 1..8 vectors");
+
+// Output row i in blocks of up to JAXGCN_BLOCK vectors (JAXGCN_PAIR_BLOCK for the pair), for V = 1
+// or H a multiple of 16 (each vector then belongs to one value column).
 template <bool kPair>
 void BlockedRow(const Work& w, int64_t i, int32_t k_begin, int32_t k_end) {
-  constexpr int kZ = 8;
+  constexpr int kZ = kPair ? JAXGCN_PAIR_BLOCK : JAXGCN_BLOCK;
   const int64_t W = w.W, V = w.V, H = w.H;
   for (int64_t c0 = 0; c0 < W; c0 += kZ * kLanes) {
     const int64_t span = std::min<int64_t>(kZ * kLanes, W - c0);
     const int nz = static_cast<int>((span + kLanes - 1) / kLanes);
     const int64_t tail = span - (nz - 1) * kLanes;
-    int64_t run[kZ];
-    for (int z = 0; z < kZ; ++z) run[z] = V == 1 ? 0 : std::min<int64_t>(V - 1, (c0 + z * kLanes) / H);
+    int64_t run[8];
+    for (int z = 0; z < 8; ++z) run[z] = V == 1 ? 0 : std::min<int64_t>(V - 1, (c0 + z * kLanes) / H);
     switch (nz) {
       case 1: Block<kPair, 1>(w, i, k_begin, k_end, c0, tail, run); break;
       case 2: Block<kPair, 2>(w, i, k_begin, k_end, c0, tail, run); break;
@@ -380,7 +402,7 @@ const uint8_t* SkipFlags(ffi::ThreadPool& pool, const float* b, int64_t m, int64
 void SplitRows(ffi::ThreadPool& pool, Work& w, int64_t n) {
   const int64_t nnz = w.nnz_end;
   // Work ~ (nnz + rows) * W; small products run on the calling thread only.
-  const int64_t n_chunks = ChunksFor(pool, n, (nnz + n) * w.W, 1 << 18);
+  const int64_t n_chunks = ChunksFor(pool, n, (nnz + n) * w.W, g_product_cutoff.load(std::memory_order_relaxed));
   w.n_tasks = n_chunks;
   w.bounds.resize(n_chunks + 1);
   w.bounds[0] = 0;
@@ -441,7 +463,7 @@ ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffe
   // Rows of a large b are prefetched ahead; a b that fits in L2 needs no help. (Column tiles that
   // kept a slice of a mid-sized b in L2 were measured slower, every tile re-reading the pattern,
   // and were removed: each task covers whole rows.)
-  w->prefetch = bdims[0] * W * 4 > kTileBytes;
+  w->prefetch = bdims[0] * W * 4 > g_tile_bytes.load(std::memory_order_relaxed);
   SplitRows(pool, *w, n);
   Count(kCalls);
   Count(kPairCalls, shared != nullptr);
@@ -495,6 +517,20 @@ void JaxgcnResetKernelCounters() {
 }
 
 int JaxgcnKernelIsa() { return JAXGCN_AVX512; }  // 1: AVX-512 masked moves, 0: the portable branch
+
+// The machine's settings (jaxgcn.machine.tuning): the prefetch tile in bytes, the product and pass
+// cut-offs in multiply-adds; a value <= 0 keeps the current one.
+void JaxgcnSetTuning(int64_t tile_bytes, int64_t product_cutoff, int64_t pass_cutoff) {
+  if (tile_bytes > 0) g_tile_bytes.store(tile_bytes, std::memory_order_relaxed);
+  if (product_cutoff > 0) g_product_cutoff.store(product_cutoff, std::memory_order_relaxed);
+  if (pass_cutoff > 0) g_pass_cutoff.store(pass_cutoff, std::memory_order_relaxed);
+}
+
+void JaxgcnTuning(int64_t* out) {
+  out[0] = g_tile_bytes.load(std::memory_order_relaxed);
+  out[1] = g_product_cutoff.load(std::memory_order_relaxed);
+  out[2] = g_pass_cutoff.load(std::memory_order_relaxed);
+}
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmm, SpmmImpl,

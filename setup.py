@@ -1,0 +1,41 @@
+"""Builds the fused csr kernel (src/jaxgcn/kernels/spmm.cc) at install time, where a C++ compiler and
+jaxlib's FFI headers are at hand, so that the first `jaxgcn train` does not compile it. Where the
+build cannot run, the package installs without it and builds it on first use (jaxgcn.kernel_build).
+Everything else about the package is in pyproject.toml."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _kernel_build():
+    """src/jaxgcn/kernel_build.py, loaded from its file: the package is not importable while it is built."""
+    spec = importlib.util.spec_from_file_location("_jaxgcn_kernel_build", ROOT / "src" / "jaxgcn" / "kernel_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildPyWithKernel(build_py):
+    """build_py, then the kernel into the package's kernels/prebuilt (the source tree's for an editable install)."""
+
+    def run(self):
+        super().run()
+        rel = Path("jaxgcn") / "kernels" / "prebuilt"
+        dest = ROOT / "src" / rel if getattr(self, "editable_mode", False) else Path(self.build_lib) / rel
+        print(_kernel_build().build_prebuilt(dest), file=sys.stderr)
+
+
+class PlatformDistribution(Distribution):
+    """A wheel with a compiled library in it is for one platform (not py3-none-any)."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(cmdclass={"build_py": BuildPyWithKernel}, distclass=PlatformDistribution)
