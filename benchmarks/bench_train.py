@@ -77,9 +77,9 @@ def main() -> int:
         warm_env = {**os.environ, "JAXGCN_CACHE_DIR": f"{cache}/0"}
         warm = whole_process(jaxgcn, args.repeats, warm_env)
     cold_s = statistics.median(cold)
-    print(f"jaxgcn train process: {cold_s:.2f} s with empty caches (a machine's first run also builds the "
-          f"csr kernel, ~4 s), {warm:.2f} s with the caches filled (import + data + compile + 200 epochs "
-          "max + eval)")
+    print(f"jaxgcn train process: {cold_s:.2f} s with empty caches (no compiled programs; the kernel that pip "
+          f"install built is used, else it is compiled here, ~5 s), {warm:.2f} s with the caches filled (import + "
+          "data + compile + 200 epochs max + eval; benchmarks/bench_first_run.py has the phases)")
 
     if args.pyg_python:
         name = {"cora": "Cora", "citeseer": "CiteSeer"}[args.dataset]

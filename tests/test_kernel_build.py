@@ -199,7 +199,7 @@ def _kernel_tests_with(isa: str, tmp_path, tests: str = KERNEL_TESTS, at_least: 
 
 
 def test_the_portable_build_passes_the_kernel_tests(tmp_path):
-    # on an AVX-512 CPU the only run of the portable branch; the ISA test in there asserts "portable"
+    # on an AVX2 or AVX-512 CPU the only run of the portable branch; the ISA test in there asserts "portable"
     if not csr_mod.kernel_status()[0]:
         pytest.skip("the kernel does not build here")
     if csr_mod.kernel_isa() == "portable":
@@ -234,6 +234,26 @@ def test_the_avx512_branch_compiles_wherever_the_compiler_takes_avx512(tmp_path)
     assert refused is not None and "JAXGCN_EXPECT_ISA" in refused[1]
 
 
+def test_the_avx2_branch_compiles_wherever_the_compiler_takes_avx2(tmp_path):
+    # Compiled, not run: -mavx2 selects the AVX2 branch, -mavx512f above it the AVX-512 one
+    cxx = kernel_build._compiler()
+    if cxx is None or not _compiler_takes(cxx, ("-mavx2",), tmp_path):
+        pytest.skip(f"the compiler ({cxx}) does not take -mavx2")
+    out = str(tmp_path / "avx2.so")
+    assert kernel_build._compile(cxx, ("-fsyntax-only", "-mavx2", "-DJAXGCN_EXPECT_ISA=2"), out) is None
+    assert kernel_build._compile(cxx, ("-fsyntax-only", "-mavx2", "-DJAXGCN_PORTABLE", "-DJAXGCN_EXPECT_ISA=0"),
+                                 out) is None
+    refused = kernel_build._compile(cxx, ("-fsyntax-only", "-mavx2", "-DJAXGCN_EXPECT_ISA=1"), out)
+    assert refused is not None and "JAXGCN_EXPECT_ISA" in refused[1]
+
+
+@pytest.mark.skipif("avx512f" not in kernel_build._cpu_id().split() or "avx2" not in kernel_build._cpu_id().split(),
+                    reason="this CPU has no AVX-512: its native build is the AVX2 branch (or the portable one)")
+def test_the_avx2_build_passes_the_kernel_tests_on_an_avx512_cpu(tmp_path):
+    # JAXGCN_KERNEL_ISA=avx2 (-mno-avx512f): the branch every AVX2-only CPU runs, tested where it is not native
+    _kernel_tests_with("avx2", tmp_path)
+
+
 @pytest.mark.skipif("avx512f" not in kernel_build._cpu_id().split(),
                     reason="this CPU has no AVX-512 (no avx512f in /proc/cpuinfo): its branch is only compiled here")
 def test_the_avx512_build_passes_the_kernel_tests(tmp_path):
@@ -243,8 +263,13 @@ def test_the_avx512_build_passes_the_kernel_tests(tmp_path):
 
 def test_an_unknown_isa_is_a_clear_reason(monkeypatch, fresh_loader):
     monkeypatch.setenv("JAXGCN_KERNEL_ISA", "avx9000")
-    assert csr_mod._load() == (False, "JAXGCN_KERNEL_ISA='avx9000' is not one of native, portable")
+    assert csr_mod._load() == (False, "JAXGCN_KERNEL_ISA='avx9000' is not one of native, avx2, portable")
     assert not csr_mod.kernel_possible()
+    # also where pip install built one: the same reason, not a traceback
+    (kernel_build.PREBUILT).mkdir()
+    (kernel_build.PREBUILT / "build.json").write_text('{"key": "x"}')
+    csr_mod._load.cache_clear()
+    assert csr_mod._load() == (False, "JAXGCN_KERNEL_ISA='avx9000' is not one of native, avx2, portable")
 
 
 def test_the_isa_is_part_of_the_cache_key(monkeypatch):

@@ -14,10 +14,10 @@ once without it) is remembered as ``libjaxgcn_spmm-<key>.failed`` beside the cac
 processes report it without compiling again; a new source, compiler or jaxlib is a new key and a
 new attempt.
 
-``JAXGCN_KERNEL_ISA=portable`` builds the kernel without its AVX-512 branches even where the CPU
-has AVX-512 (``native``, the default, uses them where ``-march=native`` enables them), so that
-one machine can test both; :func:`kernel_isa` says which the loaded library has, and
-:func:`kernel_counters` which regime its calls ran in.
+``JAXGCN_KERNEL_ISA=portable`` builds the kernel without its AVX-512 and AVX2 branches even where
+the CPU has them, and ``avx2`` without the AVX-512 one (``native``, the default, takes the widest
+that ``-march=native`` enables), so that one machine can test them all; :func:`kernel_isa` says
+which the loaded library has, and :func:`kernel_counters` which regime its calls ran in.
 
 The same library holds the per-run dense products of a batch of runs (:func:`run_matmul`:
 ``[n, R, H] x [H, R, C]``), which XLA computes either through transposes to ``[R, H, n]`` or as a
@@ -215,9 +215,10 @@ def _loaded_library() -> ctypes.CDLL:
 
 def kernel_isa() -> str:
     """Which branch of the kernel's masked loads and stores the loaded library was built with:
-    ``"avx512"`` (``-march=native`` on an AVX-512 CPU) or ``"portable"`` (any other CPU, or
+    ``"avx512"`` (``-march=native`` on an AVX-512 CPU), ``"avx2"`` (an AVX2 CPU, or
+    ``JAXGCN_KERNEL_ISA=avx2`` on an AVX-512 one) or ``"portable"`` (any other CPU, or
     ``JAXGCN_KERNEL_ISA=portable``). Needs :func:`kernel_status`."""
-    return "avx512" if _loaded_library().JaxgcnKernelIsa() == 1 else "portable"
+    return {1: "avx512", 2: "avx2"}.get(_loaded_library().JaxgcnKernelIsa(), "portable")
 
 
 def kernel_tuning() -> machine.Tuning:

@@ -71,9 +71,10 @@ _NO_COMPILER = "no C++ compiler found (set CXX or install g++ for the faster csr
 # (older Apple clang on arm64, clang on aarch64 Linux, an assembler older than the CPU), so once without.
 _FLAG_SETS = (("-O3", "-march=native"), ("-O3",))
 
-# JAXGCN_KERNEL_ISA -> extra compiler flags: "portable" compiles the non-AVX-512 branches of
-# LoadFirst/StoreFirst even with -march=native on an AVX-512 CPU (kernels/spmm.cc).
-_ISA_FLAGS = {"native": (), "portable": ("-DJAXGCN_PORTABLE",)}
+# JAXGCN_KERNEL_ISA -> extra compiler flags: "portable" compiles the portable branch of
+# LoadFirst/StoreFirst even with -march=native on an AVX2 or AVX-512 CPU, "avx2" the AVX2 branch on
+# an AVX-512 CPU (kernels/spmm.cc).
+_ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",), "portable": ("-DJAXGCN_PORTABLE",)}
 
 
 def _isa() -> str:
@@ -204,7 +205,11 @@ def prebuilt() -> Path | None:
     except (OSError, ValueError):
         return None
     lib = PREBUILT / _PREBUILT_LIB
-    if not isinstance(info, dict) or info.get("key") != _prebuilt_key() or not lib.is_file():
+    try:
+        key = _prebuilt_key()
+    except ValueError:  # an unknown JAXGCN_KERNEL_ISA: the build path says so
+        return None
+    if not isinstance(info, dict) or info.get("key") != key or not lib.is_file():
         return None
     cxx = os.environ.get("CXX")
     if cxx and shutil.which(cxx) != info.get("compiler"):
