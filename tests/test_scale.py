@@ -136,7 +136,7 @@ def test_check_fits_names_the_estimate_and_the_options():
 
 def test_million_node_dense_request_is_refused_with_the_estimate(tmp_path):
     raw = datasets.synthetic(2000, n_classes=2, n_features=4, avg_degree=2, seed=0)
-    import jaxgcn.datasets as ds
+    import jaxgcn.datasets.loading as ds  # where prepare looks it up (jaxgcn.datasets is its lazy face)
 
     original = ds.available_bytes
     ds.available_bytes = lambda: 20 * 2**20  # 20 MiB: a 2,000-node dense adjacency (15 MiB) > half
