@@ -3,7 +3,7 @@ jaxlib's FFI headers are at hand, so that the first `jaxgcn train` does not comp
 build cannot run, the package installs without it and builds it on first use (jaxgcn.kernel_build).
 Everything else about the package is in pyproject.toml."""
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 
@@ -14,11 +14,13 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _kernel_build():
-    """src/jaxgcn/kernel_build.py, loaded from its file: the package is not importable while it is built."""
-    spec = importlib.util.spec_from_file_location("_jaxgcn_kernel_build", ROOT / "src" / "jaxgcn" / "kernel_build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """jaxgcn.kernel_build from the source tree (it and what it imports use only the standard
+    library), and sys.path as it was afterwards."""
+    sys.path.insert(0, str(ROOT / "src"))
+    try:
+        return importlib.import_module("jaxgcn.kernel_build")
+    finally:
+        sys.path.remove(str(ROOT / "src"))
 
 
 class BuildPyWithKernel(build_py):

@@ -106,5 +106,5 @@ def test_wheel_ships_the_kernel_built_for_this_machine(wheel: zipfile.ZipFile) -
     names = set(wheel.namelist())
     assert {"jaxgcn/kernels/prebuilt/libjaxgcn_spmm.so", "jaxgcn/kernels/prebuilt/build.json"} <= names
     info = json.loads(wheel.read("jaxgcn/kernels/prebuilt/build.json"))
-    assert info["key"] == kernel_build._prebuilt_key() and info["jaxlib"] == kernel_build.jaxlib_version()
+    assert info["key"] == kernel_build._key() and info["jaxlib"] == kernel_build.jaxlib_version()
     assert not Path(wheel.filename).name.endswith("-none-any.whl"), wheel.filename

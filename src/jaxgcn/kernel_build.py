@@ -24,6 +24,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from jaxgcn.machine import cpuinfo_fields
+
 _SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
 # what the build is made of (the key of its cached library): spmm.cc and the files it includes
 _SOURCES = (_SOURCE, _SOURCE.with_name("run_dense.h"))
@@ -58,11 +60,10 @@ def _cache_dir() -> Path:
 
 
 def _cpu_id() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        return platform.processor()
+    """What ``-march=native`` compiles for: the CPU's flags (:func:`jaxgcn.machine.cpuinfo_fields`),
+    else the processor's name."""
+    fields = cpuinfo_fields()
+    return fields.get("flags") or fields.get("features") or platform.processor()
 
 
 _NO_COMPILER = "no C++ compiler found (set CXX or install g++ for the faster csr kernel)"
@@ -104,10 +105,14 @@ def _library(cxx: str) -> Path:
         stamp = f"{st.st_size}:{st.st_mtime_ns}"
     except OSError:
         stamp = ""
-    parts = (jaxlib_version(), _cpu_id(), cxx, stamp, _isa())
+    return _cache_dir() / f"libjaxgcn_spmm-{_key(cxx, stamp)}.so"
+
+
+def _key(*parts: str) -> str:
+    """A build's key: the sources, jaxlib (its FFI headers), the CPU (``-march=native``),
+    ``JAXGCN_KERNEL_ISA`` and ``parts`` (the compiler, for a build on first use)."""
     sources = b"".join(path.read_bytes() for path in _SOURCES)
-    key = hashlib.sha256(sources + "\0".join(parts).encode()).hexdigest()[:16]
-    return _cache_dir() / f"libjaxgcn_spmm-{key}.so"
+    return hashlib.sha256(sources + "\0".join((jaxlib_version(), _cpu_id(), _isa(), *parts)).encode()).hexdigest()[:16]
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -139,14 +144,32 @@ def _compile(cxx: str, flags: tuple[str, ...], out: str) -> tuple[str, str] | No
     return summary, f"$ {' '.join(cmd)}\n{status}\n" + "\n".join(lines[-40:]) + "\n"
 
 
+def _compile_into(cxx: str, out: Path) -> tuple[tuple[str, ...] | None, list[tuple[str, str]]]:
+    """Compile into ``out`` with -march=native and, if that fails, once without (each with the
+    flags of ``JAXGCN_KERNEL_ISA``), through a temp file renamed into place: ``(the flags that
+    worked, [])``, or ``(None, each attempt's failure)``."""
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    failures = []
+    try:
+        for flags in _FLAG_SETS:
+            failure = _compile(cxx, (*flags, *_ISA_FLAGS[_isa()]), tmp)
+            if failure is None:
+                os.replace(tmp, out)
+                return (*flags, *_ISA_FLAGS[_isa()]), []
+            failures.append(failure)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return None, failures
+
+
 def _build(cxx: str) -> Path:
-    """Compile the kernel into the cache (atomically: a temp file renamed into place), with
-    -march=native and, if that fails, once without (each with the flags of ``JAXGCN_KERNEL_ISA``).
-    When both fail, the failure is remembered next to where the library would be (``.failed``, same
-    key) and raised again by later calls and processes without running the compiler. Processes
-    that need the same build at once (a ``--distributed`` job's first run, test workers) take a
-    file lock: one compiles, the others wait for its library or its failure instead of compiling
-    it again."""
+    """Compile the kernel into the cache (:func:`_compile_into`). When both attempts fail, the
+    failure is remembered next to where the library would be (``.failed``, same key) and raised
+    again by later calls and processes without running the compiler. Processes that need the same
+    build at once (a ``--distributed`` job's first run, test workers) take a file lock: one
+    compiles, the others wait for its library or its failure instead of compiling it again."""
     from filelock import FileLock
 
     out = _library(cxx)
@@ -164,19 +187,9 @@ def _build_locked(cxx: str, out: Path, marker: Path) -> Path:
         return out
     if marker.exists():
         raise KernelBuildError((marker.read_text().splitlines() or ["unknown"])[0], marker)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-    os.close(fd)
-    failures = []
-    try:
-        for flags in _FLAG_SETS:
-            failure = _compile(cxx, (*flags, *_ISA_FLAGS[_isa()]), tmp)
-            if failure is None:
-                os.replace(tmp, out)
-                return out
-            failures.append(failure)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    flags, failures = _compile_into(cxx, out)
+    if flags is not None:
+        return out
     summary = failures[-1][0]
     _write_atomically(marker, summary + "\n\n" + "\n".join(details for _, details in failures))
     raise KernelBuildError(summary, marker)
@@ -189,13 +202,6 @@ PREBUILT = _SOURCE.with_name("prebuilt")
 _PREBUILT_LIB = "libjaxgcn_spmm.so"
 
 
-def _prebuilt_key() -> str:
-    """What a library built at install time must match to be used: the source, jaxlib (its FFI
-    headers), the CPU (``-march=native``) and ``JAXGCN_KERNEL_ISA`` (no compiler: none is needed to use it)."""
-    sources = b"".join(path.read_bytes() for path in _SOURCES)
-    return hashlib.sha256(sources + "\0".join((jaxlib_version(), _cpu_id(), _isa())).encode()).hexdigest()[:16]
-
-
 def prebuilt() -> Path | None:
     """The library built at install time, when it was built for this source, jaxlib, CPU and
     ``JAXGCN_KERNEL_ISA`` (a wheel moved to another machine, or a jaxlib upgraded since, is not
@@ -206,7 +212,7 @@ def prebuilt() -> Path | None:
         return None
     lib = PREBUILT / _PREBUILT_LIB
     try:
-        key = _prebuilt_key()
+        key = _key()  # no compiler: none is needed to use it
     except ValueError:  # an unknown JAXGCN_KERNEL_ISA: the build path says so
         return None
     if not isinstance(info, dict) or info.get("key") != key or not lib.is_file():
@@ -226,20 +232,11 @@ def build_prebuilt(dest: Path) -> str:
         if cxx is None:
             return f"jaxgcn: csr kernel not built at install time: {_NO_COMPILER}; it is built on first use"
         dest.mkdir(parents=True, exist_ok=True)
-        tmp = dest / f"{_PREBUILT_LIB}.tmp"
-        failure: tuple[str, str] | None = None
-        for flags in _FLAG_SETS:
-            failure = _compile(cxx, (*flags, *_ISA_FLAGS[_isa()]), str(tmp))
-            if failure is None:
-                os.replace(tmp, dest / _PREBUILT_LIB)
-                _write_atomically(dest / "build.json", json.dumps(
-                    {"key": _prebuilt_key(), "compiler": cxx, "flags": [*flags, *_ISA_FLAGS[_isa()]],
-                     "jaxlib": jaxlib_version()}, indent=1) + "\n")
-                return f"jaxgcn: csr kernel built at install time with {cxx} {' '.join(flags)}"
-        assert failure is not None
-        return f"jaxgcn: csr kernel not built at install time ({failure[0]}); it is built on first use"
+        flags, failures = _compile_into(cxx, dest / _PREBUILT_LIB)
+        if flags is None:
+            return f"jaxgcn: csr kernel not built at install time ({failures[-1][0]}); it is built on first use"
+        _write_atomically(dest / "build.json", json.dumps(
+            {"key": _key(), "compiler": cxx, "flags": list(flags), "jaxlib": jaxlib_version()}, indent=1) + "\n")
+        return f"jaxgcn: csr kernel built at install time with {cxx} {' '.join(flags)}"
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as err:
         return f"jaxgcn: csr kernel not built at install time ({err}); it is built on first use"
-    finally:
-        if (dest / f"{_PREBUILT_LIB}.tmp").exists():
-            (dest / f"{_PREBUILT_LIB}.tmp").unlink()

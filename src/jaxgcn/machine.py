@@ -100,20 +100,30 @@ def read_caches(sys_cpu: Path = SYS_CPU) -> dict[str, int]:
     return found
 
 
-def read_cpu(cpuinfo: Path = CPUINFO) -> tuple[str, str]:
-    """``(cpu, isa)`` from ``/proc/cpuinfo``: the model name with its family and model numbers, and
-    the widest vector unit its flags show (``avx512f``, ``avx2``; anything else, and a file that
-    cannot be read, is ``baseline``)."""
+def cpuinfo_fields(cpuinfo: Path = CPUINFO) -> dict[str, str]:
+    """The first processor's fields in ``/proc/cpuinfo``, names in lower case (``"model name"``,
+    ``"flags"`` on x86, ``"features"`` on ARM); ``{}`` where the file cannot be read. :func:`read_cpu`
+    and the kernel build's key (:mod:`jaxgcn.kernel_build`) both read it here."""
     try:
         lines = cpuinfo.read_text(errors="replace").splitlines()
     except OSError:
-        return "unknown", "baseline"
+        return {}
     fields: dict[str, str] = {}
     for line in lines:
         if not line.strip():
             break  # the first processor's block is enough
         key, _, value = line.partition(":")
         fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def read_cpu(cpuinfo: Path = CPUINFO) -> tuple[str, str]:
+    """``(cpu, isa)`` from ``/proc/cpuinfo``: the model name with its family and model numbers, and
+    the widest vector unit its flags show (``avx512f``, ``avx2``; anything else, and a file that
+    cannot be read, is ``baseline``)."""
+    fields = cpuinfo_fields(cpuinfo)
+    if not fields:
+        return "unknown", "baseline"
     flags = set((fields.get("flags") or fields.get("features") or "").split())
     isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "baseline"
     name = fields.get("model name") or fields.get("cpu model") or "unknown"

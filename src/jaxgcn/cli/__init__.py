@@ -53,10 +53,13 @@ def since_process_start() -> float:
         return time.perf_counter() - _LOADED
 
 
-def _timed(fn: Any, *args: Any) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
+_PHASES: dict[str, float] = {}  # this command's phases so far, in seconds (main fills it)
+
+
+def phases() -> dict[str, float]:
+    """Where the running command's time went before it ran (start-up, imports, jax set-up), in
+    seconds: ``train --verbose`` prints them."""
+    return dict(_PHASES)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # a --config/--from-record file that cannot be used
         print(f"jaxgcn: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    args.phases = {"start-up": since_process_start()}  # where the time goes: train --verbose prints it
+    _PHASES.clear()
+    _PHASES["start-up"] = since_process_start()
     imported = time.perf_counter()
     # the command runs: now the library (and JAX) is imported
     from jaxgcn.cli.common import os_error
@@ -77,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jaxgcn.datasets.parsed import CacheNote
     from jaxgcn.train import TrainingDiverged
 
-    args.phases["imports"] = time.perf_counter() - imported
+    _PHASES["imports"] = time.perf_counter() - imported
 
     try:
         with warnings.catch_warnings():  # restores showwarning: in-process callers keep theirs
@@ -85,7 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("always", CacheNote)  # a note for the user, whatever the filters say
             setup = getattr(args, "setup", None)
             if setup is not None:
-                args.phases["jax set-up"] = _timed(setup, args, from_console)
+                start = time.perf_counter()
+                setup(args, from_console)
+                _PHASES["jax set-up"] = time.perf_counter() - start
             return args.func(args)
     except ValueError as exc:
         code = EXIT_DIVERGED if isinstance(exc, TrainingDiverged) else EXIT_USAGE

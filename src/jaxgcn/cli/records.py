@@ -25,7 +25,7 @@ from typing import Any, Sequence
 FILE_OPTIONS = ("from_record", "config")
 NOT_REPLAYED = ("json", "csv", "save", "save_split", "log", "tensorboard", "checkpoint_every", "resume",
                 "coordinator", "num_processes", "process_id")
-NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin", "phases")  # namespace entries, not options
+NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin")  # namespace entries, not options
 
 
 def add_file_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

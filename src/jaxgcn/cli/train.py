@@ -109,21 +109,21 @@ def _train(args: argparse.Namespace, the_job: Job, say: Say) -> int:
         print(outcome.hint)
     _write(args, the_job, outcome, say)
     if args.verbose:
-        print(phases_line(getattr(args, "phases", {}), outcome))
+        print(phases_line(outcome))
     return 0
 
 
-def phases_line(phases: dict[str, float], outcome: Outcome) -> str:
+def phases_line(outcome: Outcome) -> str:
     """``train --verbose``: where the process's time went, e.g. ``phases: start-up 0.15s | imports
     1.53s | jax set-up 0.00s | data, kernel, plan, evaluate, report 0.21s | compile 1.58s | train
     0.61s | total 4.08s (kernel: built at install time, in ...)``: a kernel compiled on first use
     counts in the fourth phase."""
-    from jaxgcn.cli import since_process_start
+    from jaxgcn.cli import phases, since_process_start
     from jaxgcn.plan import kernel_status
 
     total = since_process_start()
-    parts = {**phases}
-    parts["data, kernel, plan, evaluate, report"] = max(0.0, total - sum(phases.values()) - outcome.compile_seconds
+    parts = phases()
+    parts["data, kernel, plan, evaluate, report"] = max(0.0, total - sum(parts.values()) - outcome.compile_seconds
                                                   - outcome.train_seconds)
     parts.update({"compile": outcome.compile_seconds, "train": outcome.train_seconds})
     ok, reason = kernel_status()
