@@ -200,10 +200,11 @@ def _kernel(a, vals, b, skip=False):
 def _regime(counters, n):
     """The regime of one kernel call over n output rows, as the kernel counted it."""
     assert counters["calls"] == 1, counters
-    paths = {(n, 0): "blocked", (0, n): "scalar"}
-    assert (counters["blocked_rows"], counters["scalar_rows"]) in paths, counters  # every row once, one path
+    paths = {(n, 0, 0): "narrow", (0, n, 0): "blocked", (0, 0, n): "scalar"}
+    rows = (counters["narrow_rows"], counters["blocked_rows"], counters["scalar_rows"])
+    assert rows in paths, counters  # every row once, one path
     return {"prefetch": counters["prefetch_calls"] == 1, "chunks": counters["chunked_calls"] == 1,
-            "path": paths[counters["blocked_rows"], counters["scalar_rows"]]}
+            "path": paths[rows]}
 
 
 def _plant_zero_rows(b, frac, rng):
@@ -268,8 +269,12 @@ def check_kernel_case(n, m, density, runs, h, skip_frac, seed):
     (3000, 3000, 0.005, 3, 16, 0.4, True, True, "blocked"),    # b over 2**17 values: flagged in chunks too
     (20000, 50, 0.05, 2, 7, 0.3, False, True, "scalar"),       # many rows, small b in cache
     (300, 9000, 0.002, 5, 3, 0.0, True, False, "scalar"),
+    (40, 30, 0.2, 1, 7, 0.5, False, False, "narrow"),          # one run, width <= 16: one register a row
+    (3000, 12000, 0.003, 1, 16, 0.4, True, True, "narrow"),    # ... b over the tile, in chunks, skips
+    (20000, 50, 0.05, 1, 7, 0.3, False, True, "narrow"),       # ... many rows, small b in cache
 ], ids=["small", "small-skip", "small-skip-wide", "small-skip-blocked", "prefetch-chunks", "prefetch-chunks-skip-odd",
-        "prefetch-chunks-skip-blocked", "chunks-only", "prefetch-only"])
+        "prefetch-chunks-skip-blocked", "chunks-only", "prefetch-only", "narrow-skip", "narrow-prefetch-chunks-skip",
+        "narrow-chunks"])
 def test_kernel_regimes_equal_scipy(n, m, density, runs, h, skip, prefetch, chunks, path):
     regime = check_kernel_case(n, m, density, runs, h, skip, seed=n + m)
     assert regime == {"prefetch": prefetch, "chunks": chunks, "path": path}
@@ -293,13 +298,20 @@ MASK_SHAPES = {  # (n, m, density), (prefetch, chunks) at 32 to 40 columns
     "prefetch-chunks": ((3000, 3000, 0.003), (True, True)),
 }
 MASK_LAYOUTS = {"v1": (1, 40, "blocked"), "vr-blocked": (2, 16, "blocked"), "vr-loop": (2, 20, "scalar")}
+NARROW_MASK_SHAPES = {  # the same regimes at 7 columns, one value column (the narrow rows): b must be larger
+    "one-chunk": ((40, 30, 0.2), (False, False)),
+    "prefetch": ((200, 12000, 0.002), (True, False)),
+    "chunks": ((8000, 500, 0.01), (False, True)),
+    "prefetch-chunks": ((3000, 12000, 0.003), (True, True)),
+}
+MASK_CASES = {**{f"{shape}-{layout}": (*MASK_SHAPES[shape], MASK_LAYOUTS[layout])
+                 for layout in MASK_LAYOUTS for shape in MASK_SHAPES},
+              **{f"{shape}-narrow": (*NARROW_MASK_SHAPES[shape], (1, 7, "narrow")) for shape in NARROW_MASK_SHAPES}}
 
 
-@pytest.mark.parametrize("layout", MASK_LAYOUTS)
-@pytest.mark.parametrize("shape", MASK_SHAPES)
-def test_masked_rows_of_b_are_never_read(shape, layout):
-    (n, m, density), (prefetch, chunks) = MASK_SHAPES[shape]
-    runs, h, path = MASK_LAYOUTS[layout]
+@pytest.mark.parametrize("case", MASK_CASES)
+def test_masked_rows_of_b_are_never_read(case):
+    (n, m, density), (prefetch, chunks), (runs, h, path) = MASK_CASES[case]
     rng = np.random.default_rng(n + h)
     a = sp.random(n, m, density=density, random_state=n, format="csr", dtype=np.float64)
     a.sort_indices()
@@ -340,8 +352,10 @@ def test_kernel_entry_refuses_out_of_range_patterns():
     bad.indices[2] = -3
     with pytest.raises(Exception, match=r"out of range"):
         _kernel(bad, bad.data[:, None], np.ones((4, 2)))
-    bad.indices[2] = 4  # the first row past b's last: in the register path (V = 1) and the loop path (V = 2, H = 3)
-    for vals, b in ((bad.data[:, None], np.ones((4, 2))), (np.ones((4, 2)), np.ones((4, 6)))):
+    bad.indices[2] = 4  # the first row past b's last: in the narrow and blocked register paths (V = 1, W = 2
+    # and 40) and the loop path (V = 2, H = 3)
+    for vals, b in ((bad.data[:, None], np.ones((4, 2))), (bad.data[:, None], np.ones((4, 40))),
+                    (np.ones((4, 2)), np.ones((4, 6)))):
         with pytest.raises(Exception, match=r"out of range"):
             _kernel(bad, vals, b)
     shuffled = sp.csr_matrix((a.data, a.indices, np.array([0, 2, 1, 3, 4])), shape=a.shape)

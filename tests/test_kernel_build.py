@@ -254,13 +254,6 @@ def test_the_avx2_build_passes_the_kernel_tests_on_an_avx512_cpu(tmp_path):
     _kernel_tests_with("avx2", tmp_path)
 
 
-@pytest.mark.skipif("avx512f" not in kernel_build._cpu_id().split(),
-                    reason="this CPU has no AVX-512 (no avx512f in /proc/cpuinfo): its branch is only compiled here")
-def test_the_avx512_build_passes_the_kernel_tests(tmp_path):
-    # -march=native on this CPU takes the AVX-512 branch; the ISA test in there asserts "avx512"
-    _kernel_tests_with("native", tmp_path)
-
-
 def test_an_unknown_isa_is_a_clear_reason(monkeypatch, fresh_loader):
     monkeypatch.setenv("JAXGCN_KERNEL_ISA", "avx9000")
     assert csr_mod._load() == (False, "JAXGCN_KERNEL_ISA='avx9000' is not one of native, avx2, portable")

@@ -250,8 +250,9 @@ def kernel_counters() -> dict[str, int]:
     - ``chunked_calls``: products cut into several row chunks on the thread pool.
     - ``skip_calls``: products that left rows of ``b`` unread (its all-zero rows, in a gradient, or
       a test's mask); ``mask_calls``: of them with a mask; ``skipped_rows``: rows of ``b`` so flagged.
-    - ``blocked_rows`` / ``scalar_rows``: output rows summed in vector registers (one value column,
-      or ``W / V`` a multiple of 16) / in the loop for other widths.
+    - ``narrow_rows`` / ``blocked_rows`` / ``scalar_rows``: output rows summed in one vector
+      register (one value column, ``W`` at most 16: a single run's hidden or output width) / in
+      several (one value column, or ``W / V`` a multiple of 16) / in the loop for other widths.
     - ``dense_calls``: :func:`run_matmul` products, any direction; ``dense_skipped_rows``: all-zero
       rows of the incoming gradient that they skipped.
     """

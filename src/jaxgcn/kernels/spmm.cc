@@ -20,8 +20,10 @@
 // The regimes (tests/test_csr.py asserts which ran, through the counters in brackets):
 //
 //   regime            condition                                         where
-//   blocked rows      V == 1 or H % 16 == 0: a row's sums in up to 8    RunRows -> BlockedRow -> Block
-//                     registers of 16 lanes             [blocked_rows]
+//   narrow rows       V == 1, W <= 16 (one run's hidden or output      RunRows -> NarrowRows
+//                     width): a row's sums in one register [narrow_rows]
+//   blocked rows      otherwise V == 1 or H % 16 == 0: a row's sums     RunRows -> BlockedRow -> Block
+//                     in up to 8 registers of 16 lanes  [blocked_rows]
 //   scalar rows       otherwise (per-run width not a multiple of 16)    RunRows, its last loop
 //                                                       [scalar_rows]
 //   pair              SpmmPair: per-run and shared values from one      Block<true>, RunRows
@@ -84,11 +86,11 @@ constexpr int64_t kLanes = 16;
 // The debug counters, in the order of kCounterNames (jaxgcn.csr.kernel_counters documents them).
 enum Counter : int {
   kCalls, kPairCalls, kPrefetchCalls, kChunkedCalls, kSkipCalls, kMaskCalls, kSkippedRows, kBlockedRows,
-  kScalarRows, kDenseCalls, kDenseSkippedRows, kNumCounters
+  kScalarRows, kNarrowRows, kDenseCalls, kDenseSkippedRows, kNumCounters
 };
 constexpr const char* kCounterNames =
     "calls,pair_calls,prefetch_calls,chunked_calls,skip_calls,mask_calls,skipped_rows,blocked_rows,scalar_rows,"
-    "dense_calls,dense_skipped_rows";
+    "narrow_rows,dense_calls,dense_skipped_rows";
 std::atomic<int64_t> g_counters[kNumCounters];
 
 // Relaxed: the counters order nothing; the caller reads them after the call has returned.
@@ -328,8 +330,52 @@ void BlockedRow(const Work& w, int64_t i, int32_t k_begin, int32_t k_end) {
   }
 }
 
+// Rows [lo, hi) of a product whose output row is one vector (V = 1, W <= 16: one run's hidden or
+// output width), summed as the blocked rows sum them (Block<false, 1>: the same order, the same
+// results) without their per-row set-up (a memset of the row, a separate pass over its columns to
+// check them, the dispatch on the block count). At Cora's ~5 entries per row that set-up cost as
+// much as the sums: a width-7 propagation took 67 us (benchmarks/profile_epoch.py --runs 1).
+// Not for the pair (V = 1 only). A column index out of range marks the call bad and reads row 0
+// instead (RunRows checks m > 0).
+void NarrowRows(const Work& w, int64_t lo, int64_t hi) {
+  const int64_t W = w.W;
+  const uint32_t m = static_cast<uint32_t>(w.m);
+  int64_t rows = 0;
+  for (int64_t i = lo; i < hi; ++i) {
+    const int32_t k_begin = w.indptr[i], k_end = w.indptr[i + 1];
+    if (k_begin < 0 || k_end < k_begin || k_end > w.nnz_end) {
+      w.bad.store(true, std::memory_order_relaxed);
+      continue;
+    }
+    V16 acc = {};
+    bool in_range = true;
+    for (int32_t k = k_begin; k < k_end; ++k) {
+      const uint32_t c = static_cast<uint32_t>(w.cols[k]);
+      in_range &= c < m;
+      const int64_t col = c < m ? c : 0;
+      if (w.skip != nullptr && w.skip[col] == 0) continue;  // a zero row adds nothing
+      if (w.prefetch && k + kPrefetch < k_end) {
+        __builtin_prefetch(w.b + static_cast<int64_t>(w.cols[k + kPrefetch]) * W);  // <= 64 bytes
+      }
+      acc += w.vals[k] * LoadFirst(w.b + col * W, W);
+    }
+    if (!in_range) {
+      w.bad.store(true, std::memory_order_relaxed);
+      continue;
+    }
+    if (w.diag != nullptr) acc += w.diag[i] * LoadFirst(w.b + i * W, W);  // the self-loop, last
+    StoreFirst(w.out + i * W, acc, W);
+    ++rows;
+  }
+  Count(kNarrowRows, rows);
+}
+
 // Rows [lo, hi) of the output.
 void RunRows(const Work& w, int64_t lo, int64_t hi) {
+  if (w.out2 == nullptr && w.V == 1 && w.W <= kLanes && w.m > 0) {
+    NarrowRows(w, lo, hi);
+    return;
+  }
   const int64_t W = w.W, V = w.V, H = w.H;
   const uint32_t m = static_cast<uint32_t>(w.m);
   int64_t blocked = 0, scalar = 0;  // rows per path, for the debug counters (one add per chunk)
