@@ -542,10 +542,12 @@ def test_diagonal_needs_a_square_matrix():
 # --- the pair product: training (per-run values) and evaluation (a's values) from one pass -------
 
 @pytest.mark.parametrize(("n", "m", "runs", "h", "big"), [
-    (60, 40, 3, 16, False), (60, 40, 3, 13, False), (3000, 2000, 2, 32, True), (3000, 2000, 4, 13, True)],
-    ids=["blocked", "loop", "blocked-threaded", "loop-threaded"])
+    (60, 40, 3, 16, False), (60, 40, 3, 13, False), (3000, 2000, 2, 32, True), (3000, 2000, 4, 13, True),
+    (60, 40, 1, 7, False), (3000, 6000, 1, 16, True)],
+    ids=["blocked", "loop", "blocked-threaded", "loop-threaded", "narrow", "narrow-threaded"])
 def test_spmm_pair_equals_scipy(n, m, runs, h, big):
-    # big: b over 256 KiB (prefetched) and several row chunks; blocked when h % 16 == 0, else the loop
+    # big: b over 256 KiB (prefetched) and several row chunks; one run of width <= 16 in the narrow
+    # rows, else blocked when h % 16 == 0, else the loop
     from jaxgcn.csr import spmm_pair
 
     a = csr_from_scipy(random_matrix(n, m, 0.2 if n < 100 else 0.01, n + h))
@@ -562,7 +564,8 @@ def test_spmm_pair_equals_scipy(n, m, runs, h, big):
                                    atol=1e-4)
     a_own = sp.csr_matrix((a.data.astype(np.float64), a.cols, a.indptr), shape=a.shape)
     np.testing.assert_allclose(np.asarray(evaluation), a_own @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
-    assert _regime(counters, n) == {"prefetch": big, "chunks": big, "path": "scalar" if h % 16 else "blocked"}
+    path = "narrow" if runs == 1 and h <= 16 else "scalar" if h % 16 else "blocked"
+    assert _regime(counters, n) == {"prefetch": big, "chunks": big, "path": path}
     assert counters["pair_calls"] == 1
 
 

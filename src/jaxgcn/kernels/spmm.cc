@@ -21,7 +21,7 @@
 //
 //   regime            condition                                         where
 //   narrow rows       V == 1, W <= 16 (one run's hidden or output      RunRows -> NarrowRows
-//                     width): a row's sums in one register [narrow_rows]
+//                     width; the pair too): a row's sums in one register [narrow_rows]
 //   blocked rows      otherwise V == 1 or H % 16 == 0: a row's sums     RunRows -> BlockedRow -> Block
 //                     in up to 8 registers of 16 lanes  [blocked_rows]
 //   scalar rows       otherwise (per-run width not a multiple of 16)    RunRows, its last loop
@@ -331,12 +331,13 @@ void BlockedRow(const Work& w, int64_t i, int32_t k_begin, int32_t k_end) {
 }
 
 // Rows [lo, hi) of a product whose output row is one vector (V = 1, W <= 16: one run's hidden or
-// output width), summed as the blocked rows sum them (Block<false, 1>: the same order, the same
-// results) without their per-row set-up (a memset of the row, a separate pass over its columns to
-// check them, the dispatch on the block count). At Cora's ~5 entries per row that set-up cost as
-// much as the sums: a width-7 propagation took 67 us (benchmarks/profile_epoch.py --runs 1).
-// Not for the pair (V = 1 only). A column index out of range marks the call bad and reads row 0
-// instead (RunRows checks m > 0).
+// output width; with kPair the pair's second product too), summed as the blocked rows sum them
+// (Block<kPair, 1>: the same order, the same results) without their per-row set-up (a memset of
+// the row, a separate pass over its columns to check them, the dispatch on the block count). At
+// Cora's ~5 entries per row that set-up cost as much as the sums: a width-7 propagation took 67 us
+// (benchmarks/profile_epoch.py --runs 1), 40 us without it. A column index out of range marks the
+// call bad and reads row 0 instead (RunRows checks m > 0).
+template <bool kPair>
 void NarrowRows(const Work& w, int64_t lo, int64_t hi) {
   const int64_t W = w.W;
   const uint32_t m = static_cast<uint32_t>(w.m);
@@ -347,7 +348,7 @@ void NarrowRows(const Work& w, int64_t lo, int64_t hi) {
       w.bad.store(true, std::memory_order_relaxed);
       continue;
     }
-    V16 acc = {};
+    V16 acc = {}, acc2 = {};
     bool in_range = true;
     for (int32_t k = k_begin; k < k_end; ++k) {
       const uint32_t c = static_cast<uint32_t>(w.cols[k]);
@@ -357,7 +358,9 @@ void NarrowRows(const Work& w, int64_t lo, int64_t hi) {
       if (w.prefetch && k + kPrefetch < k_end) {
         __builtin_prefetch(w.b + static_cast<int64_t>(w.cols[k + kPrefetch]) * W);  // <= 64 bytes
       }
-      acc += w.vals[k] * LoadFirst(w.b + col * W, W);
+      const V16 x = LoadFirst(w.b + col * W, W);
+      acc += w.vals[k] * x;
+      if (kPair) acc2 += w.shared[k] * x;
     }
     if (!in_range) {
       w.bad.store(true, std::memory_order_relaxed);
@@ -365,6 +368,7 @@ void NarrowRows(const Work& w, int64_t lo, int64_t hi) {
     }
     if (w.diag != nullptr) acc += w.diag[i] * LoadFirst(w.b + i * W, W);  // the self-loop, last
     StoreFirst(w.out + i * W, acc, W);
+    if (kPair) StoreFirst(w.out2 + i * W, acc2, W);
     ++rows;
   }
   Count(kNarrowRows, rows);
@@ -372,8 +376,8 @@ void NarrowRows(const Work& w, int64_t lo, int64_t hi) {
 
 // Rows [lo, hi) of the output.
 void RunRows(const Work& w, int64_t lo, int64_t hi) {
-  if (w.out2 == nullptr && w.V == 1 && w.W <= kLanes && w.m > 0) {
-    NarrowRows(w, lo, hi);
+  if (w.V == 1 && w.W <= kLanes && w.m > 0) {
+    if (w.out2 != nullptr) NarrowRows<true>(w, lo, hi); else NarrowRows<false>(w, lo, hi);
     return;
   }
   const int64_t W = w.W, V = w.V, H = w.H;
