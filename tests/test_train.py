@@ -417,3 +417,26 @@ def test_the_host_loop_refuses_a_chunk_that_advances_no_epoch():
     state, last = train.drive(lambda state, stop: stop, 0, lambda s: (s, {}, np.array(
         [train.RUNNING if s < 10 else train.FINISHED])), epochs=10, chunk=4, hooks=[lambda s, c: seen.append(c.epoch)])
     assert state == 10 and seen == [4, 8, 10]
+
+
+def test_take_rows_gradient_equals_the_scatter_add_bit_for_bit():
+    # the training loop's gather of its focus nodes: the gradient is a gather (pos), not XLA's
+    # scatter-add, with the same bits (a -0.0 gradient row comes back +0.0 either way)
+    from jaxgcn.training.step import take_rows
+
+    rng = np.random.default_rng(0)
+    used = rng.random(50) < 0.3
+    rows = jnp.asarray(np.flatnonzero(used), jnp.int32)
+    pos = jnp.where(jnp.asarray(used), jnp.cumsum(jnp.asarray(used)) - 1, -1)
+    x = jnp.asarray(rng.standard_normal((50, 3, 4)), jnp.float32)
+    weights = np.asarray(rng.standard_normal((rows.shape[0], 3, 4)), np.float32)
+    weights[0] = -0.0  # a row whose gradient is -0.0
+
+    def loss(take):
+        return lambda x: jnp.sum(jnp.sin(take(x)) * weights)
+
+    ours = jax.jit(jax.grad(loss(lambda x: take_rows(x, rows, pos))))(x)
+    xlas = jax.jit(jax.grad(loss(lambda x: jnp.take(x, rows, axis=0))))(x)
+    assert np.asarray(ours).tobytes() == np.asarray(xlas).tobytes()
+    assert np.all(np.asarray(ours)[~used] == 0) and np.any(np.asarray(ours)[used] != 0)
+    np.testing.assert_array_equal(take_rows(x, rows, pos), x[rows])
