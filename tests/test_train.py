@@ -430,7 +430,7 @@ def test_take_rows_gradient_equals_the_scatter_add_bit_for_bit():
     pos = jnp.where(jnp.asarray(used), jnp.cumsum(jnp.asarray(used)) - 1, -1)
     x = jnp.asarray(rng.standard_normal((50, 3, 4)), jnp.float32)
     weights = np.asarray(rng.standard_normal((rows.shape[0], 3, 4)), np.float32)
-    weights[0] = -0.0  # a row whose gradient is -0.0
+    weights[1] = -0.0  # a row whose gradient is -0.0 (not row 0, which pos -1 would read if unmasked)
 
     def loss(take):
         return lambda x: jnp.sum(jnp.sin(take(x)) * weights)
