@@ -138,8 +138,51 @@ def test_gradient_skips_zero_rows_of_the_cotangent_exactly(symmetric):
     want = jax.grad(lambda b: jnp.sum(rows * jnp.sin(dense @ b)))(b)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
     assert np.count_nonzero(np.abs(np.asarray(got)).sum(axis=1)) < 400  # rows no train node reaches stay 0
-    # the forward product reads every row; the gradient's skips the 389 zero rows of the cotangent
-    assert (counters["calls"], counters["skip_calls"], counters["skipped_rows"]) == (2, 1, 400 - 11)
+    # the forward product reads every row; the gradient never reads the 389 zero rows of the
+    # cotangent: skipped by the gather over the (symmetric) pattern, or by the one run's scatter
+    if symmetric:
+        assert (counters["calls"], counters["skip_calls"], counters["skipped_rows"]) == (2, 1, 400 - 11)
+    else:
+        assert (counters["calls"], counters["scatter_calls"], counters["skipped_rows"]) == (1, 1, 400 - 11)
+
+
+@pytest.mark.parametrize(("width", "with_diag"), [(7, False), (16, True), (1, True)])
+def test_one_run_gradient_scatter_equals_the_transposed_gather_bit_for_bit(width, with_diag):
+    # one value column, width <= 16: the gradient A^T g scatters g's live rows (jaxgcn_spmm_t)
+    # instead of the gather over the transposed pattern; every output row sums the same terms in
+    # the same order from +0, so the bits agree, the zero rows of g (-0.0 among them) included
+    rng = np.random.default_rng(width)
+    a = random_matrix(300, 300 if with_diag else 200, 0.03, width)
+    m = csr_from_scipy(a)
+    assert not m.symmetric
+    vals = jnp.asarray(m.data, jnp.float32)[:, None]
+    g = rng.standard_normal((300, width)).astype(np.float32)
+    g[rng.random(300) < 0.6] = -0.0
+    g[rng.random(300) < 0.2] = 0.0
+    g = jnp.asarray(g)
+    diag = jnp.asarray(rng.standard_normal(300), jnp.float32) if with_diag else None
+    operands = [jnp.asarray(v) for v in (m.indptr, m.cols, m.t_indptr, m.t_rows, m.t_perm)]
+    csr_mod.reset_kernel_counters()
+    got = csr_mod._spmm_t(*operands, vals, g, diag)
+    assert csr_mod.kernel_counters()["scatter_calls"] == 1
+    indptr, cols, t_indptr, t_rows, t_perm = operands
+    want = csr_mod._spmm(t_indptr, t_rows, indptr, cols, t_perm, vals[t_perm], g, diag, True)
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    dense = a.toarray().T + (np.diag(np.asarray(diag)) if with_diag else 0)
+    np.testing.assert_allclose(np.asarray(got), dense @ np.asarray(g, np.float64), rtol=1e-5, atol=1e-5)
+    # its own gradients (second order of a product), against finite differences
+    check_grads(lambda v, g: jnp.sum(jnp.tanh(csr_mod._spmm_t(*operands, v, g, diag)) ** 2), (vals, g / 4),
+                order=1, modes=("rev",), atol=1e-2, rtol=1e-2, eps=1e-2)
+
+
+def test_one_run_gradient_scatter_refuses_out_of_range_patterns():
+    a = sp.csr_matrix(np.eye(4))
+    bad = sp.csr_matrix((a.data, a.indices.copy(), a.indptr), shape=a.shape)
+    bad.indices[2] = 4  # the first row past the output's last
+    m = csr_from_scipy(sp.csr_matrix(np.eye(4)))._replace(cols=bad.indices.astype(np.int32))
+    operands = [jnp.asarray(v) for v in (m.indptr, m.cols, m.t_indptr, m.t_rows, m.t_perm)]
+    with pytest.raises(Exception, match=r"jaxgcn_spmm_t: a column index or row pointer is out of range"):
+        np.asarray(csr_mod._spmm_t(*operands, jnp.ones((4, 1)), jnp.ones((4, 3)), None))
 
 
 def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):

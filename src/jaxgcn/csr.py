@@ -48,6 +48,7 @@ from jaxgcn.kernel_build import KernelBuildError  # noqa: F401 - its face
 _TARGET = "jaxgcn_spmm"
 _DENSE_TARGET = "jaxgcn_run_dense"
 _PAIR_TARGET = "jaxgcn_spmm_pair"
+_T_TARGET = "jaxgcn_spmm_t"
 
 
 class CSR(NamedTuple):
@@ -149,6 +150,7 @@ def _load() -> tuple[bool, str]:
         jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmm), platform="cpu")
         jax.ffi.register_ffi_target(_DENSE_TARGET, jax.ffi.pycapsule(lib.JaxgcnRunDense), platform="cpu")
         jax.ffi.register_ffi_target(_PAIR_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmPair), platform="cpu")
+        jax.ffi.register_ffi_target(_T_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmT), platform="cpu")
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as err:
         return False, str(err)
     lib.JaxgcnKernelCounterNames.restype = ctypes.c_char_p
@@ -255,6 +257,9 @@ def kernel_counters() -> dict[str, int]:
       several (one value column, or ``W / V`` a multiple of 16) / in the loop for other widths.
     - ``dense_calls``: :func:`run_matmul` products, any direction; ``dense_skipped_rows``: all-zero
       rows of the incoming gradient that they skipped.
+    - ``scatter_calls``: one run's gradients ``Aᵀ g`` computed by scattering the live rows of ``g``
+      (a non-symmetric matrix, one value column, ``g`` at most 16 wide); their skipped rows of ``g``
+      count in ``skipped_rows``, and they are not among ``calls``.
     """
     lib = _loaded_library()
     names = lib.JaxgcnKernelCounterNames().decode().split(",")
@@ -315,6 +320,8 @@ def _spmm_bwd(skip, res, g):
     # masked to the training nodes).
     if t_indptr is None:  # the matrix is its own transpose
         db = _spmm(indptr, cols, None, None, None, vals, g, diag, True)
+    elif vals.shape[1] == 1 and g.shape[1] <= _SCATTER_WIDTH:  # one run: scatter g's live rows instead
+        db = _spmm_t(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag)
     else:
         inverse = jnp.zeros_like(t_perm).at[t_perm].set(jnp.arange(t_perm.shape[0], dtype=t_perm.dtype))
         db = _spmm(t_indptr, t_rows, indptr, cols, inverse, vals[t_perm], g, diag, True)
@@ -328,6 +335,37 @@ def _spmm_bwd(skip, res, g):
 
 
 _spmm.defvjp(_spmm_fwd, _spmm_bwd)
+
+_SCATTER_WIDTH = 16  # the widest g that _spmm_t takes (one vector register)
+
+
+@jax.custom_vjp
+def _spmm_t(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag):
+    """``(A + diag)^T g`` for one value column and ``g`` at most 16 wide, by the kernel's scatter of
+    g's live rows (``jaxgcn_spmm_t``): the same numbers as the product over the transposed pattern,
+    without gathering the values into its order or branching on each entry's row of g."""
+    out = jax.ShapeDtypeStruct((t_indptr.shape[0] - 1, g.shape[1]), jnp.float32)
+    d = jnp.zeros((0,), jnp.float32) if diag is None else diag
+    return jax.ffi.ffi_call(_T_TARGET, out)(indptr, cols, vals, g, d)
+
+
+def _spmm_t_fwd(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag):
+    return _spmm_t(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag), (indptr, cols, t_indptr, t_rows,
+                                                                             t_perm, vals, g, diag)
+
+
+def _spmm_t_bwd(res, h):
+    # out = A^T g (+ diag g): d g = A h (+ diag h), d vals[k] = <g[row_k], h[col_k]>, d diag = <g, h>
+    indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag = res
+    dg = _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, h, diag, False)
+    nnz = vals.shape[0]
+    rows = jnp.repeat(jnp.arange(indptr.shape[0] - 1, dtype=jnp.int32), jnp.diff(indptr), total_repeat_length=nnz)
+    d_vals = jnp.sum(g[rows] * h[cols], axis=1, keepdims=True)
+    d_diag = None if diag is None else jnp.sum(g * h, axis=1).astype(diag.dtype)
+    return None, None, None, None, None, d_vals, dg, d_diag
+
+
+_spmm_t.defvjp(_spmm_t_fwd, _spmm_t_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8,))
