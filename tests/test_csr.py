@@ -138,35 +138,54 @@ def test_gradient_skips_zero_rows_of_the_cotangent_exactly(symmetric):
     want = jax.grad(lambda b: jnp.sum(rows * jnp.sin(dense @ b)))(b)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
     assert np.count_nonzero(np.abs(np.asarray(got)).sum(axis=1)) < 400  # rows no train node reaches stay 0
-    # the forward product reads every row; the gradient never reads the 389 zero rows of the
-    # cotangent: skipped by the gather over the (symmetric) pattern, or by the one run's scatter
-    if symmetric:
-        assert (counters["calls"], counters["skip_calls"], counters["skipped_rows"]) == (2, 1, 400 - 11)
-    else:
-        assert (counters["calls"], counters["scatter_calls"], counters["skipped_rows"]) == (1, 1, 400 - 11)
+    # the forward product reads every row; the gradient (one run: a scatter of g's live rows) never
+    # reads the 389 zero rows of the cotangent
+    assert (counters["calls"], counters["scatter_calls"], counters["skipped_rows"]) == (1, 1, 400 - 11)
+    # with 16 runs sharing the values, the gather over the (transposed) pattern skips them
+    csr_mod.reset_kernel_counters()
+    wide = jnp.tile(b, (1, 4))
+    got = jax.grad(lambda b: jnp.sum(rows * jnp.sin(spmm(m, b))))(wide)
+    np.testing.assert_allclose(np.asarray(got), np.tile(np.asarray(want), (1, 4)), rtol=1e-5, atol=1e-6)
+    counters = csr_mod.kernel_counters()
+    assert (counters["calls"], counters["skip_calls"], counters["skipped_rows"]) == (2, 1, 400 - 11)
 
 
-@pytest.mark.parametrize(("width", "with_diag"), [(7, False), (16, True), (1, True)])
-def test_one_run_gradient_scatter_equals_the_transposed_gather_bit_for_bit(width, with_diag):
+@pytest.mark.parametrize(("width", "with_diag", "symmetric"), [(7, False, False), (16, True, False),
+                                                             (1, True, False), (16, True, True), (5, False, True)])
+def test_one_run_gradient_scatter_equals_the_transposed_gather_bit_for_bit(width, with_diag, symmetric):
     # one value column, width <= 16: the gradient A^T g scatters g's live rows (jaxgcn_spmm_t)
-    # instead of the gather over the transposed pattern; every output row sums the same terms in
-    # the same order from +0, so the bits agree, the zero rows of g (-0.0 among them) included
+    # instead of the gather over the transposed pattern (A's own when it is symmetric); every output
+    # row sums the same terms in the same order from +0, so the bits agree, the zero rows of g
+    # (-0.0 among them) included
     rng = np.random.default_rng(width)
-    a = random_matrix(300, 300 if with_diag else 200, 0.03, width)
-    m = csr_from_scipy(a)
-    assert not m.symmetric
+    a = random_matrix(300, 300 if with_diag or symmetric else 200, 0.03, width)
+    if symmetric:  # mirrored values 2e-14 apart, as a normalization may leave them, on either side of
+        # a float32 rounding boundary (1 + 2^-24): cast alone they would differ by one float32 step
+        a = sp.lil_matrix(a + a.T)
+        i, j = next((i, j) for i, j in zip(*a.nonzero()) if i < j)
+        a[i, j], a[j, i] = (1 + 2.0**-24) * (1 + 1e-14), (1 + 2.0**-24) * (1 - 1e-14)
+        a = sp.csr_matrix(a)
+        assert np.float32(a[i, j]) != np.float32(a[j, i])
+    m = csr_from_scipy(a, check_symmetric=True)
+    assert m.symmetric == symmetric
+    if symmetric:
+        a = sp.csr_matrix((m.data.astype(np.float64), m.cols, m.indptr), shape=a.shape)
+        assert abs(a - a.T).max() == 0  # made exactly symmetric
     vals = jnp.asarray(m.data, jnp.float32)[:, None]
     g = rng.standard_normal((300, width)).astype(np.float32)
     g[rng.random(300) < 0.6] = -0.0
     g[rng.random(300) < 0.2] = 0.0
     g = jnp.asarray(g)
     diag = jnp.asarray(rng.standard_normal(300), jnp.float32) if with_diag else None
-    operands = [jnp.asarray(v) for v in (m.indptr, m.cols, m.t_indptr, m.t_rows, m.t_perm)]
+    operands = [None if v is None else jnp.asarray(v) for v in (m.indptr, m.cols, m.t_indptr, m.t_rows, m.t_perm)]
     csr_mod.reset_kernel_counters()
     got = csr_mod._spmm_t(*operands, vals, g, diag)
     assert csr_mod.kernel_counters()["scatter_calls"] == 1
     indptr, cols, t_indptr, t_rows, t_perm = operands
-    want = csr_mod._spmm(t_indptr, t_rows, indptr, cols, t_perm, vals[t_perm], g, diag, True)
+    if symmetric:
+        want = csr_mod._spmm(indptr, cols, None, None, None, vals, g, diag, True)
+    else:
+        want = csr_mod._spmm(t_indptr, t_rows, indptr, cols, t_perm, vals[t_perm], g, diag, True)
     assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
     dense = a.toarray().T + (np.diag(np.asarray(diag)) if with_diag else 0)
     np.testing.assert_allclose(np.asarray(got), dense @ np.asarray(g, np.float64), rtol=1e-5, atol=1e-5)

@@ -119,7 +119,13 @@ def csr_from_scipy(matrix: Any, dtype: Any = np.float32, *, check_symmetric: boo
     n_rows, n_cols = csr.shape
     data = csr.data.astype(dtype)
     if check_symmetric and n_rows == n_cols and (abs(csr - csr.T) > 1e-12 * max(1.0, abs(csr).max())).nnz == 0:
-        return CSR(csr.indptr.astype(np.int32), csr.indices.astype(np.int32), data)
+        # made exactly symmetric (the mean of two mirrored values, equal up to 1e-12): a product's
+        # gradient over the rows (one run's scatter) and over the columns (the gather) then sum the
+        # same float32 values, bit for bit
+        csr = ((csr + csr.T) * 0.5).tocsr()
+        csr.sum_duplicates()
+        csr.sort_indices()
+        return CSR(csr.indptr.astype(np.int32), csr.indices.astype(np.int32), csr.data.astype(dtype))
     rows = np.repeat(np.arange(n_rows, dtype=np.int32), np.diff(csr.indptr))
     t_perm = np.argsort(csr.indices, kind="stable").astype(np.int32)
     t_indptr = np.zeros(n_cols + 1, np.int64)
@@ -258,8 +264,8 @@ def kernel_counters() -> dict[str, int]:
     - ``dense_calls``: :func:`run_matmul` products, any direction; ``dense_skipped_rows``: all-zero
       rows of the incoming gradient that they skipped.
     - ``scatter_calls``: one run's gradients ``Aᵀ g`` computed by scattering the live rows of ``g``
-      (a non-symmetric matrix, one value column, ``g`` at most 16 wide); their skipped rows of ``g``
-      count in ``skipped_rows``, and they are not among ``calls``.
+      (one value column, ``g`` at most 16 wide); their skipped rows of ``g`` count in
+      ``skipped_rows``, and they are not among ``calls``.
     """
     lib = _loaded_library()
     names = lib.JaxgcnKernelCounterNames().decode().split(",")
@@ -318,10 +324,10 @@ def _spmm_bwd(skip, res, g):
     # (its own transpose is the original pattern, reached through the inverse permutation; a
     # diagonal is its own transpose). The kernel skips the rows of g that are all zero (a loss
     # masked to the training nodes).
-    if t_indptr is None:  # the matrix is its own transpose
-        db = _spmm(indptr, cols, None, None, None, vals, g, diag, True)
-    elif vals.shape[1] == 1 and g.shape[1] <= _SCATTER_WIDTH:  # one run: scatter g's live rows instead
+    if vals.shape[1] == 1 and g.shape[1] <= _SCATTER_WIDTH:  # one run: scatter g's live rows instead
         db = _spmm_t(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag)
+    elif t_indptr is None:  # the matrix is its own transpose
+        db = _spmm(indptr, cols, None, None, None, vals, g, diag, True)
     else:
         inverse = jnp.zeros_like(t_perm).at[t_perm].set(jnp.arange(t_perm.shape[0], dtype=t_perm.dtype))
         db = _spmm(t_indptr, t_rows, indptr, cols, inverse, vals[t_perm], g, diag, True)
@@ -342,9 +348,10 @@ _SCATTER_WIDTH = 16  # the widest g that _spmm_t takes (one vector register)
 @jax.custom_vjp
 def _spmm_t(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag):
     """``(A + diag)^T g`` for one value column and ``g`` at most 16 wide, by the kernel's scatter of
-    g's live rows (``jaxgcn_spmm_t``): the same numbers as the product over the transposed pattern,
-    without gathering the values into its order or branching on each entry's row of g."""
-    out = jax.ShapeDtypeStruct((t_indptr.shape[0] - 1, g.shape[1]), jnp.float32)
+    g's live rows (``jaxgcn_spmm_t``): the same numbers as the product over the transposed pattern
+    (``t_indptr`` None: A is its own, exactly), without gathering the values into its order or
+    branching on each entry's row of g."""
+    out = jax.ShapeDtypeStruct(((indptr if t_indptr is None else t_indptr).shape[0] - 1, g.shape[1]), jnp.float32)
     d = jnp.zeros((0,), jnp.float32) if diag is None else diag
     return jax.ffi.ffi_call(_T_TARGET, out)(indptr, cols, vals, g, d)
 

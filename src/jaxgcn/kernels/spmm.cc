@@ -38,8 +38,8 @@
 //                                                                       pass cut-off)
 //   test mask         an explicit mask replaces those flags [mask_calls] SkipFlags
 //   self-loop         diag given (square): out[i] += diag[i] * b[i]     RunRows, Block
-//   scatter           one run's gradient A^T g (V == 1, W <= 16, A not  SpmmTImpl (one thread)
-//                     symmetric): g's live rows scattered [scatter_calls, skipped_rows]
+//   scatter           one run's gradient A^T g (V == 1, W <= 16): g's    SpmmTImpl (one thread)
+//                     live rows scattered     [scatter_calls, skipped_rows]
 //   dense per run     RunDense modes 0-2; modes 1 and 2 skip all-zero   run_dense.h: RunDenseImpl (on the
 //                     rows of g       [dense_calls, dense_skipped_rows]  pool, ParallelFor, when MACs >= the
 //                                                                       pass cut-off)
@@ -589,7 +589,8 @@ ffi::Error SpmmPairImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi:
 // column and W <= 16 (one run's gradient of a product, e.g. the first layer's X^T g): each row i of
 // g that is not all zero is added, times A's entries of row i, into the output rows they name.
 // Every output row so sums its terms in the order of i, as the gather over A's transposed pattern
-// does (csr_from_scipy sorts it stably), with the same multiply-adds from +0: the same bits. It
+// does (csr_from_scipy sorts it stably, and makes a symmetric A, its own transpose, exactly
+// symmetric), with the same multiply-adds from +0: the same bits. It
 // reads A's own values (no gather of them into the transposed order), never touches an all-zero
 // row of g, and has no per-entry branch on it: on Cora's first layer (49,216 entries, 70% of g's
 // rows zero) the gather took 0.19 ms of a 1.0 ms epoch (benchmarks/profile_epoch.py --runs 1).
