@@ -72,13 +72,16 @@ def test_gradients_equal_the_dense_formula():
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("width", [3, 20], ids=["scatter", "gather"])
 @pytest.mark.parametrize("symmetric", [True, False])
-def test_gradients_match_finite_differences(symmetric):
+def test_gradients_match_finite_differences(symmetric, width):
+    # width 3: one run's gradient scatters (jaxgcn_spmm_t); 20: the gather over the transposed
+    # pattern, whose own gradient goes back through the inverse permutation
     a = random_matrix(12, 12, 0.3, 6)
     a = a + a.T if symmetric else a
     m = csr_from_scipy(a, check_symmetric=True)
     assert m.symmetric == symmetric
-    b = jnp.asarray(np.random.default_rng(7).standard_normal((12, 3)).astype(np.float32)) / 4
+    b = jnp.asarray(np.random.default_rng(7).standard_normal((12, width)).astype(np.float32)) / 4
     check_grads(lambda b: jnp.sum(jnp.tanh(spmm(m, b)) ** 2), (b,), order=2, modes=("rev",),
                 atol=1e-2, rtol=1e-2, eps=1e-2)
 
