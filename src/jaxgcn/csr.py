@@ -307,6 +307,11 @@ def _call(indptr: jax.Array, cols: jax.Array, vals: jax.Array, b: jax.Array, ski
     return jax.ffi.ffi_call(_TARGET, out)(indptr, cols, vals, b, diag, read, skip_zero_rows=np.int64(skip))
 
 
+def _entry_rows(indptr: jax.Array, nnz: int) -> jax.Array:
+    """The row of each of the ``nnz`` entries of a CSR pattern (the gradients' values need it)."""
+    return jnp.repeat(jnp.arange(indptr.shape[0] - 1, dtype=jnp.int32), jnp.diff(indptr), total_repeat_length=nnz)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8,))
 def _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, b, diag, skip):
     return _call(indptr, cols, vals, b, skip, diag)
@@ -334,7 +339,7 @@ def _spmm_bwd(skip, res, g):
     # d vals[k, r] = <g[row_k, r, :], b[col_k, r, :]> and d diag[i] = <g[i], b[i]>; dead code
     # unless they need a gradient.
     nnz, v = vals.shape
-    rows = jnp.repeat(jnp.arange(indptr.shape[0] - 1, dtype=jnp.int32), jnp.diff(indptr), total_repeat_length=nnz)
+    rows = _entry_rows(indptr, nnz)
     prods = g[rows].reshape(nnz, v, -1) * b[cols].reshape(nnz, v, -1)
     d_diag = None if diag is None else jnp.sum(g * b, axis=1).astype(diag.dtype)
     return None, None, None, None, None, prods.sum(axis=-1), db, d_diag
@@ -366,7 +371,7 @@ def _spmm_t_bwd(res, h):
     indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag = res
     dg = _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, h, diag, False)
     nnz = vals.shape[0]
-    rows = jnp.repeat(jnp.arange(indptr.shape[0] - 1, dtype=jnp.int32), jnp.diff(indptr), total_repeat_length=nnz)
+    rows = _entry_rows(indptr, nnz)
     d_vals = jnp.sum(g[rows] * h[cols], axis=1, keepdims=True)
     d_diag = None if diag is None else jnp.sum(g * h, axis=1).astype(diag.dtype)
     return None, None, None, None, None, d_vals, dg, d_diag
