@@ -26,6 +26,8 @@ class TrainData(NamedTuple):
         focus: [K] int32, sorted: every node in a training or validation mask (of any split), the
             only rows of the logits the training loop's loss and metrics read; None = every node.
             Set by :func:`with_focus`, which the training entry points call.
+        focus_pos: [n_nodes] int32: each node's place in ``focus``, -1 for a node not in it (the
+            focus gather's gradient reads it); set with ``focus``.
     """
 
     graph: Graph
@@ -35,6 +37,7 @@ class TrainData(NamedTuple):
     val_mask: jax.Array
     test_mask: jax.Array
     focus: jax.Array | None = None
+    focus_pos: jax.Array | None = None
 
 
 def with_focus(data: TrainData) -> TrainData:
@@ -47,14 +50,17 @@ def with_focus(data: TrainData) -> TrainData:
 
     >>> import numpy as np
     >>> m = np.array([1.0, 0, 0, 0]), np.array([0, 0, 1.0, 0]), np.array([0, 1.0, 0, 1.0])
-    >>> with_focus(TrainData(None, None, None, *m)).focus.tolist()
-    [0, 2]
+    >>> focused = with_focus(TrainData(None, None, None, *m))
+    >>> focused.focus.tolist(), focused.focus_pos.tolist()
+    ([0, 2], [0, -1, 1, -1])
     """
     try:
         train, val = np.asarray(data.train_mask), np.asarray(data.val_mask)
     except (TypeError, jax.errors.TracerArrayConversionError):
-        return data._replace(focus=None)
+        return data._replace(focus=None, focus_pos=None)
     used = (train != 0) | (val != 0)
     if used.ndim == 2:  # stacked splits [n_splits, n]
         used = used.any(axis=0)
-    return data._replace(focus=jnp.asarray(np.flatnonzero(used).astype(np.int32)))
+    pos = np.where(used, np.cumsum(used) - 1, -1)  # each node's place in focus (sorted)
+    return data._replace(focus=jnp.asarray(np.flatnonzero(used).astype(np.int32)),
+                         focus_pos=jnp.asarray(pos.astype(np.int32)))

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from jaxgcn.machine import cpuinfo_fields
+from jaxgcn.machine import cpu_flags, cpuinfo_fields
 
 _SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
 # what the build is made of (the key of its cached library): spmm.cc and the files it includes
@@ -60,10 +60,9 @@ def _cache_dir() -> Path:
 
 
 def _cpu_id() -> str:
-    """What ``-march=native`` compiles for: the CPU's flags (:func:`jaxgcn.machine.cpuinfo_fields`),
+    """What ``-march=native`` compiles for: the CPU's flags (:func:`jaxgcn.machine.cpu_flags`),
     else the processor's name."""
-    fields = cpuinfo_fields()
-    return fields.get("flags") or fields.get("features") or platform.processor()
+    return cpu_flags(cpuinfo_fields()) or platform.processor()
 
 
 _NO_COMPILER = "no C++ compiler found (set CXX or install g++ for the faster csr kernel)"

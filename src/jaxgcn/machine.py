@@ -117,6 +117,12 @@ def cpuinfo_fields(cpuinfo: Path = CPUINFO) -> dict[str, str]:
     return fields
 
 
+def cpu_flags(fields: dict[str, str]) -> str:
+    """The flags line of :func:`cpuinfo_fields` (``"flags"`` on x86, ``"features"`` on ARM), ``""``
+    where there is none: :func:`read_cpu` reads the ISA from it, the kernel build keys on it."""
+    return fields.get("flags") or fields.get("features") or ""
+
+
 def read_cpu(cpuinfo: Path = CPUINFO) -> tuple[str, str]:
     """``(cpu, isa)`` from ``/proc/cpuinfo``: the model name with its family and model numbers, and
     the widest vector unit its flags show (``avx512f``, ``avx2``; anything else, and a file that
@@ -124,7 +130,7 @@ def read_cpu(cpuinfo: Path = CPUINFO) -> tuple[str, str]:
     fields = cpuinfo_fields(cpuinfo)
     if not fields:
         return "unknown", "baseline"
-    flags = set((fields.get("flags") or fields.get("features") or "").split())
+    flags = set(cpu_flags(fields).split())
     isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "baseline"
     name = fields.get("model name") or fields.get("cpu model") or "unknown"
     if "cpu family" in fields and "model" in fields:

@@ -107,12 +107,8 @@ class Step(NamedTuple):
         rows = data.focus
         if rows is None:
             return (logits, data.labels, *ms)
-        used = (data.train_mask != 0) | (data.val_mask != 0)  # what with_focus took rows from
-        if used.ndim == 2:
-            used = used.any(axis=0)
-        pos = jnp.where(used, jnp.cumsum(used) - 1, -1)  # each node's place in rows (sorted), -1: not there
         take = functools.partial(jnp.take, indices=rows, unique_indices=True, indices_are_sorted=True)
-        return (take_rows(logits, rows, pos), take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
+        return (take_rows(logits, rows, data.focus_pos), take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
 
     def penalty(self, params: Params, runs: RunInputs) -> jax.Array:
         """Each run's coupled L2 term [R] (adamw decays in the optimizer instead)."""
