@@ -11,7 +11,7 @@ trace (one event per HLO thunk: fusion, dot, copy, the ``jaxgcn_spmm`` custom ca
 mapped to a part of the epoch through the source stack its HLO metadata records (the
 ``FileNames``/``StackFrames`` tables of ``compiled.as_text()``): ``_drop_input``/``_drop_hidden``/
 the key splits -> dropout, ``propagate`` -> propagations, ``_matmul_runs`` -> first layer (CSR
-custom call) or dense products (dots), ``masked_sums``/L2 -> loss/metrics, optax -> Adam,
+custom call) or dense products (dots), ``masked_sums``/L2 -> loss/metrics, optax or the fused step -> Adam,
 ``record_epoch``/``_select`` -> early-stopping bookkeeping. A fusion mixing parts goes to the part
 owning most of its element-wise work; column "T" says how much of a part sits in fusions that
 transpose between the kernel's node-major ``[n, R*H]`` layout and the ``[R, H, n]`` layouts of the
@@ -223,7 +223,7 @@ class Hlo:
     def part_of_instr(self, name: str) -> str | None:
         ins = self.instr[name]
         for file, func in self.stack(ins["frame"]):
-            if "optax" in file:
+            if "optax" in file or func in ("fused_adam", "adam_leaf"):
                 return "Adam"
             if func in ("_drop_input", "_drop_hidden", "_keep", "hash_bits", "_mix32") or func.endswith(".keys"):
                 return "dropout (masks, RNG keys)"

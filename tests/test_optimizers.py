@@ -7,6 +7,9 @@ pin the factory to the textbook updates and show each path runs the chosen optim
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +17,8 @@ import optax
 import pytest
 
 from jaxgcn import datasets
-from jaxgcn.batched import entries_for, fit_runs, unstack_params
+from jaxgcn.batched import Entry, entries_for, fit_runs, unstack_params
+from jaxgcn.csr import adam_leaf, kernel_counters, reset_kernel_counters
 from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.sweep import Grid, run_grid
 from jaxgcn.train import OPTIMIZERS, Kipf, TrainConfig, fit, l2_penalty, masked_cross_entropy, optimizer_factory
@@ -122,3 +126,78 @@ def test_a_sweep_over_optimizers_runs_each_as_its_single_runs(prepared):
 def test_unknown_optimizer_is_refused():
     with pytest.raises(ValueError, match=r"optimizer='rmsprop' must be one of \('adam', 'adamw', 'sgd', 'momentum'\)"):
         TrainConfig(optimizer="rmsprop")
+
+
+@pytest.fixture
+def optax_only(monkeypatch):
+    """Within the test, ``optax_only()`` turns the fused Adam step off (optax's own update then makes
+    the step) for the programs compiled after it; programs compiled meanwhile leave the cache with
+    the test."""
+    from jaxgcn.training import loop, step
+
+    saved = dict(loop.COMPILED)
+    yield lambda: (loop.COMPILED.clear(), monkeypatch.setattr(step, "fused_adam_applies", lambda *a: False))
+    loop.COMPILED.clear()
+    loop.COMPILED.update(saved)
+
+
+@pytest.mark.parametrize("decay", [False, True])
+def test_the_adam_kernel_computes_the_documented_step(decay):
+    """``csr.adam_leaf`` against its formula (kernels/adam.h) in float64: optax's Adam as XLA fuses it,
+    each run with its own hyperparameters; a stopped run's leaf comes back as it was, bit for bit."""
+    rng = np.random.default_rng(4)
+    shape = (5, 3, 19)  # [O, R, I]: I past one 16-lane vector
+    p, mu, g = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+    nu = np.abs(rng.standard_normal(shape)).astype(np.float32)
+    lr, rc1, rc2, wd = (np.array(v, np.float32) for v in ([0.01, 0.2, 0.05], [10.0, 1.5, 2.0], [1000.0, 3.0, 7.0],
+                                                          [0.5, 0.0, 0.1]))
+    running = np.array([1.0, 1.0, 0.0], np.float32)
+    hyper = np.stack([lr, rc1, rc2, wd, running])
+    got = [np.asarray(a) for a in jax.jit(functools.partial(adam_leaf, b1=0.9, b2=0.999, eps=1e-8, decay=decay))(
+        *map(jnp.asarray, (p, mu, nu, g, hyper)))]
+    f64 = np.float64
+    per_run = [v[None, :, None].astype(f64) for v in (lr, rc1, rc2, wd)]
+    m = g.astype(f64) * f64(np.float32(0.1)) + (np.float32(0.9) * mu).astype(f64)
+    v = (g * g).astype(f64) * f64(np.float32(1 - 0.999)) + (np.float32(0.999) * nu).astype(f64)
+    m32, v32 = m.astype(np.float32), v.astype(np.float32)
+    u = ((m32 * per_run[1].astype(np.float32)) / (np.sqrt(v32 * per_run[2].astype(np.float32)) + np.float32(1e-8)))
+    if decay:
+        u = (per_run[3] * p + u.astype(f64)).astype(np.float32)
+    want = [(-per_run[0] * u.astype(f64) + p).astype(np.float32), m32, v32]
+    for a, b, before in zip(got, want, (p, mu, nu)):
+        np.testing.assert_array_max_ulp(a[:, :2], b[:, :2], maxulp=1)  # float64 then float32: one rounding more
+        np.testing.assert_array_equal(a[:, 2], before[:, 2])  # the stopped run
+    if not decay:  # the decay term is there only when asked for (run 0 has wd 0.5)
+        assert not np.allclose(got[0][:, 0], (-per_run[0] * (u.astype(f64) + per_run[3] * p) + p)[:, 0])
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_the_fused_adam_step_trains_as_optaxs_own(prepared, name, optax_only):
+    """Where the kernel runs, Adam and AdamW step each params leaf in one pass
+    (``training.optim.fused_adam``). Its runs stop at the epochs optax's own update gives and end
+    with its params and histories to float rounding (XLA fuses optax's operations differently in
+    each program, so the bits differ): for a batch whose runs have their own learning rates and
+    weight decays and stop at different epochs (the kernel keeps a stopped run as it was), and for
+    one run."""
+    config = TrainConfig(optimizer=name, epochs=60, lr=0.05, weight_decay=5e-3, early_stopping=Kipf(3))
+    entries = [Entry(MODEL, dataclasses.replace(config, lr=lr, weight_decay=wd), seed, 0)
+               for seed, lr, wd in ((0, 0.05, 5e-3), (1, 0.3, 0.0), (2, 0.01, 5e-2))]
+    one = dict(model_config=MODEL, execution=EXEC, config=config, key=jax.random.key(3), log=None)
+
+    def both():
+        return (fit_runs(prepared.data, prepared.n_classes, entries, execution=EXEC),
+                fit(prepared.data, prepared.n_classes, **one))
+    reset_kernel_counters()
+    (batch, single) = both()
+    assert kernel_counters()["adam_calls"] > 0
+    assert len(set(batch.epochs_run.tolist())) > 1  # runs stopped at different epochs
+    optax_only()
+    reset_kernel_counters()
+    (batch_ref, single_ref) = both()
+    assert kernel_counters()["adam_calls"] == 0
+    np.testing.assert_array_equal(batch.epochs_run, batch_ref.epochs_run)
+    assert single.epochs_run == single_ref.epochs_run
+    for got, want in ((single.params, single_ref.params), (single.history, single_ref.history),
+                      (batch.params, batch_ref.params), (batch.history, batch_ref.history)):
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)

@@ -49,6 +49,7 @@ _TARGET = "jaxgcn_spmm"
 _DENSE_TARGET = "jaxgcn_run_dense"
 _PAIR_TARGET = "jaxgcn_spmm_pair"
 _T_TARGET = "jaxgcn_spmm_t"
+_ADAM_TARGET = "jaxgcn_adam"
 
 
 class CSR(NamedTuple):
@@ -157,6 +158,7 @@ def _load() -> tuple[bool, str]:
         jax.ffi.register_ffi_target(_DENSE_TARGET, jax.ffi.pycapsule(lib.JaxgcnRunDense), platform="cpu")
         jax.ffi.register_ffi_target(_PAIR_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmPair), platform="cpu")
         jax.ffi.register_ffi_target(_T_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmT), platform="cpu")
+        jax.ffi.register_ffi_target(_ADAM_TARGET, jax.ffi.pycapsule(lib.JaxgcnAdam), platform="cpu")
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as err:
         return False, str(err)
     lib.JaxgcnKernelCounterNames.restype = ctypes.c_char_p
@@ -266,6 +268,7 @@ def kernel_counters() -> dict[str, int]:
     - ``scatter_calls``: one run's gradients ``Aᵀ g`` computed by scattering the live rows of ``g``
       (one value column, ``g`` at most 16 wide); their skipped rows of ``g`` count in
       ``skipped_rows``, and they are not among ``calls``.
+    - ``adam_calls``: optimizer steps of a params leaf (:func:`adam_leaf`).
     """
     lib = _loaded_library()
     names = lib.JaxgcnKernelCounterNames().decode().split(",")
@@ -534,3 +537,23 @@ def run_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
         raise ValueError(f"run_matmul: x has shape {x.shape}, w {w.shape}; w must be [{h}, {r}, out]")
     out = _times(x.astype(jnp.float32).reshape(n, r * h), w.astype(jnp.float32))
     return out.reshape(n, r, w.shape[2])
+
+
+# ----------------------------------------------------------------------------- one optimizer step
+
+def adam_leaf(p: jax.Array, mu: jax.Array, nu: jax.Array, g: jax.Array, hyper: jax.Array, *, b1: float,
+              b2: float, eps: float, decay: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One Adam step of a params leaf of R runs, in one pass: ``(p', mu', nu')``, each [O, R, I]
+    like ``p``, ``mu``, ``nu`` and the gradient ``g`` (a weight [in, R, out]; a bias as [1, R, d]).
+
+    ``hyper`` [5, R] holds each run's learning rate, inverse bias corrections ``1 / (1 - b1**t)``
+    and ``1 / (1 - b2**t)``, decoupled weight decay (added as ``wd * p`` with ``decay``: AdamW) and
+    1 where the run steps (0: its leaf stays as it was). The operations are optax's as XLA compiles
+    them for the CPU (see kernels/adam.h). Needs :func:`kernel_status`.
+    """
+    require_kernel()
+    out = jax.ShapeDtypeStruct(p.shape, jnp.float32)
+    attrs = {"b1": np.float32(b1), "c1": np.float32(1 - b1), "b2": np.float32(b2), "c2": np.float32(1 - b2),
+             "eps": np.float32(eps), "decay": np.int64(decay)}
+    return jax.ffi.ffi_call(_ADAM_TARGET, (out, out, out), input_output_aliases={0: 0, 1: 1, 2: 2})(
+        p, mu, nu, g, hyper, **attrs)

@@ -28,7 +28,7 @@ from jaxgcn.machine import cpu_flags, cpuinfo_fields
 
 _SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
 # what the build is made of (the key of its cached library): spmm.cc and the files it includes
-_SOURCES = (_SOURCE, _SOURCE.with_name("run_dense.h"))
+_SOURCES = (_SOURCE, _SOURCE.with_name("run_dense.h"), _SOURCE.with_name("adam.h"))
 
 
 def jaxlib_dir() -> Path:
@@ -128,7 +128,8 @@ def _write_atomically(path: Path, text: str) -> None:
 def _compile(cxx: str, flags: tuple[str, ...], out: str) -> tuple[str, str] | None:
     """Run one compilation; None when it succeeded, else (a one-line summary, the details)."""
     include = jaxlib_dir() / "include"
-    cmd = [cxx, *flags, "-std=c++17", "-shared", "-fPIC", "-w", f"-I{include}", str(_SOURCE), "-o", out]
+    cmd = [cxx, *flags, "-std=c++17", "-fno-math-errno", "-shared", "-fPIC", "-w", f"-I{include}", str(_SOURCE),
+           "-o", out]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except OSError as err:  # not executable, not a program: as permanent as a compile error

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import optax
 
+from jaxgcn.csr import adam_leaf
 from jaxgcn.layers import Params
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.losses import l2_covers
@@ -71,3 +73,52 @@ def optimizer_factory(config: TrainConfig) -> Callable[[Any, Any], optax.Gradien
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     """The optimizer of one run: :func:`optimizer_factory` with the config's lr and weight decay."""
     return optimizer_factory(config)(config.lr, config.weight_decay)
+
+
+# optax.scale_by_adam's defaults, which the factory keeps
+ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8
+
+
+def fused_adam_applies(config: TrainConfig, kernels: bool | None) -> bool:
+    """Whether the step's Adam/AdamW runs as one kernel pass per params leaf (:func:`fused_adam`):
+    the kernel runs here (the execution's ``kernels``) and no clipping comes first."""
+    return bool(kernels) and config.optimizer in ("adam", "adamw") and not config.clip_norm
+
+
+def fused_adam(config: TrainConfig, params: Params, grads: Params, old_state: Any, new_state: Any,
+               running: jax.Array) -> tuple[Params, Any]:
+    """The params and optimizer state after one Adam (or AdamW) step from ``params`` and
+    ``old_state``, each leaf in one kernel pass (:func:`jaxgcn.csr.adam_leaf`: optax's operations,
+    the same bits).
+
+    ``new_state`` is the state optax's own update gave (:func:`optimizer_factory`): its step counts
+    and injected hyperparameters are kept, its moments replaced, so XLA drops optax's per-element
+    passes as unused. Leaves are stacked (a weight [in, R, out], a bias [R, d]; ``running`` [R])
+    or one run's (``running`` a scalar); a run where ``running`` is False keeps its params and
+    moments as they were.
+    """
+    def adam(state: Any) -> optax.ScaleByAdamState:
+        return next(s for s in state.inner_state if isinstance(s, optax.ScaleByAdamState))
+    batched, hp = running.ndim == 1, new_state.hyperparams
+    with jax.numpy_dtype_promotion("standard"):  # as optax computes them (tree_bias_correction), inverted
+        corrections = [1 / (1 - b ** adam(new_state).count).astype(jnp.float32) for b in (ADAM_B1, ADAM_B2)]
+    decays = _decay_mask(params, config.l2) if config.optimizer == "adamw" else jax.tree.map(lambda _: False, params)
+    n_runs = running.shape[0] if batched else 1
+    hyper = jnp.stack([jnp.broadcast_to(jnp.asarray(v, jnp.float32), (n_runs,)) for v in (
+        hp["learning_rate"], *corrections, hp["weight_decay"], running.astype(jnp.float32))])
+    stepped = {}
+
+    def step(path: Any, p: jax.Array, mu: jax.Array, nu: jax.Array, g: jax.Array, decay: bool) -> jax.Array:
+        # as [O, R, I]: a stacked weight is; a stacked bias [R, d], one run's weight [in, out] or bias [d]
+        shape = p.shape if p.ndim == 3 else (1, *p.shape) if batched else \
+            (p.shape[0], 1, p.shape[1]) if p.ndim == 2 else (1, 1, *p.shape)
+        outs = adam_leaf(*(a.astype(jnp.float32).reshape(shape) for a in (p, mu, nu, g)), hyper,
+                         b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS, decay=decay)
+        stepped[path] = [o.reshape(p.shape) for o in outs]
+        return stepped[path][0]
+
+    new_params = jax.tree_util.tree_map_with_path(step, params, adam(old_state).mu, adam(old_state).nu, grads, decays)
+    mu, nu = ({path: o[k] for path, o in stepped.items()} for k in (1, 2))
+    return new_params, optax.tree_utils.tree_set(
+        new_state, mu=jax.tree_util.tree_map_with_path(lambda path, _: mu[path], params),
+        nu=jax.tree_util.tree_map_with_path(lambda path, _: nu[path], params))

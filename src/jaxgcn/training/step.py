@@ -22,7 +22,7 @@ from jaxgcn.models import (Execution, FirstLayer, GCNConfig, Propagate, RunInput
 from jaxgcn.training.axes import insert_axes, run_axes, select_running, unstacked_shapes
 from jaxgcn.training.config import Patience, RUNNING, TrainConfig
 from jaxgcn.training.losses import masked_sums, per_run_l2
-from jaxgcn.training.optim import optimizer_factory
+from jaxgcn.training.optim import fused_adam, fused_adam_applies, optimizer_factory
 from jaxgcn.training.state import (BatchState, Evaluation, RunState, axes_of_state, init_run_state, optimizer_axes,
                                    record_epoch, runs_of, state_axes)
 
@@ -186,6 +186,10 @@ class Step(NamedTuple):
         updates, opt_state = the.each(opt.update, (axes, opt_axes, axes), (axes, opt_axes))(
             grads, st.opt_state, st.params)
         params = optax.apply_updates(st.params, updates)
+        running = st.reason == RUNNING
+        fused = fused_adam_applies(config, self.execution.kernels)
+        if fused:  # the same numbers, each leaf in one kernel pass (optax's passes then go unused)
+            params, opt_state = fused_adam(config, st.params, grads, st.opt_state, opt_state, running)
         # the evaluation's first layer and the next step's, from one pass (when first is in use)
         pair = None if first is None else self.ahead(st._replace(params=params, key=key), data, runs)
         logits = self.forward(the.stack(params), data, runs, aggregated=aggregated,
@@ -201,7 +205,11 @@ class Step(NamedTuple):
         )(st, params, opt_state, key, *per_run)
         if st.reason.ndim == 1:  # a batch: runs that have stopped stay as they were (their next
             # first-layer product is of params they do not keep, and is never used)
-            advanced = select_running(st.reason == RUNNING, advanced, st, state_ax)
+            kept = st if not fused else st._replace(  # the kernel kept them: select(c, a, a) is a
+                params=params, opt_state=optax.tree_utils.tree_set(  # for XLA, no pass
+                    st.opt_state, mu=optax.tree_utils.tree_get(opt_state, "mu"),
+                    nu=optax.tree_utils.tree_get(opt_state, "nu")))
+            advanced = select_running(running, advanced, kept, state_ax)
         return BatchState(advanced, state.step + 1), None if pair is None else pair[0]
 
     def run_until(self, state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
