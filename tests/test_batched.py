@@ -34,6 +34,7 @@ from jaxgcn.train import Kipf, Patience, TrainConfig, fit
 SEEDS = [1, 0, 2]
 MODEL = GCNConfig()  # hidden 16, dropout 0.5, no bias: the paper's
 EXEC = Execution(backend="csr")  # what auto picks here
+EXEC_KERNELS, EXEC_XLA = Execution(backend="csr", kernels=True), Execution(backend="csr", kernels=False)
 KIPF = TrainConfig(epochs=60, lr=0.1, early_stopping=Kipf(5))
 PATIENCE = TrainConfig(epochs=60, lr=0.05, early_stopping=Patience(5))
 NONE = TrainConfig(epochs=40, early_stopping=None)  # run on the sparse-feature copy of the graph
@@ -297,6 +298,31 @@ def test_init_and_apply_runs_equal_the_single_model_per_run(arch, hard, sparse_h
     # Dropout did something for the runs that drop (and nothing for the rate-0 run).
     assert not np.allclose(np.asarray(train_logits[:, 0]), np.asarray(logits[:, 0]), atol=1e-3)
     np.testing.assert_allclose(np.asarray(train_logits[:, 2]), np.asarray(logits[:, 2]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_the_fused_relu_and_dropout_train_as_xla_computes_them(arch, hard, sparse_hard):
+    """Where the kernel runs, a hidden layer's relu and dropout are one kernel pass
+    (``csr.hash_dropout``, the relu deferred into it; not with residual connections, which read
+    the activation after relu). A training forward and its gradient equal XLA's relu and dropout
+    (the execution without kernels) for each architecture: the same masks, float rounding apart."""
+    config, features = ARCHS[arch]
+    data = (hard if features == "dense" else sparse_hard).data
+    entries = [Entry(dataclasses.replace(config, dropout=d), TrainConfig(), s) for s, d in ((3, 0.5), (4, 0.3))]
+    stacked = init_params(config, entries, data.x.shape[1], hard.n_classes)
+    layer_keys = jnp.swapaxes(jax.vmap(lambda s: jax.random.split(jax.random.key(s), config.layers))(
+        jnp.array([7, 8])), 0, 1)
+
+    def loss(params, execution):
+        logits = apply_runs(config, params, data.graph, data.x, run_inputs(entries), execution=execution,
+                            keys=layer_keys, train=True)
+        return jnp.sum(jnp.sin(logits)), logits
+
+    (_, fused), g_fused = jax.jit(jax.value_and_grad(lambda p: loss(p, EXEC_KERNELS), has_aux=True))(stacked)
+    (_, plain), g_plain = jax.jit(jax.value_and_grad(lambda p: loss(p, EXEC_XLA), has_aux=True))(stacked)
+    np.testing.assert_allclose(np.asarray(fused), np.asarray(plain), rtol=1e-4, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(g_fused), jax.tree.leaves(g_plain), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
 
 
 # --- 5. random splits -----------------------------------------------------------------------------------

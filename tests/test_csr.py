@@ -677,3 +677,56 @@ def test_values_on_a_symmetric_pattern_are_refused():
     plain = csr_from_scipy(a + a.T)  # the same matrix with its transpose: per-run values are fine
     np.testing.assert_allclose(spmm(plain, jnp.ones((6, 2)), jnp.ones((plain.nse, 2))), (a + a.T).astype(bool) @
                                np.ones((6, 2)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("runs", [1, 3])
+def test_the_hidden_dropout_kernel_keeps_the_hashed_masks(runs):
+    """``models._drop_hidden`` on the kernel (``csr.hash_dropout``) keeps exactly the elements the
+    XLA hash keeps, each run with its own keys, rate and width (counter ``i * hidden_r + j``), and
+    scales them alike; its gradient is the same dropout of the incoming gradient."""
+    from jaxgcn.models import Execution, _drop_hidden, make_run_inputs
+
+    rng = np.random.default_rng(2)
+    n, width = 37, 19  # widths past one 16-lane vector; run 1 narrower than the padded width
+    h = jnp.asarray(rng.uniform(0.5, 1.5, (n, runs, width)), jnp.float32)  # no zeros: a zero is a dropped element
+    run_inputs = make_run_inputs(dropout=[0.5, 0.2, 0.7][:runs], hidden=[19, 11, 19][:runs])
+    keys = jax.random.split(jax.random.key(5), runs)
+    on, off = Execution(backend="csr", kernels=True), Execution(backend="csr", kernels=False)
+    csr_mod.reset_kernel_counters()
+    got = np.asarray(jax.jit(lambda h: _drop_hidden(on, h, keys, run_inputs))(h))
+    assert csr_mod.kernel_counters()["dropout_calls"] == 1
+    want = np.asarray(jax.jit(lambda h: _drop_hidden(off, h, keys, run_inputs))(h))
+    np.testing.assert_array_equal(got == 0, want == 0)  # the same masks
+    assert 0.2 < float(np.mean(got == 0)) < 0.8
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    for r, rate in enumerate([0.5, 0.2, 0.7][:runs]):  # kept: h * (1 / (1 - rate)), in float32
+        kept = got[:, r] != 0
+        inverse = np.float32(1) / np.float32(1 - rate)
+        np.testing.assert_array_equal(got[:, r][kept], np.asarray(h)[:, r][kept] * inverse)
+    w = jnp.asarray(rng.standard_normal(h.shape), jnp.float32)
+    grad = jax.grad(lambda h: jnp.sum(w * _drop_hidden(on, h, keys, run_inputs)))(h)
+    dropped_w = jax.jit(lambda w: _drop_hidden(on, w, keys, run_inputs))(w)
+    np.testing.assert_array_equal(np.asarray(grad), np.asarray(dropped_w))
+
+
+def test_the_hidden_dropout_kernel_applies_relu_with_its_gradient():
+    """With ``relu`` the kernel drops ``relu(h)``: the elements and gradients of relu then dropout
+    computed by XLA, from one pass and its kept mask; a NaN stays NaN where kept (a diverging run
+    must still be seen diverging)."""
+    from jaxgcn.models import Execution, _drop_hidden, make_run_inputs
+
+    rng = np.random.default_rng(3)
+    h = jnp.asarray(rng.standard_normal((41, 2, 16)), jnp.float32).at[0, 0, :].set(jnp.nan)
+    run_inputs = make_run_inputs(dropout=[0.5, 0.3], hidden=[16, 16])
+    keys = jax.random.split(jax.random.key(8), 2)
+    on, off = Execution(backend="csr", kernels=True), Execution(backend="csr", kernels=False)
+    got, want = (np.asarray(jax.jit(lambda h, e=e: _drop_hidden(e, h, keys, run_inputs, relu=True))(h))
+                 for e in (on, off))
+    np.testing.assert_allclose(got, want, rtol=1e-6)  # NaN where XLA has NaN
+    assert np.isnan(got[0, 0]).any() and (got[1:] >= 0).all() and (got[1:] == 0).mean() > 0.6  # relu, then ~half
+    w = jnp.asarray(rng.standard_normal(h.shape), jnp.float32)
+    finite = jnp.nan_to_num(h, nan=1.0)
+    grads = [np.asarray(jax.grad(lambda h, e=e: jnp.sum(w * _drop_hidden(e, h, keys, run_inputs, relu=True)))(finite))
+             for e in (on, off)]
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)
+    assert (grads[0][np.asarray(finite) <= 0] == 0).all()

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 AVX512_FLAGS = ("-mavx512f", "-mavx512bw", "-mavx512vl")
 # The kernel's correctness tests in tests/test_csr.py that a build for another ISA must pass: every
 # regime, the masked skip, the pair, the lanes of the zero-row checks, and the ISA it reports.
-KERNEL_TESTS = "regimes or masked or pair or given or isa or first_lanes or cotangent"
+KERNEL_TESTS = "regimes or masked or pair or given or isa or first_lanes or cotangent or hidden_dropout"
 
 
 def _script(tmp_path, name: str, body: str) -> tuple[str, object]:
@@ -288,7 +288,8 @@ def test_the_install_time_build_is_used_only_where_it_was_built_for(monkeypatch,
     # used without any compiler, and nothing is compiled into the cache (registered under names of
     # its own: this process registered the real kernel's)
     monkeypatch.setattr(kernel_build, "_compiler", lambda: None)
-    for target in ("_TARGET", "_DENSE_TARGET", "_PAIR_TARGET", "_T_TARGET", "_ADAM_TARGET"):
+    for target in ("_TARGET", "_DENSE_TARGET", "_PAIR_TARGET", "_T_TARGET", "_ADAM_TARGET",
+                   "_DROPOUT_TARGET"):
         monkeypatch.setattr(csr_mod, target, getattr(csr_mod, target) + "_prebuilt_test")
     ok, reason = csr_mod._load()
     assert ok and reason == f"built at install time, in {dest}", reason

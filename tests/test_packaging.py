@@ -77,6 +77,7 @@ def test_wheel_ships_license(wheel: zipfile.ZipFile) -> None:
 def test_wheel_ships_package_data(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     expected = {"jaxgcn/py.typed", "jaxgcn/kernels/spmm.cc", "jaxgcn/kernels/run_dense.h", "jaxgcn/kernels/adam.h",
+                "jaxgcn/kernels/dropout.h",
                 "jaxgcn/datasets/data/LICENSE-planetoid.txt"}
     bundled = sorted((ROOT / "src/jaxgcn/datasets/data").glob("*.npz"))
     assert {p.name for p in bundled} >= {"cora.npz", "citeseer.npz"}

@@ -28,7 +28,7 @@ from jaxgcn.machine import cpu_flags, cpuinfo_fields
 
 _SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
 # what the build is made of (the key of its cached library): spmm.cc and the files it includes
-_SOURCES = (_SOURCE, _SOURCE.with_name("run_dense.h"), _SOURCE.with_name("adam.h"))
+_SOURCES = (_SOURCE, *(_SOURCE.with_name(h) for h in ("run_dense.h", "adam.h", "dropout.h")))
 
 
 def jaxlib_dir() -> Path:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, run_matmul, spmm, spmm_given, spmm_pair, spmm_xla
+from jaxgcn.csr import CSR, hash_dropout, run_matmul, spmm, spmm_given, spmm_pair, spmm_xla
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.propagate import BACKENDS, propagate
@@ -231,6 +231,13 @@ def make_run_inputs(*, dropout: Any, hidden: Any, lr: Any = None, weight_decay: 
                      jnp.asarray(scales), col(hidden, jnp.int32, 0), col(split, jnp.int32, 0))
 
 
+def _hash_seeds(key: jax.Array) -> jax.Array:
+    """Each run's two 32-bit hash seeds [R, 2] from its dropout key [R] (:func:`jaxgcn.layers.keep_mask`)."""
+    if key.shape[0] == 1:  # then no vmap: the same numbers, a smaller program to compile
+        return jax.random.bits(key[0], (2,), jnp.uint32)[None]
+    return jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32))(key)
+
+
 def _keep(execution: Execution, key: jax.Array, runs: RunInputs, counter: Any, shape: tuple[int, ...]) -> jax.Array:
     """Per-run keep masks of ``shape`` (``[n, R]`` or ``[n, R, width]``: the run axis second), from
     the runs' keys [R]. ``hash``: the counter hash of :func:`jaxgcn.layers.keep_mask` (``counter`` broadcasts
@@ -241,12 +248,8 @@ def _keep(execution: Execution, key: jax.Array, runs: RunInputs, counter: Any, s
         if one_run:
             return jnp.expand_dims(jax.random.bernoulli(key[0], runs.keep_scale[0], one), 1)
         return jax.vmap(lambda k, q: jax.random.bernoulli(k, q, one), out_axes=1)(key, runs.keep_scale)
-    if one_run:
-        seeds = jax.random.bits(key[0], (2,), jnp.uint32)[None]
-    else:
-        seeds = jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32))(key)  # [R, 2]
     expand = [d for d in range(len(shape)) if d != 1]
-    seeds = jnp.expand_dims(seeds, expand)  # the run axis in place, a trailing pair of seeds
+    seeds = jnp.expand_dims(_hash_seeds(key), expand)  # the run axis in place, a trailing pair of seeds
     threshold = jnp.expand_dims(runs.keep_threshold, expand)
     return hash_bits(counter, seeds) >= threshold
 
@@ -265,10 +268,22 @@ def _drop_input(execution: Execution, x: Features, key: jax.Array, runs: RunInpu
     return jnp.where(keep, x[:, None, :] / runs.keep_scale[None, :, None], 0.0)
 
 
-def _drop_hidden(execution: Execution, h: jax.Array, key: jax.Array, runs: RunInputs) -> jax.Array:
-    """Per-run dropout of hidden activations [n, R, H]; element (i, j) of run r uses counter
-    ``i * hidden_r + j``, as a single run of width ``hidden_r`` does."""
+def fused_hidden_dropout(execution: Execution) -> bool:
+    """Whether the hidden layers' relu and dropout run as one kernel pass (:func:`jaxgcn.csr.hash_dropout`):
+    the kernel runs here and the masks are the counter hash's."""
+    return kernels_for(execution) and execution.dropout_rng == "hash"
+
+
+def _drop_hidden(execution: Execution, h: jax.Array, key: jax.Array, runs: RunInputs, *,
+                 relu: bool = False) -> jax.Array:
+    """Per-run dropout of hidden activations [n, R, H] (with ``relu``: of ``relu(h)``); element
+    (i, j) of run r uses counter ``i * hidden_r + j``, as a single run of width ``hidden_r`` does."""
     n, r, width = h.shape
+    if fused_hidden_dropout(execution):  # one kernel pass, the same masks (the mask kept for the gradient)
+        return hash_dropout(h.astype(jnp.float32), _hash_seeds(key), runs.hidden.astype(jnp.uint32),
+                            runs.keep_threshold, runs.keep_scale.astype(jnp.float32), relu).astype(h.dtype)
+    if relu:
+        h = jax.nn.relu(h)
     counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * runs.hidden.astype(jnp.uint32)[None, :, None]
                + jax.lax.iota(jnp.uint32, width)[None, None, :])
     keep = _keep(execution, key, runs, counter, (n, r, width))
@@ -407,10 +422,12 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
     kernels = kernels_for(execution)
     n = x.shape[0]
     dropping = train and keys is not None  # per-run rates; a rate of 0 keeps everything
+    # relu deferred into the next layer's dropout kernel (one pass, forward and gradient)
+    defer_relu = dropping and not config.residual and fused_hidden_dropout(execution)
     h, values = x, None
     for i in range(config.layers):
         if embed and i == config.layers - 1:
-            return h  # the last hidden representation (the node embeddings a plot shows)
+            return jax.nn.relu(h) if defer_relu and i > 0 else h  # the last hidden representation (embeddings)
         layer = params[f"layer_{i}"]
         if i == 0 and first is not None:
             values = first.values
@@ -418,7 +435,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             dropped = _drop_input(execution, x, keys[i], runs)
             h, values = (x, dropped) if is_sparse(x) else (dropped, None)
         elif dropping:
-            h = _drop_hidden(execution, h, keys[i], runs)
+            h = _drop_hidden(execution, h, keys[i], runs, relu=defer_relu)
         if i == 0 and execution.aggregate_first and values is None and not is_sparse(h):
             # (Â · drop(X)) · W for dense inputs (see Execution); Â·X precomputed when X is undropped
             agg = aggregated if aggregated is not None and h is x else propagate(graph, h.reshape(n, -1))
@@ -438,7 +455,8 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             return out
         if "ln" in layer:
             out = _layer_norm_runs(layer["ln"], out)
-        out = jax.nn.relu(out)
+        if not defer_relu:
+            out = jax.nn.relu(out)
         if config.residual:
             out = out + (_matmul_runs(h, values, layer["w_res"], kernels) if "w_res" in layer else h)
         h, values = out, None

@@ -41,6 +41,7 @@
 //   scatter           one run's gradient A^T g (V == 1, W <= 16): g's    SpmmTImpl (one thread)
 //                     live rows scattered     [scatter_calls, skipped_rows]
 //   adam              one optimizer step of a params leaf [adam_calls]  adam.h: AdamImpl (ParallelFor)
+//   dropout           hidden activations' hash dropout [dropout_calls] dropout.h: DropoutImpl (ParallelFor)
 //   dense per run     RunDense modes 0-2; modes 1 and 2 skip all-zero   run_dense.h: RunDenseImpl (on the
 //                     rows of g       [dense_calls, dense_skipped_rows]  pool, ParallelFor, when MACs >= the
 //                                                                       pass cut-off)
@@ -90,11 +91,11 @@ constexpr int64_t kLanes = 16;
 // The debug counters, in the order of kCounterNames (jaxgcn.csr.kernel_counters documents them).
 enum Counter : int {
   kCalls, kPairCalls, kPrefetchCalls, kChunkedCalls, kSkipCalls, kMaskCalls, kSkippedRows, kBlockedRows,
-  kScalarRows, kNarrowRows, kDenseCalls, kDenseSkippedRows, kScatterCalls, kAdamCalls, kNumCounters
+  kScalarRows, kNarrowRows, kDenseCalls, kDenseSkippedRows, kScatterCalls, kAdamCalls, kDropoutCalls, kNumCounters
 };
 constexpr const char* kCounterNames =
     "calls,pair_calls,prefetch_calls,chunked_calls,skip_calls,mask_calls,skipped_rows,blocked_rows,scalar_rows,"
-    "narrow_rows,dense_calls,dense_skipped_rows,scatter_calls,adam_calls";
+    "narrow_rows,dense_calls,dense_skipped_rows,scatter_calls,adam_calls,dropout_calls";
 std::atomic<int64_t> g_counters[kNumCounters];
 
 // Relaxed: the counters order nothing; the caller reads them after the call has returned.
@@ -662,6 +663,7 @@ ffi::Error SpmmTImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Bu
 
 #include "run_dense.h"  // the per-run dense products of a batch (jaxgcn_run_dense)
 #include "adam.h"       // one optimizer step of a batch's params leaf (jaxgcn_adam)
+#include "dropout.h"    // hash dropout of a batch's hidden activations (jaxgcn_dropout)
 
 }  // namespace
 
@@ -740,6 +742,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnAdam, AdamImpl,
                                   .Attr<float>("c2")
                                   .Attr<float>("eps")
                                   .Attr<int64_t>("decay"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnDropout, DropoutImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U16>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::U16>>()
+                                  .Attr<int64_t>("mode")
+                                  .Attr<int64_t>("relu"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmmT, SpmmTImpl,
                               CsrOperands()
