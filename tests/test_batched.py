@@ -303,7 +303,7 @@ def test_init_and_apply_runs_equal_the_single_model_per_run(arch, hard, sparse_h
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_the_fused_relu_and_dropout_train_as_xla_computes_them(arch, hard, sparse_hard):
     """Where the kernel runs, a hidden layer's relu and dropout are one kernel pass
-    (``csr.hash_dropout``, the relu deferred into it; not with residual connections, which read
+    (``fused.hash_dropout``, the relu deferred into it; not with residual connections, which read
     the activation after relu). A training forward and its gradient equal XLA's relu and dropout
     (the execution without kernels) for each architecture: the same masks, float rounding apart."""
     config, features = ARCHS[arch]

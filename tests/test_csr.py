@@ -681,7 +681,7 @@ def test_values_on_a_symmetric_pattern_are_refused():
 
 @pytest.mark.parametrize("runs", [1, 3])
 def test_the_hidden_dropout_kernel_keeps_the_hashed_masks(runs):
-    """``models._drop_hidden`` on the kernel (``csr.hash_dropout``) keeps exactly the elements the
+    """``models._drop_hidden`` on the kernel (``fused.hash_dropout``) keeps exactly the elements the
     XLA hash keeps, each run with its own keys, rate and width (counter ``i * hidden_r + j``), and
     scales them alike; its gradient is the same dropout of the incoming gradient."""
     from jaxgcn.models import Execution, _drop_hidden, make_run_inputs

@@ -18,7 +18,8 @@ import pytest
 
 from jaxgcn import datasets
 from jaxgcn.batched import Entry, entries_for, fit_runs, unstack_params
-from jaxgcn.csr import adam_leaf, kernel_counters, reset_kernel_counters
+from jaxgcn.csr import kernel_counters, reset_kernel_counters
+from jaxgcn.fused import adam_leaf
 from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.sweep import Grid, run_grid
 from jaxgcn.train import OPTIMIZERS, Kipf, TrainConfig, fit, l2_penalty, masked_cross_entropy, optimizer_factory
@@ -143,8 +144,9 @@ def optax_only(monkeypatch):
 
 @pytest.mark.parametrize("decay", [False, True])
 def test_the_adam_kernel_computes_the_documented_step(decay):
-    """``csr.adam_leaf`` against its formula (kernels/adam.h) in float64: optax's Adam as XLA fuses it,
-    each run with its own hyperparameters; a stopped run's leaf comes back as it was, bit for bit."""
+    """``fused.adam_leaf`` against its formula (kernels/adam.h) in float64: optax's Adam as XLA fuses it
+    (with the coupled L2 term's gradient) or AdamW, each run with its own hyperparameters, and each
+    run's sums of squares; a stopped run's leaf comes back as it was, bit for bit."""
     rng = np.random.default_rng(4)
     shape = (5, 3, 19)  # [O, R, I]: I past one 16-lane vector
     p, mu, g = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
@@ -153,10 +155,12 @@ def test_the_adam_kernel_computes_the_documented_step(decay):
                                                           [0.5, 0.0, 0.1]))
     running = np.array([1.0, 1.0, 0.0], np.float32)
     hyper = np.stack([lr, rc1, rc2, wd, running])
-    got = [np.asarray(a) for a in jax.jit(functools.partial(adam_leaf, b1=0.9, b2=0.999, eps=1e-8, decay=decay))(
-        *map(jnp.asarray, (p, mu, nu, g, hyper)))]
+    step = functools.partial(adam_leaf, b1=0.9, b2=0.999, eps=1e-8, decay=decay, couple=not decay)
+    *got, sums = [np.asarray(a) for a in jax.jit(step)(*map(jnp.asarray, (p, mu, nu, g, hyper)))]
     f64 = np.float64
     per_run = [v[None, :, None].astype(f64) for v in (lr, rc1, rc2, wd)]
+    if not decay:  # Adam: the coupled L2 term's gradient wd * p added to g first
+        g = (per_run[3] * p + g).astype(np.float32)
     m = g.astype(f64) * f64(np.float32(0.1)) + (np.float32(0.9) * mu).astype(f64)
     v = (g * g).astype(f64) * f64(np.float32(1 - 0.999)) + (np.float32(0.999) * nu).astype(f64)
     m32, v32 = m.astype(np.float32), v.astype(np.float32)
@@ -169,6 +173,9 @@ def test_the_adam_kernel_computes_the_documented_step(decay):
         np.testing.assert_array_equal(a[:, 2], before[:, 2])  # the stopped run
     if not decay:  # the decay term is there only when asked for (run 0 has wd 0.5)
         assert not np.allclose(got[0][:, 0], (-per_run[0] * (u.astype(f64) + per_run[3] * p) + p)[:, 0])
+    # each run's sums of squares before and after the step (a stopped run: the same twice)
+    np.testing.assert_allclose(sums, [np.sum(p.astype(f64) ** 2, axis=(0, 2)),
+                                      np.sum(got[0].astype(f64) ** 2, axis=(0, 2))], rtol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["adam", "adamw"])

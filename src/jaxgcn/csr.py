@@ -49,8 +49,8 @@ _TARGET = "jaxgcn_spmm"
 _DENSE_TARGET = "jaxgcn_run_dense"
 _PAIR_TARGET = "jaxgcn_spmm_pair"
 _T_TARGET = "jaxgcn_spmm_t"
-_ADAM_TARGET = "jaxgcn_adam"
-_DROPOUT_TARGET = "jaxgcn_dropout"
+ADAM_TARGET = "jaxgcn_adam"  # jaxgcn.fused's passes, registered here with the products
+DROPOUT_TARGET = "jaxgcn_dropout"
 
 
 class CSR(NamedTuple):
@@ -159,8 +159,8 @@ def _load() -> tuple[bool, str]:
         jax.ffi.register_ffi_target(_DENSE_TARGET, jax.ffi.pycapsule(lib.JaxgcnRunDense), platform="cpu")
         jax.ffi.register_ffi_target(_PAIR_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmPair), platform="cpu")
         jax.ffi.register_ffi_target(_T_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmT), platform="cpu")
-        jax.ffi.register_ffi_target(_ADAM_TARGET, jax.ffi.pycapsule(lib.JaxgcnAdam), platform="cpu")
-        jax.ffi.register_ffi_target(_DROPOUT_TARGET, jax.ffi.pycapsule(lib.JaxgcnDropout), platform="cpu")
+        jax.ffi.register_ffi_target(ADAM_TARGET, jax.ffi.pycapsule(lib.JaxgcnAdam), platform="cpu")
+        jax.ffi.register_ffi_target(DROPOUT_TARGET, jax.ffi.pycapsule(lib.JaxgcnDropout), platform="cpu")
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as err:
         return False, str(err)
     lib.JaxgcnKernelCounterNames.restype = ctypes.c_char_p
@@ -270,8 +270,8 @@ def kernel_counters() -> dict[str, int]:
     - ``scatter_calls``: one run's gradients ``Aᵀ g`` computed by scattering the live rows of ``g``
       (one value column, ``g`` at most 16 wide); their skipped rows of ``g`` count in
       ``skipped_rows``, and they are not among ``calls``.
-    - ``adam_calls``: optimizer steps of a params leaf (:func:`adam_leaf`).
-    - ``dropout_calls``: hash dropouts of hidden activations and their gradients (:func:`hash_dropout`).
+    - ``adam_calls``: optimizer steps of a params leaf (:func:`jaxgcn.fused.adam_leaf`).
+    - ``dropout_calls``: hash dropouts of hidden activations and their gradients (:func:`jaxgcn.fused.hash_dropout`).
     """
     lib = _loaded_library()
     names = lib.JaxgcnKernelCounterNames().decode().split(",")
@@ -540,61 +540,3 @@ def run_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
         raise ValueError(f"run_matmul: x has shape {x.shape}, w {w.shape}; w must be [{h}, {r}, out]")
     out = _times(x.astype(jnp.float32).reshape(n, r * h), w.astype(jnp.float32))
     return out.reshape(n, r, w.shape[2])
-
-
-# ----------------------------------------------------------------------------- one optimizer step
-
-def adam_leaf(p: jax.Array, mu: jax.Array, nu: jax.Array, g: jax.Array, hyper: jax.Array, *, b1: float,
-              b2: float, eps: float, decay: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """One Adam step of a params leaf of R runs, in one pass: ``(p', mu', nu')``, each [O, R, I]
-    like ``p``, ``mu``, ``nu`` and the gradient ``g`` (a weight [in, R, out]; a bias as [1, R, d]).
-
-    ``hyper`` [5, R] holds each run's learning rate, inverse bias corrections ``1 / (1 - b1**t)``
-    and ``1 / (1 - b2**t)``, decoupled weight decay (added as ``wd * p`` with ``decay``: AdamW) and
-    1 where the run steps (0: its leaf stays as it was). The operations are optax's as XLA compiles
-    them for the CPU (see kernels/adam.h). Needs :func:`kernel_status`.
-    """
-    require_kernel()
-    out = jax.ShapeDtypeStruct(p.shape, jnp.float32)
-    attrs = {"b1": np.float32(b1), "c1": np.float32(1 - b1), "b2": np.float32(b2), "c2": np.float32(1 - b2),
-             "eps": np.float32(eps), "decay": np.int64(decay)}
-    return jax.ffi.ffi_call(_ADAM_TARGET, (out, out, out), input_output_aliases={0: 0, 1: 1, 2: 2})(
-        p, mu, nu, g, hyper, **attrs)
-
-
-# ----------------------------------------------------------------------------- hash dropout
-
-def _dropout_call(h: jax.Array, seeds: jax.Array, hidden: jax.Array, threshold: jax.Array, scale: jax.Array,
-                  relu: bool, bits: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-    n, r, w = h.shape
-    outs = (jax.ShapeDtypeStruct(h.shape, jnp.float32), jax.ShapeDtypeStruct((n, r, -(-w // 16)), jnp.uint16))
-    mode = 0 if bits is None else 1
-    bits = jnp.zeros((0,), jnp.uint16) if bits is None else bits
-    return jax.ffi.ffi_call(_DROPOUT_TARGET, outs)(h, seeds, hidden, threshold, scale, bits, mode=np.int64(mode),
-                                                   relu=np.int64(relu))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def hash_dropout(h: jax.Array, seeds: jax.Array, hidden: jax.Array, threshold: jax.Array,
-                 scale: jax.Array, relu: bool = False) -> jax.Array:
-    """Dropout of R runs' activations ``h`` [n, R, W] (with ``relu``: of ``relu(h)``) with the
-    kernel: element (i, r, j) is ``h * (1 / scale[r])`` where ``hash_bits(i * hidden[r] + j,
-    seeds[r]) >= threshold[r]`` (:func:`jaxgcn.layers.hash_bits`; ``seeds`` [R, 2] uint32,
-    ``hidden`` and ``threshold`` [R] uint32, ``scale`` [R] float32) and, with ``relu``, ``h`` is
-    not <= 0; else 0. The masks are those ``jaxgcn.models`` hashes, computed in one pass and kept
-    as bits (one uint16 per 16 elements) for the gradient: the same scaling of the incoming
-    gradient where kept. Needs :func:`kernel_status`."""
-    return _dropout_call(h, seeds, hidden, threshold, scale, relu)[0]
-
-
-def _hash_dropout_fwd(h, seeds, hidden, threshold, scale, relu):
-    out, bits = _dropout_call(h, seeds, hidden, threshold, scale, relu)
-    return out, (seeds, hidden, threshold, scale, bits)
-
-
-def _hash_dropout_bwd(relu, res, g):
-    *rest, bits = res
-    return (_dropout_call(g, *rest, relu, bits)[0], None, None, None, None)
-
-
-hash_dropout.defvjp(_hash_dropout_fwd, _hash_dropout_bwd)

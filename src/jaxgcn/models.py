@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, hash_dropout, run_matmul, spmm, spmm_given, spmm_pair, spmm_xla
+from jaxgcn.csr import CSR, run_matmul, spmm, spmm_given, spmm_pair, spmm_xla
+from jaxgcn.fused import hash_dropout
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.propagate import BACKENDS, propagate
@@ -269,7 +270,7 @@ def _drop_input(execution: Execution, x: Features, key: jax.Array, runs: RunInpu
 
 
 def fused_hidden_dropout(execution: Execution) -> bool:
-    """Whether the hidden layers' relu and dropout run as one kernel pass (:func:`jaxgcn.csr.hash_dropout`):
+    """Whether the hidden layers' relu and dropout run as one kernel pass (:func:`jaxgcn.fused.hash_dropout`):
     the kernel runs here and the masks are the counter hash's."""
     return kernels_for(execution) and execution.dropout_rng == "hash"
 

@@ -736,12 +736,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnAdam, AdamImpl,
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<float>("b1")
                                   .Attr<float>("c1")
                                   .Attr<float>("b2")
                                   .Attr<float>("c2")
                                   .Attr<float>("eps")
-                                  .Attr<int64_t>("decay"));
+                                  .Attr<int64_t>("decay")
+                                  .Attr<int64_t>("couple"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnDropout, DropoutImpl,
                               ffi::Ffi::Bind()

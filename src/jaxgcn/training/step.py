@@ -110,10 +110,13 @@ class Step(NamedTuple):
         take = functools.partial(jnp.take, indices=rows, unique_indices=True, indices_are_sorted=True)
         return (take_rows(logits, rows, data.focus_pos), take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
 
+    def l2_factor(self, runs: RunInputs) -> Any:
+        """Each run's factor of the L2 term in its loss: its weight decay (adamw: 0, it decays in the optimizer)."""
+        return 0.0 if self.config.optimizer == "adamw" else runs.weight_decay
+
     def penalty(self, params: Params, runs: RunInputs) -> jax.Array:
         """Each run's coupled L2 term [R] (adamw decays in the optimizer instead)."""
-        config = self.config
-        return (0.0 if config.optimizer == "adamw" else runs.weight_decay) * per_run_l2(params, config.l2)
+        return self.l2_factor(runs) * per_run_l2(params, self.config.l2)
 
     def metrics(self, logits: jax.Array, labels: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Each run's mean loss and accuracy over the masked nodes, summed over devices first."""
@@ -147,9 +150,10 @@ class Step(NamedTuple):
                                 keys=self.step_keys(st)[1])
 
     def gradients(self, st: RunState, data: TrainData, runs: RunInputs, n_train: jax.Array, layer_keys: jax.Array,
-                  first: FirstLayer | None) -> tuple[jax.Array, Params]:
+                  first: FirstLayer | None, l2: bool = True) -> tuple[jax.Array, Params]:
         """Each run's training loss [R] (cross-entropy + L2, the cross-entropy summed over devices)
-        and its gradients, dropout on."""
+        and its gradients, dropout on; without ``l2``, of the cross-entropy alone (the fused Adam
+        step adds the L2 term's gradient and computes its value)."""
         the = runs_of(st)
         train_m = self.masks(data, runs)[0]
 
@@ -164,8 +168,10 @@ class Step(NamedTuple):
             return jnp.sum(per_run), per_run
 
         (_, ce), grads = jax.value_and_grad(cross_entropy, has_aux=True)(st.params)
-        (_, reg), reg_grads = jax.value_and_grad(regularizer, has_aux=True)(st.params)
         ce, grads = self.collective.total((ce, grads))
+        if not l2:
+            return ce, grads
+        (_, reg), reg_grads = jax.value_and_grad(regularizer, has_aux=True)(st.params)
         return ce + reg, jax.tree.map(jnp.add, grads, reg_grads)
 
     def epoch_step(self, state: BatchState, data: TrainData, runs: RunInputs, aggregated: jax.Array | None,
@@ -179,7 +185,8 @@ class Step(NamedTuple):
         state_ax = axes_of_state(axes, opt_axes)
         train_m, val_m, _ = self.masks(data, runs)
         key, layer_keys = self.step_keys(st)
-        loss, grads = self.gradients(st, data, runs, n_train, layer_keys, first)
+        fused = fused_adam_applies(config, self.execution.kernels)
+        loss, grads = self.gradients(st, data, runs, n_train, layer_keys, first, l2=not fused)
         # The one optimizer, per run (vmapped over a batch): each run's clipping, moments and
         # injected learning rate / weight decay, exactly as it would compute them alone.
         opt = optimizer_factory(config)(config.lr, config.weight_decay)  # its update reads each run's values
@@ -187,9 +194,10 @@ class Step(NamedTuple):
             grads, st.opt_state, st.params)
         params = optax.apply_updates(st.params, updates)
         running = st.reason == RUNNING
-        fused = fused_adam_applies(config, self.execution.kernels)
-        if fused:  # the same numbers, each leaf in one kernel pass (optax's passes then go unused)
-            params, opt_state = fused_adam(config, st.params, grads, st.opt_state, opt_state, running)
+        if fused:  # optax's numbers, each leaf in one kernel pass (optax's passes then go unused)
+            step = fused_adam(config, st.params, grads, st.opt_state, opt_state, running)
+            params, opt_state = step.params, step.opt_state
+            loss = loss + self.l2_factor(runs) * step.l2_before
         # the evaluation's first layer and the next step's, from one pass (when first is in use)
         pair = None if first is None else self.ahead(st._replace(params=params, key=key), data, runs)
         logits = self.forward(the.stack(params), data, runs, aggregated=aggregated,
@@ -197,7 +205,8 @@ class Step(NamedTuple):
         logits, labels, train_f, val_f = self.focused(data, logits, train_m, val_m)
         _, train_acc = self.metrics(logits, labels, train_f)
         val_loss, val_acc = self.metrics(logits, labels, val_f)
-        kipf_loss = val_loss + self.penalty(the.stack(params), runs)
+        l2_after = self.l2_factor(runs) * step.l2_after if fused else self.penalty(the.stack(params), runs)
+        kipf_loss = val_loss + l2_after
         per_run = [the.value(v) for v in (loss, train_acc, val_loss, val_acc, kipf_loss)]
         advanced = the.each(
             lambda s, p, o, k, *m: record_epoch(s, config, keep_best, p, o, k, *m[:4], kipf_loss=m[4]),
