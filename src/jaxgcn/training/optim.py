@@ -15,6 +15,10 @@ from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.losses import l2_covers
 
 
+# Adam's moment decays and epsilon (optax.scale_by_adam's defaults): the factory's and the fused step's
+ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8
+
+
 def standard_promotion(opt: optax.GradientTransformation) -> optax.GradientTransformation:
     """``opt`` with its ``init``/``update`` traced under standard dtype promotion.
 
@@ -57,7 +61,7 @@ def optimizer_factory(config: TrainConfig) -> Callable[[Any, Any], optax.Gradien
     def build(learning_rate: Any, weight_decay: Any) -> optax.GradientTransformation:
         steps = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm else []
         if config.optimizer in ("adam", "adamw"):
-            steps.append(optax.scale_by_adam())
+            steps.append(optax.scale_by_adam(b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS))
         elif config.optimizer == "momentum":
             steps.append(optax.trace(decay=config.momentum))
         if config.optimizer == "adamw":  # decoupled: added to the update, not to the loss
@@ -73,10 +77,6 @@ def optimizer_factory(config: TrainConfig) -> Callable[[Any, Any], optax.Gradien
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     """The optimizer of one run: :func:`optimizer_factory` with the config's lr and weight decay."""
     return optimizer_factory(config)(config.lr, config.weight_decay)
-
-
-# optax.scale_by_adam's defaults, which the factory keeps
-ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8
 
 
 def fused_adam_applies(config: TrainConfig, kernels: bool | None) -> bool:
