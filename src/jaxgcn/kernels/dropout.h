@@ -105,7 +105,7 @@ inline V16 ScaledWhere(V16 x, uint16_t bits, float inv) {
 //   with relu, of relu(x): a lane is kept only where x is not <= 0 too (NaN is kept, as relu keeps it);
 // mode 1: out = x * inv where bits says kept (the gradient: the mask of mode 0, read, not hashed; with
 //   relu it is relu's gradient too).
-ffi::Error DropoutImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> h, ffi::Buffer<ffi::U32> seeds,
+ffi::Error DropoutImpl(ffi::Buffer<ffi::F32> h, ffi::Buffer<ffi::U32> seeds,
                        ffi::Buffer<ffi::U32> hidden, ffi::Buffer<ffi::U32> threshold, ffi::Buffer<ffi::F32> scale,
                        ffi::Buffer<ffi::U16> bits_in, ffi::ResultBuffer<ffi::F32> out,
                        ffi::ResultBuffer<ffi::U16> bits_out, int64_t mode, int64_t relu) {

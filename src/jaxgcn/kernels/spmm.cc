@@ -76,6 +76,7 @@
 #endif
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -697,17 +698,22 @@ void JaxgcnTuning(int64_t* out) {
 }
 
 namespace {
+// binding.Arg<Buffer<T>>() for each T of the list, in order: the handlers' buffer operands, one line
+// each. Bindings move only (each step returns a new one), hence the last type as the base case.
+template <ffi::DataType T, typename B>
+auto WithArgs(B&& binding) {
+  return std::move(binding).template Arg<ffi::Buffer<T>>();
+}
+template <ffi::DataType T, ffi::DataType U, ffi::DataType... Ts, typename B>
+auto WithArgs(B&& binding) {
+  return WithArgs<U, Ts...>(std::move(binding).template Arg<ffi::Buffer<T>>());
+}
+
+auto WithPool() { return ffi::Ffi::Bind().Ctx<ffi::ThreadPool>(); }
+
 // The operands the three sparse handlers begin with: the pool, indptr and cols, then three float
 // arrays (vals, b and diag; vals, shared values and b for the pair; vals, g and diag for SpmmT).
-auto CsrOperands() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::ThreadPool>()
-      .Arg<ffi::Buffer<ffi::S32>>()
-      .Arg<ffi::Buffer<ffi::S32>>()
-      .Arg<ffi::Buffer<ffi::F32>>()
-      .Arg<ffi::Buffer<ffi::F32>>()
-      .Arg<ffi::Buffer<ffi::F32>>();
-}
+auto CsrOperands() { return WithArgs<ffi::S32, ffi::S32, ffi::F32, ffi::F32, ffi::F32>(WithPool()); }
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmm, SpmmImpl,
@@ -717,22 +723,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmm, SpmmImpl,
                                   .Attr<int64_t>("skip_zero_rows"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnRunDense, RunDenseImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                              (WithArgs<ffi::F32, ffi::F32, ffi::F32>(WithPool()))
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<int64_t>("mode"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnAdam, AdamImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                              (WithArgs<ffi::F32, ffi::F32, ffi::F32, ffi::F32, ffi::F32>(WithPool()))
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
@@ -745,15 +741,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnAdam, AdamImpl,
                                   .Attr<int64_t>("decay")
                                   .Attr<int64_t>("couple"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnDropout, DropoutImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::U16>>()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnDropout, DropoutImpl,  // one thread: no pool
+                              (WithArgs<ffi::F32, ffi::U32, ffi::U32, ffi::U32, ffi::F32, ffi::U16>(ffi::Ffi::Bind()))
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::U16>>()
                                   .Attr<int64_t>("mode")
