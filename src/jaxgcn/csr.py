@@ -337,11 +337,8 @@ def _spmm_bwd(skip, res, g):
     # masked to the training nodes).
     if vals.shape[1] == 1 and g.shape[1] <= _SCATTER_WIDTH:  # one run: scatter g's live rows instead
         db = _spmm_t(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag)
-    elif t_indptr is None:  # the matrix is its own transpose
-        db = _spmm(indptr, cols, None, None, None, vals, g, diag, True)
     else:
-        inverse = jnp.zeros_like(t_perm).at[t_perm].set(jnp.arange(t_perm.shape[0], dtype=t_perm.dtype))
-        db = _spmm(t_indptr, t_rows, indptr, cols, inverse, vals[t_perm], g, diag, True)
+        db = _transposed(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag)
     # d vals[k, r] = <g[row_k, r, :], b[col_k, r, :]> and d diag[i] = <g[i], b[i]>; dead code
     # unless they need a gradient.
     nnz, v = vals.shape
@@ -352,6 +349,33 @@ def _spmm_bwd(skip, res, g):
 
 
 _spmm.defvjp(_spmm_fwd, _spmm_bwd)
+
+
+def _transposed(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag):
+    """``(A + diag)^T g`` by the product over A's transposed pattern (A's own when it is symmetric),
+    skipping g's all-zero rows: each output row sums its entries in row order, the diagonal last."""
+    if t_indptr is None:  # the matrix is its own transpose
+        return _spmm(indptr, cols, None, None, None, vals, g, diag, True)
+    inverse = jnp.zeros_like(t_perm).at[t_perm].set(jnp.arange(t_perm.shape[0], dtype=t_perm.dtype))
+    return _spmm(t_indptr, t_rows, indptr, cols, inverse, vals[t_perm], g, diag, True)
+
+
+@jax.custom_vjp
+def _rows(indptr, cols, t_indptr, t_rows, t_perm, vals, b):
+    return _call(indptr, cols, vals, b, False)
+
+
+def _rows_fwd(indptr, cols, t_indptr, t_rows, t_perm, vals, b):
+    return _rows(indptr, cols, t_indptr, t_rows, t_perm, vals, b), (indptr, cols, t_indptr, t_rows, t_perm, vals)
+
+
+def _rows_bwd(res, g):
+    # d b only: the values are the graph's (not trained); the transposed pattern, never one run's
+    # scatter, which would add each self-loop entry in its row's turn instead of last
+    return None, None, None, None, None, None, _transposed(*res, g, None)
+
+
+_rows.defvjp(_rows_fwd, _rows_bwd)
 
 _SCATTER_WIDTH = 16  # the widest g that _spmm_t takes (one vector register)
 
@@ -438,6 +462,16 @@ def spmm_given(a: CSR, b: jax.Array, values: jax.Array | None, product: jax.Arra
     backward pass is the transposed product, as if the product were computed here.
     """
     return _given(*_operands(a, b, values), product, False)
+
+
+def spmm_rows(a: CSR, b: jax.Array) -> jax.Array:
+    """``a @ b`` for ``a`` some rows of a propagation matrix with their self-loops as entries
+    (:func:`jaxgcn.graph.focus_rows`), [K, W]: each row, and the gradient over ``a``'s transposed
+    pattern, sums in the order the square product with its diagonal does (:func:`spmm` with
+    ``diag``), so the rows are that product's rows, bit for bit. ``a``'s values get no gradient."""
+    if a.t_indptr is None:
+        raise ValueError("spmm_rows: the rows need their transposed pattern (jaxgcn.graph.focus_rows builds it)")
+    return _rows(*_operands(a, b, None))
 
 
 def spmm(a: CSR, b: jax.Array, values: jax.Array | None = None, *, diag: jax.Array | None = None) -> jax.Array:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.graph import Graph
+from jaxgcn.graph import Graph, focus_rows
 from jaxgcn.layers import Features
 
 # Per-node split codes, as checkpoints store a split (split-<n>.npy) and split files are written.
@@ -28,6 +28,10 @@ class TrainData(NamedTuple):
             Set by :func:`with_focus`, which the training entry points call.
         focus_pos: [n_nodes] int32: each node's place in ``focus``, -1 for a node not in it (the
             focus gather's gradient reads it); set with ``focus``.
+        focus_rows: the rows of the propagation matrix at ``focus`` (:func:`jaxgcn.graph.focus_rows`),
+            from which the training loop's last layer computes its logits at those nodes only;
+            set with ``focus`` where the graph has its CSR and ``focus`` is at most half the nodes
+            (None otherwise: the last layer computes every row).
     """
 
     graph: Graph
@@ -38,6 +42,7 @@ class TrainData(NamedTuple):
     test_mask: jax.Array
     focus: jax.Array | None = None
     focus_pos: jax.Array | None = None
+    focus_rows: Any = None
 
 
 def with_focus(data: TrainData) -> TrainData:
@@ -57,10 +62,15 @@ def with_focus(data: TrainData) -> TrainData:
     try:
         train, val = np.asarray(data.train_mask), np.asarray(data.val_mask)
     except (TypeError, jax.errors.TracerArrayConversionError):
-        return data._replace(focus=None, focus_pos=None)
+        return data._replace(focus=None, focus_pos=None, focus_rows=None)
     used = (train != 0) | (val != 0)
     if used.ndim == 2:  # stacked splits [n_splits, n]
         used = used.any(axis=0)
     pos = np.where(used, np.cumsum(used) - 1, -1)  # each node's place in focus (sorted)
-    return data._replace(focus=jnp.asarray(np.flatnonzero(used).astype(np.int32)),
-                         focus_pos=jnp.asarray(pos.astype(np.int32)))
+    focus = np.flatnonzero(used).astype(np.int32)
+    rows = None
+    if getattr(data.graph, "csr", None) is not None and 2 * focus.size <= used.size:
+        # the last layer's logits at the focus only (Cora: 640 of 2,708 rows); over half the nodes
+        # the rows' copy of the adjacency would cost more memory than the rows it saves
+        rows = jax.tree.map(jnp.asarray, focus_rows(data.graph, focus))
+    return data._replace(focus=jnp.asarray(focus), focus_pos=jnp.asarray(pos.astype(np.int32)), focus_rows=rows)

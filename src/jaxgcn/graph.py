@@ -364,3 +364,43 @@ def reorder(graph: Graph, method: str = "rcm", *, symmetric: bool = False) -> tu
     out = Graph(senders=cols.astype(np.int32), receivers=rows.astype(np.int32), weights=vals.astype(np.float32),
                 self_weights=np.asarray(graph.self_weights)[order])
     return out, order.astype(np.int64)
+
+
+def focus_rows(graph: Graph, rows: Any) -> Any:
+    """The rows ``rows`` (sorted, distinct) of the propagation matrix ``Â`` (the graph's CSR plus
+    its self-loops), as a [K, n_nodes] :class:`jaxgcn.csr.CSR` (host arrays) for
+    :func:`jaxgcn.csr.spmm_rows`: a last layer whose output only these rows are read from.
+
+    Each row lists its off-diagonal entries, then its self-loop; the transposed pattern lists each
+    column's entries by row, then the self-loop entry. The product and its gradient thus sum in
+    the order the square product adds its diagonal (after the row's other entries), so every
+    row comes out bit for bit as the square product's row.
+
+    >>> g = with_csr(gcn_norm(from_edges([0, 1], [1, 2])[0]))
+    >>> sub = focus_rows(g, np.array([1]))
+    >>> sub.shape, sub.cols.tolist(), sub.t_indptr.tolist(), sub.t_perm.tolist()
+    ((1, 3), [0, 2, 1], [0, 1, 2, 3], [0, 2, 1])
+    """
+    from jaxgcn.csr import CSR
+
+    a = graph.csr
+    if a is None:
+        raise ValueError("focus_rows needs the graph's CSR: attach it with with_csr(graph)")
+    rows = np.asarray(rows, np.int64)
+    indptr, cols, vals = (np.asarray(v) for v in (a.indptr, a.cols, a.data))
+    n, k_rows = graph.n_nodes, rows.size
+    counts = indptr[rows + 1] - indptr[rows] + 1  # the row's entries and its self-loop
+    sub_indptr = np.zeros(k_rows + 1, np.int64)
+    np.cumsum(counts, out=sub_indptr[1:])
+    row = np.repeat(np.arange(k_rows), counts)  # the sub-matrix row of each entry
+    offset = np.arange(sub_indptr[-1]) - sub_indptr[row]
+    own = offset == counts[row] - 1  # the self-loop, last in its row
+    src = np.where(own, 0, indptr[rows[row]] + offset)
+    sub_cols = np.where(own, rows[row], cols[src] if cols.size else 0).astype(np.int32)
+    sub_vals = np.where(own, np.asarray(graph.self_weights, np.float32)[rows[row]],
+                        vals[src] if vals.size else 0).astype(np.float32)
+    order = np.lexsort((row, own, sub_cols))  # by column, the self-loop after the others, then by row
+    t_indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(sub_cols, minlength=n), out=t_indptr[1:])
+    return CSR(sub_indptr.astype(np.int32), sub_cols, sub_vals, t_indptr.astype(np.int32),
+               row[order].astype(np.int32), order.astype(np.int32))

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, run_matmul, spmm, spmm_given, spmm_pair, spmm_xla
+from jaxgcn.csr import CSR, run_matmul, spmm, spmm_given, spmm_pair, spmm_rows, spmm_xla
 from jaxgcn.fused import hash_dropout
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
@@ -393,7 +393,8 @@ def _layer_norm_runs(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Arr
 def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs: RunInputs, *,
                execution: Execution = Execution(), keys: jax.Array | None = None, train: bool = False,
                aggregated: jax.Array | None = None, embed: bool = False,
-               propagate: Propagate | None = None, first: FirstLayer | None = None) -> jax.Array:
+               propagate: Propagate | None = None, first: FirstLayer | None = None,
+               rows: CSR | None = None) -> jax.Array:
     """The GCN forward pass (Kipf & Welling 2017, arXiv:1609.02907, eq. 9) for R stacked runs.
 
     Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]`` and
@@ -414,9 +415,12 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         propagate: the aggregation; default :func:`jaxgcn.propagate.propagate` with the execution's backend.
         first: the first layer's product computed ahead (:func:`first_layer_pair`) with the dropout
             ``keys[0]`` draws (training) or none (evaluation); gradients flow as if computed here.
+        rows: some rows of the propagation matrix (:func:`jaxgcn.graph.focus_rows`, the csr
+            kernel's): the last layer propagates into these rows only (with 2 or more layers).
 
     Returns:
-        [n, R, n_classes] logits.
+        [n, R, n_classes] logits; [K, R, n_classes] with ``rows``, those rows' (each equal to the
+        row of every node's logits).
     """
     if propagate is None:
         propagate = _default_propagate(execution)
@@ -449,7 +453,11 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             else:
                 out = _matmul_runs(h, values, layer["w"], kernels)
             r, width = out.shape[1], out.shape[2]
-            out = propagate(graph, out.reshape(n, r * width)).reshape(n, r, width)
+            if rows is not None and i == config.layers - 1:  # the logits of these rows only
+                out = spmm_rows(rows, out.reshape(n, r * width).astype(jnp.float32)).astype(out.dtype)
+                out = out.reshape(-1, r, width)
+            else:
+                out = propagate(graph, out.reshape(n, r * width)).reshape(n, r, width)
         if "b" in layer:
             out = out + layer["b"][None, :, :]
         if i == config.layers - 1:

@@ -18,7 +18,7 @@ import optax
 from jaxgcn.data import TrainData
 from jaxgcn.layers import Params
 from jaxgcn.models import (Execution, FirstLayer, GCNConfig, Propagate, RunInputs, aggregate_input, apply_runs,
-                           first_layer_pair, gcn, make_run_inputs)
+                           first_layer_pair, gcn, kernels_for, make_run_inputs)
 from jaxgcn.training.axes import insert_axes, run_axes, select_running, unstacked_shapes
 from jaxgcn.training.config import Patience, RUNNING, TrainConfig
 from jaxgcn.training.losses import masked_sums, per_run_l2
@@ -102,13 +102,23 @@ class Step(NamedTuple):
             return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
         return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
 
+    def last_rows(self, data: TrainData) -> Any:
+        """The rows of the propagation matrix at ``data.focus`` when the last layer computes its
+        logits there alone (the csr kernel's default propagation, 2 or more layers), else None."""
+        usable = (self.propagate is None and self.model_config.layers > 1 and self.execution.backend == "csr"
+                  and kernels_for(self.execution))
+        return data.focus_rows if usable else None
+
     def focused(self, data: TrainData, logits: jax.Array, *ms: jax.Array) -> tuple[jax.Array, ...]:
-        """The logits, labels and masks of the nodes the loop's loss and metrics read (``data.focus``)."""
+        """The logits, labels and masks of the nodes the loop's loss and metrics read (``data.focus``);
+        ``logits`` of every node, or of the focus nodes already (:meth:`last_rows`)."""
         rows = data.focus
         if rows is None:
             return (logits, data.labels, *ms)
         take = functools.partial(jnp.take, indices=rows, unique_indices=True, indices_are_sorted=True)
-        return (take_rows(logits, rows, data.focus_pos), take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
+        if logits.shape[0] != rows.shape[0]:
+            logits = take_rows(logits, rows, data.focus_pos)
+        return (logits, take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
 
     def l2_factor(self, runs: RunInputs) -> Any:
         """Each run's factor of the L2 term in its loss: its weight decay (adamw: 0, it decays in the optimizer)."""
@@ -158,7 +168,8 @@ class Step(NamedTuple):
         train_m = self.masks(data, runs)[0]
 
         def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
-            logits = self.forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first)
+            logits = self.forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first,
+                                  rows=self.last_rows(data))
             logits, labels, m = self.focused(data, logits, train_m)
             per_run = masked_sums(logits, labels, m)[0] / n_train  # this device's share
             return jnp.sum(per_run), per_run
@@ -201,7 +212,7 @@ class Step(NamedTuple):
         # the evaluation's first layer and the next step's, from one pass (when first is in use)
         pair = None if first is None else self.ahead(st._replace(params=params, key=key), data, runs)
         logits = self.forward(the.stack(params), data, runs, aggregated=aggregated,
-                              first=None if pair is None else pair[1])
+                              first=None if pair is None else pair[1], rows=self.last_rows(data))
         logits, labels, train_f, val_f = self.focused(data, logits, train_m, val_m)
         _, train_acc = self.metrics(logits, labels, train_f)
         val_loss, val_acc = self.metrics(logits, labels, val_f)
