@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import jaxgcn.csr as csr_mod
 import jaxgcn.data as data_mod
@@ -85,15 +86,45 @@ def test_the_focus_rows_are_built_for_a_small_focus_only():
 
 @pytest.fixture(scope="module")
 def prepared():
-    return datasets.prepare(datasets.synthetic(400, n_classes=4, n_features=16, homophily=0.5, signal=0.3, seed=1))
+    """A sparse graph (average degree 2, 5 training nodes per class) with CSR features: a training
+    loss's gradient reaches well under 3/4 of the nodes within 3 propagations."""
+    raw = datasets.synthetic(600, n_classes=4, n_features=16, avg_degree=2.0, homophily=0.6, signal=0.4,
+                             train_per_class=5, seed=1)
+    dense = np.asarray(raw.features)
+    raw = raw._replace(features=sp.csr_matrix(np.where(np.abs(dense) > 0.8, dense, 0.0).astype(np.float32)))
+    return datasets.prepare(raw, backend="csr")
 
 
-@pytest.mark.parametrize("runs", [1, 3])
-def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, runs, monkeypatch):
-    """The loop's logits at the focus nodes only give the same runs, bit for bit, as the logits of
-    every node followed by the focus gather (the rows built or not)."""
+def test_the_reached_features_cut_only_rows_the_gradient_never_reaches(prepared):
+    data = prepared.data
+    g = data.graph.csr
+    pattern = sp.csr_matrix((np.ones(g.cols.shape[0]), np.asarray(g.cols), np.asarray(g.indptr)), shape=(600, 600))
+    for hops in (1, 2, 3):
+        reached = np.asarray(data.train_mask) != 0
+        for _ in range(hops):  # Â's pattern transposed, its self-loops included
+            reached = reached | (pattern.T @ reached.astype(float) > 0)
+        cut = with_focus(data, hops).x_reached
+        x = data.x
+        assert np.array_equal(cut.indptr, x.indptr) and np.array_equal(cut.cols, x.cols)
+        t_rows, t_perm, t_indptr = (np.asarray(v) for v in (x.t_rows, x.t_perm, x.t_indptr))
+        keep = reached[t_rows]  # the transposed entries of reached rows, in their order
+        assert keep.sum() < x.nse
+        assert np.array_equal(np.asarray(cut.t_rows), t_rows[keep])
+        assert np.array_equal(np.asarray(cut.t_perm), t_perm[keep])
+        per_column = np.add.reduceat(np.append(keep, False).astype(int), t_indptr[:-1]) * (np.diff(t_indptr) > 0)
+        assert np.array_equal(np.diff(np.asarray(cut.t_indptr)), per_column)
+    assert with_focus(data).x_reached is None  # no hops given: no cut
+
+
+@pytest.mark.parametrize(("layers", "runs", "hidden"), [(2, 1, 32), (2, 3, 16), (3, 3, 16)])
+def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layers, runs, hidden, monkeypatch):
+    """The loop's logits at the focus nodes only, and the first layer's gradient over the reached
+    rows only, give the same runs, bit for bit, as the logits of every node followed by the focus
+    gather and the gradient over every row (each one built or not). One run 32 wide: its first
+    layer's gradient takes the transposed pattern (16 wide and less, the scatter of g's rows)."""
     config = TrainConfig(epochs=60, lr=0.1, early_stopping=Kipf(5))
-    model = GCNConfig(hidden=16)
+    model = GCNConfig(hidden=hidden, layers=layers)
+    assert with_focus(prepared.data, layers).x_reached is not None
     calls = []
     real = csr_mod.spmm_rows
     monkeypatch.setattr("jaxgcn.models.spmm_rows", lambda *a: calls.append(1) or real(*a))
@@ -107,14 +138,17 @@ def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, runs,
                        execution=EXEC)
         return res.history, res.params
 
-    history, params = train()
+    both = train()
     assert calls  # traced: the last layer took the focus rows
-    monkeypatch.setattr(data_mod, "focus_rows", lambda *a: None)  # not built: every row, then the gather
+    monkeypatch.setattr(data_mod, "_reached_features", lambda *a: None)  # every row's gradient
+    every_reached = train()
+    monkeypatch.setattr(data_mod, "focus_rows", lambda *a: None)  # and every row's logits, then the gather
     calls.clear()
-    every_history, every_params = train()
+    neither = train()
     assert not calls
-    assert history.keys() == every_history.keys()
-    for name in history:
-        assert np.asarray(history[name]).tobytes() == np.asarray(every_history[name]).tobytes(), name
-    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(every_params)):
-        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    for (history, params) in (every_reached, neither):
+        assert history.keys() == both[0].keys()
+        for name in history:
+            assert np.asarray(history[name]).tobytes() == np.asarray(both[0][name]).tobytes(), name
+        for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(both[1])):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()

@@ -205,7 +205,7 @@ def fit(
     """
     key = jax.random.key(0) if key is None else key
     execution = planned(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
-    data = with_focus(data)
+    data = with_focus(data, model_config.layers)
     if progress is not None:
         progress.compiling()
     compiled = compile_runner(model_config, config, data, n_classes, execution)

@@ -260,7 +260,7 @@ def fit_runs(
     execution = planned(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
     n = len(entries)
     size = slice_size(n, model_config.hidden, execution, n_devices, data.graph, runs_per_device)
-    data = with_focus(data)
+    data = with_focus(data, model_config.layers)
     options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,
                        on_checkpoint, resume)
     if n <= size:

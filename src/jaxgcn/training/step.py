@@ -166,6 +166,9 @@ class Step(NamedTuple):
         step adds the L2 term's gradient and computes its value)."""
         the = runs_of(st)
         train_m = self.masks(data, runs)[0]
+        if first is not None and data.x_reached is not None and self.propagate is None:
+            # the first layer's weight gradient over the rows the loss reaches (with_focus)
+            data = data._replace(x=data.x_reached)
 
         def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
             logits = self.forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first,
