@@ -60,6 +60,7 @@ def jax_worker(args: argparse.Namespace) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
+    from jaxgcn.data import with_focus
     from jaxgcn.datasets import RawGraph, prepare
     from jaxgcn.memory import estimate
     from jaxgcn.models import Execution, GCNConfig
@@ -83,15 +84,16 @@ def jax_worker(args: argparse.Namespace) -> dict:
     est = estimate(prepared.info["n_nodes"], graph.n_edges, n_features, n_classes, hidden=128,
                    backend=prepared.backend, chunk_edges=args.chunk_edges,
                    symmetric=graph.csr is None or graph.csr.symmetric)
-    compiled = compile_runner(model_config, config, prepared.data, n_classes, execution)
-    state = compiled.init(jax.random.key(0), prepared.data)
-    state = compiled.run_until(state, prepared.data, jnp.int32(1))  # warm-up epoch, not timed
+    data = with_focus(prepared.data, model_config.layers)  # as fit trains it (the loss's nodes, their rows)
+    compiled = compile_runner(model_config, config, data, n_classes, execution)
+    state = compiled.init(jax.random.key(0), data)
+    state = compiled.run_until(state, data, jnp.int32(1))  # warm-up epoch, not timed
     jax.block_until_ready(state.epoch)
     times, epoch = [], 1
     while epoch < total:  # timed in chunks of --chunk epochs, as fit runs them between progress lines
         stop = min(epoch + args.chunk, total)
         t = time.perf_counter()
-        state = compiled.run_until(state, prepared.data, jnp.int32(stop))
+        state = compiled.run_until(state, data, jnp.int32(stop))
         jax.block_until_ready(state.epoch)
         times.append((time.perf_counter() - t) / (stop - epoch))
         epoch = stop
