@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 import jaxgcn.csr as csr_mod
+import jaxgcn.fused as fused_mod
 from jaxgcn import kernel_build
 from jaxgcn.csr import csr_from_scipy, kernel_status, spmm
 from jaxgcn.layers import dropout, matmul, sparse_features
@@ -84,6 +85,11 @@ def test_gradients_match_finite_differences(symmetric, width):
     b = jnp.asarray(np.random.default_rng(7).standard_normal((12, width)).astype(np.float32)) / 4
     check_grads(lambda b: jnp.sum(jnp.tanh(spmm(m, b)) ** 2), (b,), order=2, modes=("rev",),
                 atol=1e-2, rtol=1e-2, eps=1e-2)
+    if not symmetric:  # and in the values with b, mixed second order included (the values of the
+        # gradient's transposed product, read through its permutation, get theirs scattered back)
+        vals = jnp.asarray(m.data, jnp.float32)[:, None]
+        check_grads(lambda b, v: jnp.sum(jnp.tanh(spmm(m, b, v)) ** 2), (b, vals), order=2, modes=("rev",),
+                    atol=1e-2, rtol=1e-2, eps=1e-2)
 
 
 def test_csr_features_match_bcoo_in_dropout_and_matmul():
@@ -445,7 +451,7 @@ def _per_run_einsum(x, w):
                                                    (1000, 4, 16, 16)],
                          ids=["odd", "cora-64", "two-chunks-of-classes", "one", "exact-lanes"])
 def test_run_matmul_equals_the_dense_formula_with_gradients(n, runs, h, c):
-    from jaxgcn.csr import run_matmul
+    from jaxgcn.fused import run_matmul
 
     rng = np.random.default_rng(n + h)
     x = jnp.asarray(rng.standard_normal((n, runs, h)), jnp.float32)
@@ -462,7 +468,7 @@ def test_run_matmul_equals_the_dense_formula_with_gradients(n, runs, h, c):
 
 
 def test_run_matmul_gradients_match_finite_differences_to_second_order():
-    from jaxgcn.csr import run_matmul
+    from jaxgcn.fused import run_matmul
 
     rng = np.random.default_rng(2)
     x = jnp.asarray(rng.standard_normal((11, 3, 5)), jnp.float32) / 2
@@ -472,7 +478,7 @@ def test_run_matmul_gradients_match_finite_differences_to_second_order():
 
 
 def test_run_matmul_gradient_is_exactly_zero_where_the_cotangent_is():
-    from jaxgcn.csr import run_matmul
+    from jaxgcn.fused import run_matmul
 
     rng = np.random.default_rng(4)
     x = jnp.asarray(rng.standard_normal((50, 2, 16)), jnp.float32)
@@ -500,8 +506,8 @@ def test_run_matmul_gradients_read_rows_zero_only_in_their_first_lanes():
     g[kind == 3, -1] = -1.0 - rng.random(n // 4)
     want_dx = jnp.einsum("nrc,hrc->nrh", g.reshape(n, runs, c), w, precision="highest")
     want_dw = jnp.einsum("nrh,nrc->hrc", x.reshape(n, runs, h), g.reshape(n, runs, c), precision="highest")
-    for got, want in ((lambda: csr_mod._times_t(jnp.asarray(g), w), want_dx.reshape(n, runs * h)),
-                      (lambda: csr_mod._outer(x, jnp.asarray(g), w.shape), want_dw)):
+    for got, want in ((lambda: fused_mod._times_t(jnp.asarray(g), w), want_dx.reshape(n, runs * h)),
+                      (lambda: fused_mod._outer(x, jnp.asarray(g), w.shape), want_dw)):
         csr_mod.reset_kernel_counters()
         np.testing.assert_allclose(np.asarray(got()), np.asarray(want), rtol=1e-5, atol=1e-5)
         counters = csr_mod.kernel_counters()
@@ -509,7 +515,7 @@ def test_run_matmul_gradients_read_rows_zero_only_in_their_first_lanes():
 
 
 def test_run_matmul_refuses_mismatched_weights():
-    from jaxgcn.csr import run_matmul
+    from jaxgcn.fused import run_matmul
 
     with pytest.raises(ValueError, match=r"w must be \[4, 2, out\]"):
         run_matmul(jnp.ones((3, 2, 4)), jnp.ones((4, 3, 5)))

@@ -152,3 +152,17 @@ def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layer
             assert np.asarray(history[name]).tobytes() == np.asarray(both[0][name]).tobytes(), name
         for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(both[1])):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_the_cut_features_refuse_a_second_order_gradient(prepared):
+    # the cut transposed pattern is exact for a gradient zero off the reached rows; differentiating
+    # that product again would need the rows it dropped
+    cut = with_focus(prepared.data, 2).x_reached
+    vals, w = jnp.ones((cut.nse, 2)), jnp.ones((cut.shape[1], 32))
+
+    def loss(w):
+        return jnp.sum(spmm(cut, w, vals) ** 2)
+
+    assert np.all(np.isfinite(np.asarray(jax.grad(loss)(w))))
+    with pytest.raises(NotImplementedError, match="cut to some rows has no second-order gradient"):
+        jax.grad(lambda w: jnp.sum(jax.grad(loss)(w) ** 2))(w)

@@ -288,7 +288,7 @@ def test_the_install_time_build_is_used_only_where_it_was_built_for(monkeypatch,
     # used without any compiler, and nothing is compiled into the cache (registered under names of
     # its own: this process registered the real kernel's)
     monkeypatch.setattr(kernel_build, "_compiler", lambda: None)
-    for target in ("_TARGET", "_DENSE_TARGET", "_PAIR_TARGET", "_T_TARGET", "ADAM_TARGET",
+    for target in ("_TARGET", "DENSE_TARGET", "_PAIR_TARGET", "_T_TARGET", "ADAM_TARGET",
                    "DROPOUT_TARGET"):
         monkeypatch.setattr(csr_mod, target, getattr(csr_mod, target) + "_prebuilt_test")
     ok, reason = csr_mod._load()

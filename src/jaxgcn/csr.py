@@ -19,13 +19,13 @@ the CPU has them, and ``avx2`` without the AVX-512 one (``native``, the default,
 that ``-march=native`` enables), so that one machine can test them all; :func:`kernel_isa` says
 which the loaded library has, and :func:`kernel_counters` which regime its calls ran in.
 
-The same library holds the per-run dense products of a batch of runs (:func:`run_matmul`:
+The same library holds the per-run dense products of a batch of runs (:func:`jaxgcn.fused.run_matmul`:
 ``[n, R, H] x [H, R, C]``), which XLA computes either through transposes to ``[R, H, n]`` or as a
 materialized ``[n, R, H, C]`` broadcast product.
 
-The sparse product is differentiable in reverse mode, to any order, in ``b`` (the gradient is the same
-kernel over the transposed pattern, precomputed on the host) and in the values (a gather, removed
-by XLA when unused). Forward mode (``jax.jvp``) is not defined for it: training uses reverse mode.
+The sparse product is differentiable in reverse mode, to any order, in ``b`` (the gradient is the
+same kernel over the transposed pattern, precomputed on the host) and in the values (removed by
+XLA when unused). Forward mode (``jax.jvp``) is not defined for it: training uses reverse mode.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from jaxgcn import kernel_build, machine
 from jaxgcn.kernel_build import KernelBuildError  # noqa: F401 - its face
 
 _TARGET = "jaxgcn_spmm"
-_DENSE_TARGET = "jaxgcn_run_dense"
 _PAIR_TARGET = "jaxgcn_spmm_pair"
 _T_TARGET = "jaxgcn_spmm_t"
-ADAM_TARGET = "jaxgcn_adam"  # jaxgcn.fused's passes, registered here with the products
+DENSE_TARGET = "jaxgcn_run_dense"  # jaxgcn.fused's passes, registered here with the products
+ADAM_TARGET = "jaxgcn_adam"
 DROPOUT_TARGET = "jaxgcn_dropout"
 
 
@@ -156,7 +156,7 @@ def _load() -> tuple[bool, str]:
         path = path if cxx is None else kernel_build._build(cxx)
         lib = ctypes.cdll.LoadLibrary(str(path))
         jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmm), platform="cpu")
-        jax.ffi.register_ffi_target(_DENSE_TARGET, jax.ffi.pycapsule(lib.JaxgcnRunDense), platform="cpu")
+        jax.ffi.register_ffi_target(DENSE_TARGET, jax.ffi.pycapsule(lib.JaxgcnRunDense), platform="cpu")
         jax.ffi.register_ffi_target(_PAIR_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmPair), platform="cpu")
         jax.ffi.register_ffi_target(_T_TARGET, jax.ffi.pycapsule(lib.JaxgcnSpmmT), platform="cpu")
         jax.ffi.register_ffi_target(ADAM_TARGET, jax.ffi.pycapsule(lib.JaxgcnAdam), platform="cpu")
@@ -265,7 +265,7 @@ def kernel_counters() -> dict[str, int]:
     - ``narrow_rows`` / ``blocked_rows`` / ``scalar_rows``: output rows summed in one vector
       register (one value column, ``W`` at most 16: a single run's hidden or output width) / in
       several (one value column, or ``W / V`` a multiple of 16) / in the loop for other widths.
-    - ``dense_calls``: :func:`run_matmul` products, any direction; ``dense_skipped_rows``: all-zero
+    - ``dense_calls``: :func:`jaxgcn.fused.run_matmul` products, any direction; ``dense_skipped_rows``: all-zero
       rows of the incoming gradient that they skipped.
     - ``scatter_calls``: one run's gradients ``Aᵀ g`` computed by scattering the live rows of ``g``
       (one value column, ``g`` at most 16 wide); their skipped rows of ``g`` count in
@@ -356,8 +356,39 @@ def _transposed(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag):
     skipping g's all-zero rows: each output row sums its entries in row order, the diagonal last."""
     if t_indptr is None:  # the matrix is its own transpose
         return _spmm(indptr, cols, None, None, None, vals, g, diag, True)
-    inverse = jnp.zeros_like(t_perm).at[t_perm].set(jnp.arange(t_perm.shape[0], dtype=t_perm.dtype))
-    return _spmm(t_indptr, t_rows, indptr, cols, inverse, vals[t_perm], g, diag, True)
+    return _spmm_perm(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag)
+
+
+@jax.custom_vjp
+def _spmm_perm(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag):
+    """``(A + diag)^T g`` over A's transposed pattern, whose entry t has A's values ``vals[t_perm[t]]``
+    (gathered into its order: the kernel reading them in place through ``t_perm`` measured no
+    faster, its reads of them then random). ``t_perm`` may keep only some of A's entries (a
+    pattern cut to the rows of g that can be non-zero, :func:`jaxgcn.data.with_focus`): then the
+    product is exact for such g only, and it has no second-order gradient."""
+    return _call(t_indptr, t_rows, vals[t_perm], g, True, diag)
+
+
+def _spmm_perm_fwd(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag):
+    return _spmm_perm(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag), (indptr, cols, t_indptr, t_rows,
+                                                                                 t_perm, vals, g, diag)
+
+
+def _spmm_perm_bwd(res, h):
+    # out = (A + diag)^T g: d g = (A + diag) h, d vals[t_perm[t]] = <h[row t], g[t_rows[t]]>, d diag = <g, h>
+    indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag = res
+    if t_rows.shape[0] != cols.shape[0]:
+        raise NotImplementedError("a product over a transposed pattern cut to some rows has no second-order "
+                                  "gradient (jaxgcn.data.with_focus); differentiate the uncut features")
+    dg = _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, h, diag, True)
+    nnz, v = t_rows.shape[0], vals.shape[1]
+    prods = h[_entry_rows(t_indptr, nnz)].reshape(nnz, v, -1) * g[t_rows].reshape(nnz, v, -1)
+    d_vals = jnp.zeros_like(vals).at[t_perm].set(prods.sum(axis=-1), unique_indices=True)
+    d_diag = None if diag is None else jnp.sum(g * h, axis=1).astype(diag.dtype)
+    return None, None, None, None, None, d_vals, dg, d_diag
+
+
+_spmm_perm.defvjp(_spmm_perm_fwd, _spmm_perm_bwd)
 
 
 @jax.custom_vjp
@@ -520,57 +551,3 @@ def csr_matmul(a: CSR, b: jax.Array) -> jax.Array:
     if kernel_status()[0]:
         return spmm(a, b.astype(jnp.float32)).astype(b.dtype)
     return spmm_xla(a, b)
-
-
-# ----------------------------------------------------------------------------- per-run dense products
-
-def _dense_call(mode: int, a: jax.Array, b: jax.Array, w_shape: tuple[int, int, int], w: jax.Array) -> jax.Array:
-    h, r, c = w_shape
-    rows = h if mode == 2 else a.shape[0]
-    out = jax.ShapeDtypeStruct((rows, r * (h if mode == 1 else c)), jnp.float32)
-    return jax.ffi.ffi_call(_DENSE_TARGET, out)(a, b, w, mode=np.int64(mode))
-
-
-# The three bilinear products, each the others' gradient (so all orders of reverse mode work):
-#   _times(x, w)[i,r,c] = sum_h x[i,r,h] w[h,r,c]   x [n, R*H] -> [n, R*C]
-#   _times_t(g, w)[i,r,h] = sum_c g[i,r,c] w[h,r,c]  g [n, R*C] -> [n, R*H] (zero rows of g skipped)
-#   _outer(x, g)[h,r,c] = sum_i x[i,r,h] g[i,r,c]    -> [H, R, C]         (zero rows of g skipped)
-@jax.custom_vjp
-def _times(x: jax.Array, w: jax.Array) -> jax.Array:
-    return _dense_call(0, x, x[:0], w.shape, w)
-
-
-@jax.custom_vjp
-def _times_t(g: jax.Array, w: jax.Array) -> jax.Array:
-    return _dense_call(1, g, g[:0], w.shape, w)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _outer(x: jax.Array, g: jax.Array, w_shape: tuple[int, int, int]) -> jax.Array:
-    return _dense_call(2, x, g, w_shape, jnp.zeros(w_shape, jnp.float32)).reshape(w_shape)  # w: its shape only
-
-
-_times.defvjp(lambda x, w: (_times(x, w), (x, w)),
-              lambda res, o: (_times_t(o, res[1]), _outer(res[0], o, res[1].shape)))
-_times_t.defvjp(lambda g, w: (_times_t(g, w), (g, w)),
-                lambda res, o: (_times(o, res[1]), _outer(o, res[0], res[1].shape)))
-_outer.defvjp(lambda x, g, shape: (_outer(x, g, shape), (x, g)),
-              lambda shape, res, o: (_times_t(res[1], o), _times(res[0], o)))
-
-
-def run_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
-    """Per-run products ``x[:, r] @ w[:, r]`` of R runs with the kernel: [n, R, H] x [H, R, C] -> [n, R, C].
-
-    Node-major throughout (no transposes); the gradients skip the all-zero rows of the incoming
-    gradient (a loss masked to a few training nodes). Needs :func:`kernel_status`.
-
-    >>> x, w = jnp.ones((3, 2, 4)), jnp.arange(16.0).reshape(4, 2, 2)
-    >>> run_matmul(x, w)[0].tolist() if kernel_status()[0] else [[24.0, 28.0], [32.0, 36.0]]
-    [[24.0, 28.0], [32.0, 36.0]]
-    """
-    require_kernel()
-    n, r, h = x.shape
-    if w.ndim != 3 or w.shape[:2] != (h, r):
-        raise ValueError(f"run_matmul: x has shape {x.shape}, w {w.shape}; w must be [{h}, {r}, out]")
-    out = _times(x.astype(jnp.float32).reshape(n, r * h), w.astype(jnp.float32))
-    return out.reshape(n, r, w.shape[2])

@@ -1,6 +1,7 @@
-"""The C++ kernel's elementwise passes over a batch of runs (registered with the sparse products by
-:mod:`jaxgcn.csr`): one Adam step of a params leaf (:func:`adam_leaf`) and the hidden layers' relu
-and hash dropout (:func:`hash_dropout`), each one pass where XLA's CPU fusions took several."""
+"""The C++ kernel's passes over a batch of runs other than the sparse products (registered with
+those by :mod:`jaxgcn.csr`): the per-run dense products (:func:`run_matmul`), one Adam step of a
+params leaf (:func:`adam_leaf`) and the hidden layers' relu and hash dropout (:func:`hash_dropout`),
+each one pass where XLA's CPU fusions took several."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.csr import ADAM_TARGET, DROPOUT_TARGET, require_kernel
+from jaxgcn.csr import ADAM_TARGET, DENSE_TARGET, DROPOUT_TARGET, require_kernel
 
 
 # ----------------------------------------------------------------------------- one optimizer step
@@ -73,3 +74,58 @@ def _hash_dropout_bwd(relu, res, g):
 
 
 hash_dropout.defvjp(_hash_dropout_fwd, _hash_dropout_bwd)
+
+
+# ----------------------------------------------------------------------------- per-run dense products
+
+def _dense_call(mode: int, a: jax.Array, b: jax.Array, w_shape: tuple[int, int, int], w: jax.Array) -> jax.Array:
+    h, r, c = w_shape
+    rows = h if mode == 2 else a.shape[0]
+    out = jax.ShapeDtypeStruct((rows, r * (h if mode == 1 else c)), jnp.float32)
+    return jax.ffi.ffi_call(DENSE_TARGET, out)(a, b, w, mode=np.int64(mode))
+
+
+# The three bilinear products, each the others' gradient (so all orders of reverse mode work):
+#   _times(x, w)[i,r,c] = sum_h x[i,r,h] w[h,r,c]   x [n, R*H] -> [n, R*C]
+#   _times_t(g, w)[i,r,h] = sum_c g[i,r,c] w[h,r,c]  g [n, R*C] -> [n, R*H] (zero rows of g skipped)
+#   _outer(x, g)[h,r,c] = sum_i x[i,r,h] g[i,r,c]    -> [H, R, C]         (zero rows of g skipped)
+@jax.custom_vjp
+def _times(x: jax.Array, w: jax.Array) -> jax.Array:
+    return _dense_call(0, x, x[:0], w.shape, w)
+
+
+@jax.custom_vjp
+def _times_t(g: jax.Array, w: jax.Array) -> jax.Array:
+    return _dense_call(1, g, g[:0], w.shape, w)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _outer(x: jax.Array, g: jax.Array, w_shape: tuple[int, int, int]) -> jax.Array:
+    return _dense_call(2, x, g, w_shape, jnp.zeros(w_shape, jnp.float32)).reshape(w_shape)  # w: its shape only
+
+
+_times.defvjp(lambda x, w: (_times(x, w), (x, w)),
+              lambda res, o: (_times_t(o, res[1]), _outer(res[0], o, res[1].shape)))
+_times_t.defvjp(lambda g, w: (_times_t(g, w), (g, w)),
+                lambda res, o: (_times(o, res[1]), _outer(o, res[0], res[1].shape)))
+_outer.defvjp(lambda x, g, shape: (_outer(x, g, shape), (x, g)),
+              lambda shape, res, o: (_times_t(res[1], o), _times(res[0], o)))
+
+
+def run_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """Per-run products ``x[:, r] @ w[:, r]`` of R runs with the kernel: [n, R, H] x [H, R, C] -> [n, R, C].
+
+    Node-major throughout (no transposes); the gradients skip the all-zero rows of the incoming
+    gradient (a loss masked to a few training nodes). Needs :func:`jaxgcn.csr.kernel_status`.
+
+    >>> from jaxgcn.csr import kernel_status
+    >>> x, w = jnp.ones((3, 2, 4)), jnp.arange(16.0).reshape(4, 2, 2)
+    >>> run_matmul(x, w)[0].tolist() if kernel_status()[0] else [[24.0, 28.0], [32.0, 36.0]]
+    [[24.0, 28.0], [32.0, 36.0]]
+    """
+    require_kernel()
+    n, r, h = x.shape
+    if w.ndim != 3 or w.shape[:2] != (h, r):
+        raise ValueError(f"run_matmul: x has shape {x.shape}, w {w.shape}; w must be [{h}, {r}, out]")
+    out = _times(x.astype(jnp.float32).reshape(n, r * h), w.astype(jnp.float32))
+    return out.reshape(n, r, w.shape[2])

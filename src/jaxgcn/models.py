@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, run_matmul, spmm, spmm_given, spmm_pair, spmm_rows, spmm_xla
-from jaxgcn.fused import hash_dropout
+from jaxgcn.csr import CSR, spmm, spmm_given, spmm_pair, spmm_rows, spmm_xla
+from jaxgcn.fused import hash_dropout, run_matmul
 from jaxgcn.graph import Graph
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.propagate import BACKENDS, propagate
