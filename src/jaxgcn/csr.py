@@ -102,6 +102,17 @@ def _check_pattern(csr: sp.csr_matrix) -> None:
                          f"({bad.size} such entries); fix the column indices or the shape")
 
 
+def row_pointers(counts: Any) -> np.ndarray:
+    """Host-side int64 row pointers ``[0, c0, c0 + c1, ...]`` of rows with ``counts`` entries each.
+
+    >>> row_pointers(np.array([2, 0, 3])).tolist()
+    [0, 2, 2, 5]
+    """
+    indptr = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr
+
+
 def csr_from_scipy(matrix: Any, dtype: Any = np.float32, *, check_symmetric: bool = False) -> CSR:
     """Host-side :class:`CSR` (NumPy arrays) of a SciPy sparse matrix, duplicates summed.
 
@@ -130,8 +141,7 @@ def csr_from_scipy(matrix: Any, dtype: Any = np.float32, *, check_symmetric: boo
         return CSR(csr.indptr.astype(np.int32), csr.indices.astype(np.int32), csr.data.astype(dtype))
     rows = np.repeat(np.arange(n_rows, dtype=np.int32), np.diff(csr.indptr))
     t_perm = np.argsort(csr.indices, kind="stable").astype(np.int32)
-    t_indptr = np.zeros(n_cols + 1, np.int64)
-    np.cumsum(np.bincount(csr.indices, minlength=n_cols), out=t_indptr[1:])
+    t_indptr = row_pointers(np.bincount(csr.indices, minlength=n_cols))
     return CSR(csr.indptr.astype(np.int32), csr.indices.astype(np.int32), data,
                t_indptr.astype(np.int32), rows[t_perm], t_perm)
 

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.csr import CSR
+from jaxgcn.csr import CSR, row_pointers
 from jaxgcn.graph import Graph, focus_rows
 from jaxgcn.layers import Features
 
@@ -103,8 +103,7 @@ def _reached_features(data: TrainData, trained: np.ndarray, hops: int) -> Any:
         return None
     t_indptr, t_rows, t_perm = (np.asarray(v) for v in (x.t_indptr, x.t_rows, x.t_perm))
     keep = reached[t_rows]
-    counts = np.bincount(np.repeat(np.arange(t_indptr.size - 1), np.diff(t_indptr))[keep], minlength=t_indptr.size - 1)
-    cut_indptr = np.zeros(t_indptr.size, np.int64)
-    np.cumsum(counts, out=cut_indptr[1:])
+    columns = np.repeat(np.arange(t_indptr.size - 1), np.diff(t_indptr))  # of each transposed entry
+    cut_indptr = row_pointers(np.bincount(columns[keep], minlength=t_indptr.size - 1))
     return x._replace(t_indptr=jnp.asarray(cut_indptr.astype(np.int32)), t_rows=jnp.asarray(t_rows[keep]),
                       t_perm=jnp.asarray(t_perm[keep]))

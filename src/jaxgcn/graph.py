@@ -305,15 +305,14 @@ def with_csr(graph: Graph, *, symmetric: bool | None = None, keep_edges: bool = 
     >>> g.csr.indptr.tolist(), g.csr.symmetric, g.n_edges
     ([0, 1, 2], True, 2)
     """
-    from jaxgcn.csr import CSR
+    from jaxgcn.csr import CSR, row_pointers
 
     n = graph.n_nodes
     recv, send = np.asarray(graph.receivers), np.asarray(graph.senders)
     w = np.asarray(graph.weights, np.float32)
     if recv.size and np.any(recv[1:] < recv[:-1]):
         raise ValueError("with_csr: receivers must be sorted, as from_edges leaves them")
-    indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(recv, minlength=n), out=indptr[1:])
+    indptr = row_pointers(np.bincount(recv, minlength=n))
     cols = send.astype(np.int32)
     csr = CSR(indptr.astype(np.int32), cols, w)
     if not symmetric:
@@ -381,7 +380,7 @@ def focus_rows(graph: Graph, rows: Any) -> Any:
     >>> sub.shape, sub.cols.tolist(), sub.t_indptr.tolist(), sub.t_perm.tolist()
     ((1, 3), [0, 2, 1], [0, 1, 2, 3], [0, 2, 1])
     """
-    from jaxgcn.csr import CSR
+    from jaxgcn.csr import CSR, row_pointers
 
     a = graph.csr
     if a is None:
@@ -390,8 +389,7 @@ def focus_rows(graph: Graph, rows: Any) -> Any:
     indptr, cols, vals = (np.asarray(v) for v in (a.indptr, a.cols, a.data))
     n, k_rows = graph.n_nodes, rows.size
     counts = indptr[rows + 1] - indptr[rows] + 1  # the row's entries and its self-loop
-    sub_indptr = np.zeros(k_rows + 1, np.int64)
-    np.cumsum(counts, out=sub_indptr[1:])
+    sub_indptr = row_pointers(counts)
     row = np.repeat(np.arange(k_rows), counts)  # the sub-matrix row of each entry
     offset = np.arange(sub_indptr[-1]) - sub_indptr[row]
     own = offset == counts[row] - 1  # the self-loop, last in its row
@@ -400,7 +398,6 @@ def focus_rows(graph: Graph, rows: Any) -> Any:
     sub_vals = np.where(own, np.asarray(graph.self_weights, np.float32)[rows[row]],
                         vals[src] if vals.size else 0).astype(np.float32)
     order = np.lexsort((row, own, sub_cols))  # by column, the self-loop after the others, then by row
-    t_indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(sub_cols, minlength=n), out=t_indptr[1:])
+    t_indptr = row_pointers(np.bincount(sub_cols, minlength=n))
     return CSR(sub_indptr.astype(np.int32), sub_cols, sub_vals, t_indptr.astype(np.int32),
                row[order].astype(np.int32), order.astype(np.int32))
