@@ -1,5 +1,5 @@
-// Included by spmm.cc inside its anonymous namespace, after its helpers (Count, ParallelFor): one
-// translation unit, one library.
+// Included by spmm.cc inside its anonymous namespace, after its helpers (Count): one translation
+// unit, one library.
 #pragma once
 
 // ----------------------------------------------------------------------------------------------
@@ -48,13 +48,10 @@ inline V16 ScaledWhere(V16 x, uint16_t bits, float inv) {
 #elif JAXGCN_ISA == 2
 // Halves of 8 lanes with AVX2's own compares: GCC lowers the 16-lane vector compares of the
 // portable branch to a scalar loop per lane on AVX2 (a 16-run Cora epoch's dropout took 2.4 ms).
-inline __m256i Half(const U16& a, int h) {
-  __m256i v;
-  std::memcpy(&v, reinterpret_cast<const char*>(&a) + 32 * h, sizeof(v));
-  return v;
-}
-inline __m256 HalfF(const V16& a, int h) {
-  __m256 v;
+// Lanes 8h .. 8h + 7 of a 16-lane vector as an AVX2 register (__m256i of a U16, __m256 of a V16).
+template <typename Half, typename Vec>
+inline Half HalfOf(const Vec& a, int h) {
+  Half v;
   std::memcpy(&v, reinterpret_cast<const char*>(&a) + 32 * h, sizeof(v));
   return v;
 }
@@ -62,7 +59,7 @@ inline uint16_t AtLeast(U16 a, uint32_t t) {
   const __m256i tv = _mm256_set1_epi32(static_cast<int>(t));
   int bits = 0;
   for (int h = 0; h < 2; ++h) {  // a >= t (unsigned): max(a, t) == a
-    const __m256i x = Half(a, h);
+    const __m256i x = HalfOf<__m256i>(a, h);
     bits |= _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_max_epu32(x, tv), x))) << (8 * h);
   }
   return static_cast<uint16_t>(bits);
@@ -70,7 +67,7 @@ inline uint16_t AtLeast(U16 a, uint32_t t) {
 inline uint16_t NotAtMostZero(V16 x) {
   int bits = 0;
   for (int h = 0; h < 2; ++h) {
-    bits |= _mm256_movemask_ps(_mm256_cmp_ps(HalfF(x, h), _mm256_setzero_ps(), _CMP_NLE_UQ)) << (8 * h);
+    bits |= _mm256_movemask_ps(_mm256_cmp_ps(HalfOf<__m256>(x, h), _mm256_setzero_ps(), _CMP_NLE_UQ)) << (8 * h);
   }
   return static_cast<uint16_t>(bits);
 }
@@ -80,7 +77,7 @@ inline V16 ScaledWhere(V16 x, uint16_t bits, float inv) {
   for (int h = 0; h < 2; ++h) {
     const __m256i set = _mm256_set1_epi32((bits >> (8 * h)) & 0xff);
     const __m256 keep = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(set, lane), lane));
-    const __m256 v = _mm256_and_ps(_mm256_mul_ps(HalfF(x, h), _mm256_set1_ps(inv)), keep);
+    const __m256 v = _mm256_and_ps(_mm256_mul_ps(HalfOf<__m256>(x, h), _mm256_set1_ps(inv)), keep);
     std::memcpy(reinterpret_cast<char*>(&out) + 32 * h, &v, sizeof(v));
   }
   return out;
