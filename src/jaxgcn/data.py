@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgcn.csr import CSR, row_pointers
-from jaxgcn.graph import Graph, focus_rows
+from jaxgcn.graph import Graph, row_plan
 from jaxgcn.layers import Features
 
 # Per-node split codes, as checkpoints store a split (split-<n>.npy) and split files are written.
@@ -29,10 +29,12 @@ class TrainData(NamedTuple):
             Set by :func:`with_focus`, which the training entry points call.
         focus_pos: [n_nodes] int32: each node's place in ``focus``, -1 for a node not in it (the
             focus gather's gradient reads it); set with ``focus``.
-        focus_rows: the rows of the propagation matrix at ``focus`` (:func:`jaxgcn.graph.focus_rows`),
-            from which the training loop's last layer computes its logits at those nodes only;
-            set with ``focus`` where the graph has its CSR and ``focus`` is at most half the nodes
-            (None otherwise: the last layer computes every row).
+        eval_rows: the rows each layer of the loop's evaluation computes for the logits at ``focus``
+            (:func:`jaxgcn.graph.row_plan`); set by :func:`with_focus` with ``hops`` (the model's
+            layers, 2 or more) where the graph has its CSR and ``focus`` is at most half the nodes
+            (None otherwise: every layer computes every row).
+        train_rows: the same for a training step's logits, at the nodes of a training mask (of any
+            split) only.
         x_reached: the CSR features with their transposed pattern cut to the nodes a training
             loss's gradient reaches (:func:`with_focus` with ``hops``), from which the training
             step's first layer takes its weights' gradient; None: ``x``'s own pattern.
@@ -46,7 +48,8 @@ class TrainData(NamedTuple):
     test_mask: jax.Array
     focus: jax.Array | None = None
     focus_pos: jax.Array | None = None
-    focus_rows: Any = None
+    eval_rows: Any = None
+    train_rows: Any = None
     x_reached: Any = None
 
 
@@ -62,7 +65,10 @@ def with_focus(data: TrainData, hops: int = 0) -> TrainData:
     training loss reads the logits of training nodes, whose gradient reaches the first layer's
     product ``X·W`` only within ``hops`` propagations of them (Cora's public split: 1,664 of 2,708
     nodes). The rest of its rows are exactly zero, so ``Xᵀ·g`` over the entries of the reached
-    rows alone is the same sum, without testing each entry's row.
+    rows alone is the same sum, without testing each entry's row. A graph with its CSR also gets
+    :attr:`TrainData.train_rows` and :attr:`TrainData.eval_rows`: which rows each of the ``hops``
+    layers computes for the logits a training step or an evaluation reads (a 2-layer model on
+    Cora's public split trains its hidden layer at the 644 rows around the 140 training nodes).
 
     >>> import numpy as np
     >>> m = np.array([1.0, 0, 0, 0]), np.array([0, 0, 1.0, 0]), np.array([0, 1.0, 0, 1.0])
@@ -73,20 +79,21 @@ def with_focus(data: TrainData, hops: int = 0) -> TrainData:
     try:
         train, val = np.asarray(data.train_mask), np.asarray(data.val_mask)
     except (TypeError, jax.errors.TracerArrayConversionError):
-        return data._replace(focus=None, focus_pos=None, focus_rows=None, x_reached=None)
+        return data._replace(focus=None, focus_pos=None, eval_rows=None, train_rows=None, x_reached=None)
     used = (train != 0) | (val != 0)
     if used.ndim == 2:  # stacked splits [n_splits, n]
         used = used.any(axis=0)
     pos = np.where(used, np.cumsum(used) - 1, -1)  # each node's place in focus (sorted)
     focus = np.flatnonzero(used).astype(np.int32)
-    rows = None
-    if getattr(data.graph, "csr", None) is not None and 2 * focus.size <= used.size:
-        # the last layer's logits at the focus only (Cora: 640 of 2,708 rows); over half the nodes
-        # the rows' copy of the adjacency would cost more memory than the rows it saves
-        rows = jax.tree.map(jnp.asarray, focus_rows(data.graph, focus))
     trained = train != 0 if train.ndim == 1 else (train != 0).any(axis=0)
-    return data._replace(focus=jnp.asarray(focus), focus_pos=jnp.asarray(pos.astype(np.int32)), focus_rows=rows,
-                         x_reached=_reached_features(data, trained, hops))
+    plans = [None, None]
+    if getattr(data.graph, "csr", None) is not None:
+        # each layer at the rows the logits read need: Cora's public split, the last layer 640 of
+        # 2,708 rows (evaluation) or 140 (training), the first 1,756 or 644 (benchmarks/profile_epoch.py)
+        plans = [row_plan(data.graph, np.flatnonzero(nodes), hops) for nodes in (used, trained)]
+        plans = [None if p is None else jax.tree.map(jnp.asarray, p) for p in plans]
+    return data._replace(focus=jnp.asarray(focus), focus_pos=jnp.asarray(pos.astype(np.int32)), eval_rows=plans[0],
+                         train_rows=plans[1], x_reached=_reached_features(data, trained, hops))
 
 
 def _reached_features(data: TrainData, trained: np.ndarray, hops: int) -> Any:

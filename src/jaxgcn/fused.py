@@ -41,36 +41,39 @@ def adam_leaf(p: jax.Array, mu: jax.Array, nu: jax.Array, g: jax.Array, hyper: j
 # ----------------------------------------------------------------------------- hash dropout
 
 def _dropout_call(h: jax.Array, seeds: jax.Array, hidden: jax.Array, threshold: jax.Array, scale: jax.Array,
-                  relu: bool, bits: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+                  relu: bool, bits: jax.Array | None = None, ids: jax.Array | None = None
+                  ) -> tuple[jax.Array, jax.Array]:
     n, r, w = h.shape
     outs = (jax.ShapeDtypeStruct(h.shape, jnp.float32), jax.ShapeDtypeStruct((n, r, -(-w // 16)), jnp.uint16))
     mode = 0 if bits is None else 1
     bits = jnp.zeros((0,), jnp.uint16) if bits is None else bits
-    return jax.ffi.ffi_call(DROPOUT_TARGET, outs)(h, seeds, hidden, threshold, scale, bits, mode=np.int64(mode),
-                                                   relu=np.int64(relu))
+    ids = jnp.zeros((0,), jnp.uint32) if ids is None or mode == 1 else ids.astype(jnp.uint32)
+    return jax.ffi.ffi_call(DROPOUT_TARGET, outs)(h, seeds, hidden, threshold, scale, bits, ids,
+                                                   mode=np.int64(mode), relu=np.int64(relu))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def hash_dropout(h: jax.Array, seeds: jax.Array, hidden: jax.Array, threshold: jax.Array,
-                 scale: jax.Array, relu: bool = False) -> jax.Array:
+                 scale: jax.Array, relu: bool = False, ids: jax.Array | None = None) -> jax.Array:
     """Dropout of R runs' activations ``h`` [n, R, W] (with ``relu``: of ``relu(h)``) with the
     kernel: element (i, r, j) is ``h * (1 / scale[r])`` where ``hash_bits(i * hidden[r] + j,
     seeds[r]) >= threshold[r]`` (:func:`jaxgcn.layers.hash_bits`; ``seeds`` [R, 2] uint32,
     ``hidden`` and ``threshold`` [R] uint32, ``scale`` [R] float32) and, with ``relu``, ``h`` is
-    not <= 0; else 0. The masks are those ``jaxgcn.models`` hashes, computed in one pass and kept
-    as bits (one uint16 per 16 elements) for the gradient: the same scaling of the incoming
-    gradient where kept. Needs :func:`jaxgcn.csr.kernel_status`."""
-    return _dropout_call(h, seeds, hidden, threshold, scale, relu)[0]
+    not <= 0; else 0. With ``ids`` [n] (the node ids of the rows of ``h``, when it holds some
+    nodes' rows only), ``ids[i]`` takes the place of ``i``. The masks are those ``jaxgcn.models``
+    hashes, computed in one pass and kept as bits (one uint16 per 16 elements) for the gradient:
+    the same scaling of the incoming gradient where kept. Needs :func:`jaxgcn.csr.kernel_status`."""
+    return _dropout_call(h, seeds, hidden, threshold, scale, relu, ids=ids)[0]
 
 
-def _hash_dropout_fwd(h, seeds, hidden, threshold, scale, relu):
-    out, bits = _dropout_call(h, seeds, hidden, threshold, scale, relu)
+def _hash_dropout_fwd(h, seeds, hidden, threshold, scale, relu, ids):
+    out, bits = _dropout_call(h, seeds, hidden, threshold, scale, relu, ids=ids)
     return out, (seeds, hidden, threshold, scale, bits)
 
 
 def _hash_dropout_bwd(relu, res, g):
     *rest, bits = res
-    return (_dropout_call(g, *rest, relu, bits)[0], None, None, None, None)
+    return (_dropout_call(g, *rest, relu, bits)[0], None, None, None, None, None)
 
 
 hash_dropout.defvjp(_hash_dropout_fwd, _hash_dropout_bwd)

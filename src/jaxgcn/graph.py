@@ -365,10 +365,12 @@ def reorder(graph: Graph, method: str = "rcm", *, symmetric: bool = False) -> tu
     return out, order.astype(np.int64)
 
 
-def focus_rows(graph: Graph, rows: Any) -> Any:
+def focus_rows(graph: Graph, rows: Any, cols: Any = None) -> Any:
     """The rows ``rows`` (sorted, distinct) of the propagation matrix ``Â`` (the graph's CSR plus
     its self-loops), as a [K, n_nodes] :class:`jaxgcn.csr.CSR` (host arrays) for
-    :func:`jaxgcn.csr.spmm_rows`: a last layer whose output only these rows are read from.
+    :func:`jaxgcn.csr.spmm_rows`: a layer whose output only these rows are read from. With
+    ``cols`` (sorted, distinct node ids holding every column of those rows), a [K, len(cols)]
+    matrix whose column ``j`` is node ``cols[j]``: a layer whose input holds those nodes' rows only.
 
     Each row lists its off-diagonal entries, then its self-loop; the transposed pattern lists each
     column's entries by row, then the self-loop entry. The product and its gradient thus sum in
@@ -379,6 +381,11 @@ def focus_rows(graph: Graph, rows: Any) -> Any:
     >>> sub = focus_rows(g, np.array([1]))
     >>> sub.shape, sub.cols.tolist(), sub.t_indptr.tolist(), sub.t_perm.tolist()
     ((1, 3), [0, 2, 1], [0, 1, 2, 3], [0, 2, 1])
+    >>> focus_rows(g, np.array([1]), cols=np.array([0, 1, 2])).cols.tolist()
+    [0, 2, 1]
+    >>> focus_rows(g, np.array([0]), cols=np.array([1, 2])).cols.tolist()
+    Traceback (most recent call last):
+    ValueError: focus_rows: node 0, a column of the rows, is not among cols (2 nodes)
     """
     from jaxgcn.csr import CSR, row_pointers
 
@@ -386,7 +393,7 @@ def focus_rows(graph: Graph, rows: Any) -> Any:
     if a is None:
         raise ValueError("focus_rows needs the graph's CSR: attach it with with_csr(graph)")
     rows = np.asarray(rows, np.int64)
-    indptr, cols, vals = (np.asarray(v) for v in (a.indptr, a.cols, a.data))
+    indptr, a_cols, vals = (np.asarray(v) for v in (a.indptr, a.cols, a.data))
     n, k_rows = graph.n_nodes, rows.size
     counts = indptr[rows + 1] - indptr[rows] + 1  # the row's entries and its self-loop
     sub_indptr = row_pointers(counts)
@@ -394,10 +401,76 @@ def focus_rows(graph: Graph, rows: Any) -> Any:
     offset = np.arange(sub_indptr[-1]) - sub_indptr[row]
     own = offset == counts[row] - 1  # the self-loop, last in its row
     src = np.where(own, 0, indptr[rows[row]] + offset)
-    sub_cols = np.where(own, rows[row], cols[src] if cols.size else 0).astype(np.int32)
+    sub_cols = np.where(own, rows[row], a_cols[src] if a_cols.size else 0).astype(np.int64)
     sub_vals = np.where(own, np.asarray(graph.self_weights, np.float32)[rows[row]],
                         vals[src] if vals.size else 0).astype(np.float32)
+    if cols is not None:  # node ids -> places in cols (a monotone map: the orders above hold)
+        cols = np.asarray(cols, np.int64)
+        place = np.searchsorted(cols, sub_cols)
+        found = cols[np.minimum(place, cols.size - 1)] == sub_cols if cols.size else np.zeros(place.shape, bool)
+        missing = ~found
+        if np.any(missing):
+            raise ValueError(f"focus_rows: node {sub_cols[np.argmax(missing)]}, a column of the rows, is not among "
+                             f"cols ({cols.size} nodes)")
+        sub_cols, n = place, cols.size
+    sub_cols = sub_cols.astype(np.int32)
     order = np.lexsort((row, own, sub_cols))  # by column, the self-loop after the others, then by row
     t_indptr = row_pointers(np.bincount(sub_cols, minlength=n))
     return CSR(sub_indptr.astype(np.int32), sub_cols, sub_vals, t_indptr.astype(np.int32),
                row[order].astype(np.int32), order.astype(np.int32))
+
+
+class RowPlan(NamedTuple):
+    """Which rows each layer of a forward pass computes, when only the logits of some nodes are
+    read (:func:`row_plan`): a pytree of host or device arrays.
+
+    Attributes:
+        nodes: [K] sorted node ids whose logits the pass returns (the last layer's rows).
+        mats: per layer ``l``, the rows of ``Â`` its propagation computes (:func:`focus_rows`, columns
+            cut to the rows layer ``l`` holds), or None: every row (the square product).
+        ids: per layer ``l``, the node ids of the rows its input holds (sorted), or None: every node.
+            Dropout draws its masks by node id, so a row's mask is the one the full pass draws.
+        pos: per layer ``l``, the places of its output rows among its input rows, or None (the same
+            rows): a residual connection or an input aggregated ahead (``aggregate_first``) takes them.
+    """
+
+    nodes: Any
+    mats: tuple
+    ids: tuple
+    pos: tuple
+
+
+def row_plan(graph: Graph, nodes: Any, layers: int, *, most: float = 0.75) -> RowPlan | None:
+    """The rows each of ``layers`` layers needs for the logits of ``nodes`` (sorted, distinct): the
+    last layer computes ``nodes``' rows, each layer below the rows within one more propagation,
+    while those are at most ``most`` of the nodes (then every row, down to the first layer).
+    None where ``nodes`` themselves are over half the nodes (little to save) or ``layers`` < 2.
+
+    >>> g = with_csr(gcn_norm(from_edges([0, 1, 2], [1, 2, 3])[0]))   # a path 0-1-2-3
+    >>> plan = row_plan(g, np.array([0]), 2)
+    >>> plan.ids[1].tolist(), plan.mats[1].shape, plan.mats[0].shape, plan.pos[1].tolist()
+    ([0, 1], (1, 2), (2, 4), [0])
+    """
+    nodes = np.asarray(nodes, np.int64)
+    n = graph.n_nodes
+    if layers < 2 or graph.csr is None or 2 * nodes.size > n:
+        return None
+    indptr, cols = np.asarray(graph.csr.indptr), np.asarray(graph.csr.cols)
+    sets = [nodes]  # sets[k]: the rows of layer (layers - 1 - k)'s output
+    while len(sets) < layers:
+        reached = np.zeros(n, bool)
+        reached[sets[-1]] = True
+        reached[cols[np.repeat(reached, np.diff(indptr))]] = True
+        if reached.sum() > most * n:
+            break
+        sets.append(np.flatnonzero(reached))
+    outs = sets[::-1]  # outs[j]: layer (layers - len(sets) + j)'s output rows
+    first = layers - len(outs)  # the layers below compute every row
+    mats, ids, pos = [None] * layers, [None] * layers, [None] * layers
+    for layer in range(first, layers):
+        out_rows = outs[layer - first]
+        in_rows = outs[layer - first - 1] if layer > first else None
+        mats[layer] = focus_rows(graph, out_rows, in_rows)
+        ids[layer] = None if in_rows is None else in_rows.astype(np.int32)
+        pos[layer] = (out_rows if in_rows is None else np.searchsorted(in_rows, out_rows)).astype(np.int32)
+    return RowPlan(nodes.astype(np.int32), tuple(mats), tuple(ids), tuple(pos))

@@ -13,7 +13,7 @@ from jax.experimental import sparse as jsparse
 
 from jaxgcn.csr import CSR, spmm, spmm_given, spmm_pair, spmm_rows, spmm_xla
 from jaxgcn.fused import hash_dropout, run_matmul
-from jaxgcn.graph import Graph
+from jaxgcn.graph import Graph, RowPlan
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
 from jaxgcn.propagate import BACKENDS, propagate
 
@@ -276,16 +276,18 @@ def fused_hidden_dropout(execution: Execution) -> bool:
 
 
 def _drop_hidden(execution: Execution, h: jax.Array, key: jax.Array, runs: RunInputs, *,
-                 relu: bool = False) -> jax.Array:
+                 relu: bool = False, ids: jax.Array | None = None) -> jax.Array:
     """Per-run dropout of hidden activations [n, R, H] (with ``relu``: of ``relu(h)``); element
-    (i, j) of run r uses counter ``i * hidden_r + j``, as a single run of width ``hidden_r`` does."""
+    (i, j) of run r uses counter ``i * hidden_r + j``, as a single run of width ``hidden_r`` does
+    (``ids[i] * hidden_r + j`` with the node ids ``ids`` of ``h``'s rows: each node's own mask)."""
     n, r, width = h.shape
     if fused_hidden_dropout(execution):  # one kernel pass, the same masks (the mask kept for the gradient)
         return hash_dropout(h.astype(jnp.float32), _hash_seeds(key), runs.hidden.astype(jnp.uint32),
-                            runs.keep_threshold, runs.keep_scale.astype(jnp.float32), relu).astype(h.dtype)
+                            runs.keep_threshold, runs.keep_scale.astype(jnp.float32), relu, ids).astype(h.dtype)
     if relu:
         h = jax.nn.relu(h)
-    counter = (jax.lax.iota(jnp.uint32, n)[:, None, None] * runs.hidden.astype(jnp.uint32)[None, :, None]
+    node = jax.lax.iota(jnp.uint32, n) if ids is None else ids.astype(jnp.uint32)
+    counter = (node[:, None, None] * runs.hidden.astype(jnp.uint32)[None, :, None]
                + jax.lax.iota(jnp.uint32, width)[None, None, :])
     keep = _keep(execution, key, runs, counter, (n, r, width))
     if r > 1:  # one run's mask is small: hashing it again costs less than the loop (bench_train.py)
@@ -335,10 +337,13 @@ def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array, kernels: b
         vals = x.data[:, None, None] if values is None else values[:, :, None]
         msgs = w[cols] * vals.astype(w.dtype)  # one gather of R * out-wide rows
         return jax.ops.segment_sum(msgs, rows, num_segments=x.shape[0], indices_are_sorted=True)
-    if r == 1:  # one run: a plain matmul (a batched dot of one costs XLA more to compile)
-        return (x.reshape(x.shape[0], d_in) @ w.reshape(d_in, d_out))[:, None, :]
     if x.ndim == 2:
-        return jnp.einsum("nf,fro->nro", x, w)
+        return jnp.einsum("nf,fro->nro", x, w) if r > 1 else (x @ w.reshape(d_in, d_out))[:, None, :]
+    # one run: a plain matmul (a batched dot of one costs XLA more to compile); with the kernel, the
+    # kernel's, whose weight gradient sums the live rows in order: the same sums over some rows
+    # only (jaxgcn.graph.row_plan) as over every row, bit for bit, where XLA's dot blocks them anew
+    if r == 1 and not kernels:
+        return (x.reshape(x.shape[0], d_in) @ w.reshape(d_in, d_out))[:, None, :]
     # per-run hidden [n, R, in] x [in, R, out], node-major. A batched dot (einsum "nrf,fro->nro")
     # makes XLA transpose the activations to [R, in, n] and back, strided by R * in floats: 53-69%
     # of a batched epoch on Cora for R = 8-100 (benchmarks/profile_epoch.py). The kernel reads
@@ -394,7 +399,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
                execution: Execution = Execution(), keys: jax.Array | None = None, train: bool = False,
                aggregated: jax.Array | None = None, embed: bool = False,
                propagate: Propagate | None = None, first: FirstLayer | None = None,
-               rows: CSR | None = None) -> jax.Array:
+               rows: RowPlan | None = None) -> jax.Array:
     """The GCN forward pass (Kipf & Welling 2017, arXiv:1609.02907, eq. 9) for R stacked runs.
 
     Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]`` and
@@ -415,12 +420,13 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         propagate: the aggregation; default :func:`jaxgcn.propagate.propagate` with the execution's backend.
         first: the first layer's product computed ahead (:func:`first_layer_pair`) with the dropout
             ``keys[0]`` draws (training) or none (evaluation); gradients flow as if computed here.
-        rows: some rows of the propagation matrix (:func:`jaxgcn.graph.focus_rows`, the csr
-            kernel's): the last layer propagates into these rows only (with 2 or more layers).
+        rows: the rows each layer computes (:func:`jaxgcn.graph.row_plan`, the csr kernel's), when
+            only the logits of ``rows.nodes`` are read: each layer propagates into the rows the
+            layers above need, and its dropout draws each row's mask by its node id.
 
     Returns:
-        [n, R, n_classes] logits; [K, R, n_classes] with ``rows``, those rows' (each equal to the
-        row of every node's logits).
+        [n, R, n_classes] logits; [K, R, n_classes] with ``rows``, those of ``rows.nodes`` (each
+        equal to that node's row of every node's logits).
     """
     if propagate is None:
         propagate = _default_propagate(execution)
@@ -434,17 +440,21 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         if embed and i == config.layers - 1:
             return jax.nn.relu(h) if defer_relu and i > 0 else h  # the last hidden representation (embeddings)
         layer = params[f"layer_{i}"]
+        mat, pos = (None, None) if rows is None else (rows.mats[i], rows.pos[i])  # this layer's rows
         if i == 0 and first is not None:
             values = first.values
         elif dropping and i == 0:
             dropped = _drop_input(execution, x, keys[i], runs)
             h, values = (x, dropped) if is_sparse(x) else (dropped, None)
         elif dropping:
-            h = _drop_hidden(execution, h, keys[i], runs, relu=defer_relu)
+            h = _drop_hidden(execution, h, keys[i], runs, relu=defer_relu, ids=None if rows is None else rows.ids[i])
+        m = h.shape[0]  # the rows h holds: every node's, or those of rows.ids[i]
         if i == 0 and execution.aggregate_first and values is None and not is_sparse(h):
             # (Â · drop(X)) · W for dense inputs (see Execution); Â·X precomputed when X is undropped
             agg = aggregated if aggregated is not None and h is x else propagate(graph, h.reshape(n, -1))
             out = _matmul_runs(agg.reshape(h.shape), None, layer["w"], kernels)  # shared [n, F] or per run [n, R, F]
+            if pos is not None:  # the rows the layers above read
+                out = jnp.take(out, pos, axis=0)
         else:
             if i == 0 and first is not None:
                 d_in, r, width = layer["w"].shape
@@ -453,11 +463,11 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             else:
                 out = _matmul_runs(h, values, layer["w"], kernels)
             r, width = out.shape[1], out.shape[2]
-            if rows is not None and i == config.layers - 1:  # the logits of these rows only
-                out = spmm_rows(rows, out.reshape(n, r * width).astype(jnp.float32)).astype(out.dtype)
-                out = out.reshape(-1, r, width)
+            if mat is not None:  # the rows the layers above read (all the logits: rows.nodes')
+                out = spmm_rows(mat, out.reshape(m, r * width).astype(jnp.float32)).astype(out.dtype)
             else:
-                out = propagate(graph, out.reshape(n, r * width)).reshape(n, r, width)
+                out = propagate(graph, out.reshape(n, r * width))
+            out = out.reshape(-1, r, width)
         if "b" in layer:
             out = out + layer["b"][None, :, :]
         if i == config.layers - 1:
@@ -467,7 +477,8 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         if not defer_relu:
             out = jax.nn.relu(out)
         if config.residual:
-            out = out + (_matmul_runs(h, values, layer["w_res"], kernels) if "w_res" in layer else h)
+            skip = _matmul_runs(h, values, layer["w_res"], kernels) if "w_res" in layer else h
+            out = out + (skip if pos is None else jnp.take(skip, pos, axis=0))
         h, values = out, None
     raise AssertionError("unreachable")
 

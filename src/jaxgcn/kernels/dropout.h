@@ -6,12 +6,13 @@
 // Hash dropout of a batch's hidden activations (jaxgcn_dropout), node-major [n, R, W], with the
 // relu before it when asked:
 //
-//   out[i, r, j] = x * (1 / scale[r])   where hash_bits(i * hidden[r] + j, seeds[r]) >= threshold[r]
+//   out[i, r, j] = x * (1 / scale[r])   where hash_bits(id[i] * hidden[r] + j, seeds[r]) >= threshold[r]
 //                                       (and, with relu, x is not <= 0)
 //                = 0                    elsewhere
 //
 // hash_bits is jaxgcn.layers.hash_bits (two rounds of Wellons' lowbias32 over the counter, uint32
-// arithmetic), so the kept elements are exactly those of the masks jaxgcn.models._keep draws. The
+// arithmetic), and id[i] is ids[i], or i where ids is empty (the rows of some nodes only: each
+// row draws its node's mask), so the kept elements are exactly those of the masks jaxgcn.models._keep draws. The
 // call also returns the kept lanes as bits (one uint16 per 16 floats), and the gradient is the same
 // scaling of the incoming gradient where they are set (mode 1): the mask is read, not hashed again.
 // XLA hashed the mask of a 16-run Cora epoch in one fusion (0.54-0.70 ms for 693k elements), copied
@@ -104,7 +105,7 @@ inline V16 ScaledWhere(V16 x, uint16_t bits, float inv) {
 //   relu it is relu's gradient too).
 ffi::Error DropoutImpl(ffi::Buffer<ffi::F32> h, ffi::Buffer<ffi::U32> seeds,
                        ffi::Buffer<ffi::U32> hidden, ffi::Buffer<ffi::U32> threshold, ffi::Buffer<ffi::F32> scale,
-                       ffi::Buffer<ffi::U16> bits_in, ffi::ResultBuffer<ffi::F32> out,
+                       ffi::Buffer<ffi::U16> bits_in, ffi::Buffer<ffi::U32> ids, ffi::ResultBuffer<ffi::F32> out,
                        ffi::ResultBuffer<ffi::U16> bits_out, int64_t mode, int64_t relu) {
   const auto hd = h.dimensions();
   if (hd.size() != 3 || mode < 0 || mode > 1) {
@@ -115,9 +116,10 @@ ffi::Error DropoutImpl(ffi::Buffer<ffi::F32> h, ffi::Buffer<ffi::U32> seeds,
   if (static_cast<int64_t>(seeds.element_count()) != 2 * R || static_cast<int64_t>(hidden.element_count()) != R ||
       static_cast<int64_t>(threshold.element_count()) != R || static_cast<int64_t>(scale.element_count()) != R ||
       out->element_count() != h.element_count() || static_cast<int64_t>(bits_out->element_count()) != n_bits ||
-      (mode == 1 && static_cast<int64_t>(bits_in.element_count()) != n_bits)) {
+      (mode == 1 && static_cast<int64_t>(bits_in.element_count()) != n_bits) ||
+      (ids.element_count() != 0 && static_cast<int64_t>(ids.element_count()) != n)) {
     return ffi::Error::InvalidArgument("jaxgcn_dropout: seeds [R, 2], hidden, threshold and scale [R], out like h, "
-                                       "bits [n, R, W / 16]");
+                                       "bits [n, R, W / 16], ids [n] or empty");
   }
   Count(kDropoutCalls);
   const float* __restrict H = h.typed_data();
@@ -125,6 +127,7 @@ ffi::Error DropoutImpl(ffi::Buffer<ffi::F32> h, ffi::Buffer<ffi::U32> seeds,
   const float* sc = scale.typed_data();
   float* __restrict O = out->typed_data();
   const uint16_t* __restrict Bin = bits_in.typed_data();
+  const uint32_t* Id = ids.element_count() != 0 ? ids.typed_data() : nullptr;
   uint16_t* __restrict Bout = bits_out->typed_data();
   const U16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   std::vector<float> inverse(R);  // per run, once: a division per row of 16 cost more than its hash
@@ -134,7 +137,8 @@ ffi::Error DropoutImpl(ffi::Buffer<ffi::F32> h, ffi::Buffer<ffi::U32> seeds,
   // against 0.60 ms for 16 Cora runs); the gradient (mode 1) measured the same on the pool.
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t r = 0; r < R; ++r) {
-      const uint32_t base = static_cast<uint32_t>(i) * D[r], s0 = S[2 * r], s1 = S[2 * r + 1], t = T[r];
+      const uint32_t node = Id != nullptr ? Id[i] : static_cast<uint32_t>(i);
+      const uint32_t base = node * D[r], s0 = S[2 * r], s1 = S[2 * r + 1], t = T[r];
       const float inv = inv_r[r];
       const float* __restrict x = H + (i * R + r) * W;
       float* __restrict o = O + (i * R + r) * W;

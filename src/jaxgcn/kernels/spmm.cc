@@ -742,7 +742,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnAdam, AdamImpl,
                                   .Attr<int64_t>("couple"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnDropout, DropoutImpl,  // one thread: no pool
-                              (WithArgs<ffi::F32, ffi::U32, ffi::U32, ffi::U32, ffi::F32, ffi::U16>(ffi::Ffi::Bind()))
+                              (WithArgs<ffi::F32, ffi::U32, ffi::U32, ffi::U32, ffi::F32, ffi::U16, ffi::U32>(ffi::Ffi::Bind()))
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::U16>>()
                                   .Attr<int64_t>("mode")

@@ -102,22 +102,25 @@ class Step(NamedTuple):
             return m[runs.split] if m.ndim == 2 else jnp.broadcast_to(m[None, :], (runs.split.shape[0], m.shape[0]))
         return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
 
-    def last_rows(self, data: TrainData) -> Any:
-        """The rows of the propagation matrix at ``data.focus`` when the last layer computes its
-        logits there alone (the csr kernel's default propagation, 2 or more layers), else None."""
+    def rows(self, data: TrainData, *, train: bool) -> Any:
+        """The rows each layer computes (:func:`jaxgcn.graph.row_plan`) for the logits a training
+        step's loss (``train``) or the loop's evaluation reads, where the forward pass is the csr
+        kernel's default propagation with 2 or more layers; else None (every row)."""
         usable = (self.propagate is None and self.model_config.layers > 1 and self.execution.backend == "csr"
                   and kernels_for(self.execution))
-        return data.focus_rows if usable else None
+        return (data.train_rows if train else data.eval_rows) if usable else None
 
-    def focused(self, data: TrainData, logits: jax.Array, *ms: jax.Array) -> tuple[jax.Array, ...]:
-        """The logits, labels and masks of the nodes the loop's loss and metrics read (``data.focus``);
-        ``logits`` of every node, or of the focus nodes already (:meth:`last_rows`)."""
-        rows = data.focus
-        if rows is None:
+    def focused(self, data: TrainData, logits: jax.Array, *ms: jax.Array, rows: Any = None) -> tuple[jax.Array, ...]:
+        """The logits, labels and masks of the nodes the loop's loss and metrics read: ``rows.nodes``,
+        whose logits ``logits`` are (:meth:`rows`), or else ``data.focus``, gathered from every node's."""
+        if rows is not None:
+            nodes = rows.nodes
+        elif data.focus is None:
             return (logits, data.labels, *ms)
-        take = functools.partial(jnp.take, indices=rows, unique_indices=True, indices_are_sorted=True)
-        if logits.shape[0] != rows.shape[0]:
-            logits = take_rows(logits, rows, data.focus_pos)
+        else:
+            nodes = data.focus
+            logits = take_rows(logits, nodes, data.focus_pos)
+        take = functools.partial(jnp.take, indices=nodes, unique_indices=True, indices_are_sorted=True)
         return (logits, take(data.labels, axis=0), *(take(m, axis=1) for m in ms))
 
     def l2_factor(self, runs: RunInputs) -> Any:
@@ -170,10 +173,11 @@ class Step(NamedTuple):
             # the first layer's weight gradient over the rows the loss reaches (with_focus)
             data = data._replace(x=data.x_reached)
 
+        rows = self.rows(data, train=True)
+
         def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
-            logits = self.forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first,
-                                  rows=self.last_rows(data))
-            logits, labels, m = self.focused(data, logits, train_m)
+            logits = self.forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first, rows=rows)
+            logits, labels, m = self.focused(data, logits, train_m, rows=rows)
             per_run = masked_sums(logits, labels, m)[0] / n_train  # this device's share
             return jnp.sum(per_run), per_run
 
@@ -214,9 +218,10 @@ class Step(NamedTuple):
             loss = loss + self.l2_factor(runs) * step.l2_before
         # the evaluation's first layer and the next step's, from one pass (when first is in use)
         pair = None if first is None else self.ahead(st._replace(params=params, key=key), data, runs)
+        rows = self.rows(data, train=False)
         logits = self.forward(the.stack(params), data, runs, aggregated=aggregated,
-                              first=None if pair is None else pair[1], rows=self.last_rows(data))
-        logits, labels, train_f, val_f = self.focused(data, logits, train_m, val_m)
+                              first=None if pair is None else pair[1], rows=rows)
+        logits, labels, train_f, val_f = self.focused(data, logits, train_m, val_m, rows=rows)
         _, train_acc = self.metrics(logits, labels, train_f)
         val_loss, val_acc = self.metrics(logits, labels, val_f)
         l2_after = self.l2_factor(runs) * step.l2_after if fused else self.penalty(the.stack(params), runs)
