@@ -93,8 +93,8 @@ ffi::Error RunDenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buff
     });
     return ffi::Error::Success();
   }
-  // mode 2: the rows of g that are not all zero, then one task per (run, block of 8 h): eight
-  // 16-lane sums in registers over those rows, each loaded piece of g used for 8 multiply-adds
+  // mode 2: the rows of g that are not all zero, then one task per (run, block of 16 h): sixteen
+  // 16-lane sums in registers over those rows, each loaded piece of g used for 16 multiply-adds
   const float* __restrict G = b.typed_data();
   std::vector<int64_t> live;
   live.reserve(n);
@@ -103,7 +103,7 @@ ffi::Error RunDenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buff
   }
   const int64_t Cp = Padded(C), n_live = static_cast<int64_t>(live.size());
   Count(kDenseSkippedRows, n - n_live);
-  constexpr int kRowsH = 8;
+  constexpr int kRowsH = 16;  // a run's 16 h at once: each row's x segment (one cache line) read by one task
   const int64_t h_blocks = (H + kRowsH - 1) / kRowsH;
   ParallelFor(pool, R * h_blocks, n_live * R * H * C, [&](int64_t lo, int64_t hi) {
     for (int64_t task = lo; task < hi; ++task) {
