@@ -685,3 +685,26 @@ def test_corrupted_planetoid_pickles_load_or_raise_value_error(tmp_path_factory,
         pass
     finally:
         path.write_bytes(planetoid_pickles[part])
+
+
+def test_a_pickled_dtype_state_never_reaches_numpys_own_dtypes(tmp_path):
+    """A pickle's dtype state is checked on a stand-in, not set on NumPy's one float32 dtype: this
+    malformed state (one None dropped, found by the fuzz test above) crashed the interpreter."""
+    good = pickle.dumps(np.arange(3, dtype=np.float32), protocol=4)
+    at = good.index(b"NNN")  # the dtype state's (subarray, names, fields)
+    path = tmp_path / "ind.tiny.x"
+    path.write_bytes(good[:at] + b"N0N" + good[at + 3:])  # "0": POP, one None fewer
+    np.testing.assert_array_equal(safe_load_pickle(path), [0.0, 1.0, 2.0])
+    assert np.dtype("f4").isnative and (np.ones(2, np.float32) * 2).tolist() == [2.0, 2.0]
+    path.write_bytes(good[:at - 4] + b"M\x07\x00" + good[at - 1:])  # the byte order "<" replaced by the number 7
+    with pytest.raises(ValueError, match="not a readable Planetoid pickle .malformed dtype state"):
+        safe_load_pickle(path)
+
+
+def test_a_corrupted_memo_index_is_refused_before_the_unpickler_runs(tmp_path):
+    # the C unpickler would grow its memo table to 50M entries (400 MB) for this one byte string
+    path = tmp_path / "ind.tiny.graph"
+    path.write_bytes(b"\x80\x04]r" + (50_000_000).to_bytes(4, "little") + b".")  # [], LONG_BINPUT 50M
+    with pytest.raises(ValueError, match=r"ind.tiny.graph: not a readable Planetoid pickle \(memo index 50,000,000 "
+                                         r"of a pickle of 4 opcodes\)"):
+        safe_load_pickle(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
+import pickletools
 import re
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,27 @@ class _Array(np.ndarray):
         if not isinstance(state, tuple) or len(state) not in (4, 5):
             raise pickle.UnpicklingError("malformed ndarray state")
         shape, dtype, _, raw = state[-4:]
+        dtype = dtype.resolve() if isinstance(dtype, _DType) else dtype
         _check_array(shape, dtype, len(raw) if isinstance(raw, bytes | str) else -1)
-        super().__setstate__(state)
+        super().__setstate__((*state[:-3], dtype, *state[-2:]))
+
+
+class _DType:
+    """Stand-in for a pickled ``numpy.dtype``: its state (the byte order) checked, not handed to
+    NumPy. ``np.dtype("f4")`` is NumPy's one float32 dtype, so the pickle's ``__setstate__`` on it
+    would rewrite that dtype for the whole process; a malformed state crashed the interpreter."""
+
+    def __init__(self, *args: Any) -> None:
+        self.dtype = _dtype(*args)
+        self.order = "="
+
+    def __setstate__(self, state: Any) -> None:
+        if not isinstance(state, tuple) or len(state) < 2 or state[1] not in ("<", ">", "|", "="):
+            raise pickle.UnpicklingError(f"malformed dtype state {state!r:.80}")
+        self.order = state[1]
+
+    def resolve(self) -> np.dtype:
+        return self.dtype.newbyteorder(self.order) if self.order in "<>" else self.dtype
 
 
 def _check_array(shape: Any, dtype: Any, n_bytes: int) -> None:
@@ -84,6 +104,7 @@ def _reconstruct(cls: Any, shape: Any, dtype: Any) -> np.ndarray:
     if cls is not np.ndarray:
         raise pickle.UnpicklingError("only numpy.ndarray may be reconstructed")
     dtype = np.dtype(dtype) if isinstance(dtype, str | bytes) else dtype
+    dtype = dtype.resolve() if isinstance(dtype, _DType) else dtype
     _check_array(shape, dtype, 0)
     return np.ndarray.__new__(_Array, shape, dtype)
 
@@ -108,7 +129,7 @@ class RestrictedUnpickler(pickle.Unpickler):
 
     _ALLOWED: dict[tuple[str, str], Any] = {
         ("numpy", "ndarray"): np.ndarray,
-        ("numpy", "dtype"): _dtype,
+        ("numpy", "dtype"): _DType,
         ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
         ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
         ("scipy.sparse.csr", "csr_matrix"): _CSRState,
@@ -133,10 +154,24 @@ def _plain(obj: Any) -> Any:
     return obj.view(np.ndarray) if isinstance(obj, np.ndarray) else obj
 
 
+def _check_memo(data: bytes) -> None:
+    """Refuse memo indices past the pickle's own opcode count, read without running the pickle: the
+    C unpickler grows its memo table to the largest index it is handed, so one corrupted ``PUT``
+    index asked for gigabytes (found by the fuzz test of tests/test_bad_inputs.py: 20-46 s each)."""
+    ops = list(pickletools.genops(data))
+    for op, arg, _ in ops:
+        if op.name in _MEMO_OPS and isinstance(arg, int) and not 0 <= arg < len(ops):
+            raise pickle.UnpicklingError(f"memo index {arg:,} of a pickle of {len(ops):,} opcodes")
+
+
+_MEMO_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"})
+
+
 def safe_load_pickle(path: Path) -> Any:
     """Load one raw Planetoid pickle with :class:`RestrictedUnpickler` (latin1 for Python-2 bytes)."""
     data = read_bytes(path, "Planetoid")
     try:
+        _check_memo(data)
         obj = RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
     except Exception as exc:  # noqa: BLE001 - untrusted bytes: any failure means "not a readable pickle"
         raise ValueError(f"{path}: not a readable Planetoid pickle ({str(exc) or type(exc).__name__})") from None
