@@ -197,8 +197,8 @@ def test_the_reached_features_cut_only_rows_the_gradient_never_reaches(prepared)
 
 
 @pytest.mark.parametrize(("layers", "runs", "hidden", "variant"),
-                         [(2, 1, 32, ""), (2, 3, 16, ""), (3, 3, 16, ""), (3, 3, 16, "residual"),
-                          (2, 3, 16, "layer-norm"), (2, 1, 16, "aggregate-first")])
+                         [(2, 1, 32, ""), (2, 3, 16, ""), (3, 3, 16, "residual"), (2, 3, 16, "layer-norm"),
+                          (2, 1, 16, "aggregate-first")])
 def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layers, runs, hidden, variant,
                                                                  monkeypatch):
     """Each layer at the rows the logits read need only (jaxgcn.graph.row_plan: the training
