@@ -164,6 +164,20 @@ def test_the_row_plans_are_built_for_a_small_focus_only():
     assert with_focus(p.data._replace(train_mask=everyone), 2).eval_rows is None  # every node: no copy
 
 
+def test_the_row_plans_serve_the_kernels_hash_dropout_only():
+    # jax.random draws a layer's masks by row, not node id: some rows would get other masks
+    from jaxgcn.training.config import TrainConfig as Config
+    from jaxgcn.training.step import LOCAL, Step
+
+    data = with_focus(datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=8, seed=0)).data, 2)
+    step = Step(GCNConfig(), Config(), Execution(backend="csr", kernels=True), None, LOCAL)
+    assert step.rows(data, train=True) is data.train_rows and step.rows(data, train=False) is data.eval_rows
+    for execution in (Execution(backend="csr", kernels=True, dropout_rng="jax"), Execution(backend="csr"),
+                      Execution(backend="segment", kernels=True)):
+        assert step._replace(execution=execution).rows(data, train=True) is None, execution
+    assert step._replace(model_config=GCNConfig(layers=1)).rows(data, train=True) is None
+
+
 @pytest.fixture(scope="module")
 def prepared():
     """A sparse graph (average degree 2, 5 training nodes per class) with CSR features: a training

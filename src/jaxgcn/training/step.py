@@ -105,9 +105,10 @@ class Step(NamedTuple):
     def rows(self, data: TrainData, *, train: bool) -> Any:
         """The rows each layer computes (:func:`jaxgcn.graph.row_plan`) for the logits a training
         step's loss (``train``) or the loop's evaluation reads, where the forward pass is the csr
-        kernel's default propagation with 2 or more layers; else None (every row)."""
+        kernel's default propagation with 2 or more layers and the hash's dropout masks (drawn by
+        node id; ``jax.random`` draws a layer's masks by row); else None (every row)."""
         usable = (self.propagate is None and self.model_config.layers > 1 and self.execution.backend == "csr"
-                  and kernels_for(self.execution))
+                  and kernels_for(self.execution) and self.execution.dropout_rng == "hash")
         return (data.train_rows if train else data.eval_rows) if usable else None
 
     def focused(self, data: TrainData, logits: jax.Array, *ms: jax.Array, rows: Any = None) -> tuple[jax.Array, ...]:
