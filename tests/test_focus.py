@@ -122,12 +122,10 @@ def test_the_row_plan_holds_the_rows_each_layer_needs():
         got = sp.csr_matrix((plan.mats[layer].data, plan.mats[layer].cols, plan.mats[layer].indptr),
                             shape=want.shape).toarray()
         np.testing.assert_array_equal(got, want.astype(np.float32))
-    # the first layer's product: the rows its propagation reads, those around its output rows
-    assert np.array_equal(np.flatnonzero(plan.reads), np.flatnonzero(pattern[outs[0]].any(axis=0)))
     # past `most` of the nodes, a layer computes every row, and so do the layers below it
     cut = row_plan(g, nodes, 3, most=outs[0].size / 60 - 1e-9)
     assert cut.mats[0] is None and cut.ids[1] is None and cut.mats[1].shape == (outs[1].size, 60)
-    assert np.array_equal(cut.pos[1], outs[1]) and cut.pos[0] is None and cut.reads is None
+    assert np.array_equal(cut.pos[1], outs[1]) and cut.pos[0] is None
     assert row_plan(g, np.arange(31), 2) is None and row_plan(g, nodes, 1) is None
 
 
@@ -287,27 +285,3 @@ def test_the_cut_features_refuse_a_second_order_gradient(prepared):
     assert np.all(np.isfinite(np.asarray(jax.grad(loss)(w))))
     with pytest.raises(NotImplementedError, match="cut to some rows has no second-order gradient"):
         jax.grad(lambda w: jnp.sum(jax.grad(loss)(w) ** 2))(w)
-
-
-@pytest.mark.parametrize(("runs", "width"), [(1, 16), (16, 16), (3, 7)], ids=["narrow", "blocked", "scalar"])
-def test_the_pair_leaves_out_the_training_products_unread_rows(runs, width):
-    """``spmm_pair`` with ``rows``: the training product's rows flagged 0 are 0 (not computed), the
-    others and the whole evaluation product are the bits of the pair without it. A width whose
-    runs do not fill 16-lane vectors (the scalar path) computes every row of both."""
-    if not csr_mod.kernel_status()[0]:
-        pytest.skip("the kernel does not build here")
-    rng = np.random.default_rng(runs)
-    a = csr_mod.csr_from_scipy(sp.random(40, 30, density=0.15, format="csr", random_state=runs, dtype=np.float32))
-    b = jnp.asarray(rng.standard_normal((30, runs * width)), jnp.float32)
-    values = jnp.asarray(rng.standard_normal((a.nse, runs)), jnp.float32)
-    reads = (rng.random(40) < 0.5).astype(np.uint8)
-    train, evaluation = (np.asarray(v) for v in csr_mod.spmm_pair(a, b, values))
-    cut_train, cut_evaluation = (np.asarray(v) for v in csr_mod.spmm_pair(a, b, values, jnp.asarray(reads)))
-    assert cut_evaluation.tobytes() == evaluation.tobytes()
-    if width % 16 and runs > 1:
-        assert cut_train.tobytes() == train.tobytes()
-        return
-    assert cut_train[reads == 1].tobytes() == train[reads == 1].tobytes()
-    assert not cut_train[reads == 0].any() and train[reads == 0].any()
-    with pytest.raises(Exception, match="jaxgcn_spmm_pair: rows needs one flag per row of the matrix"):
-        csr_mod.spmm_pair(a, b, values, jnp.ones(5, jnp.uint8))

@@ -486,20 +486,15 @@ def _operands(a: CSR, b: jax.Array, values: jax.Array | None) -> tuple[Any, ...]
     return arr(a.indptr), arr(a.cols), arr(a.t_indptr), arr(a.t_rows), arr(a.t_perm), vals, b.astype(jnp.float32)
 
 
-def spmm_pair(a: CSR, b: jax.Array, values: jax.Array, rows: jax.Array | None = None
-              ) -> tuple[jax.Array, jax.Array]:
+def spmm_pair(a: CSR, b: jax.Array, values: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(a_values @ b, a @ b)`` from one pass over ``a`` and ``b``: the product with per-run
     ``values`` [nnz, R] (a training forward's dropout) and with ``a``'s own values (an evaluation
-    forward), each [n, W]. With ``rows`` ([n] uint8), the first product's rows where it is 0 are
-    not computed but 0 (rows no layer reads: :attr:`jaxgcn.graph.RowPlan.reads`), and the second
-    product's are still computed, the same bits. Not differentiable itself: hand the first to
-    :func:`spmm_given` in the step that differentiates it.
+    forward), each [n, W]. Not differentiable itself: hand the first to :func:`spmm_given` in the
+    step that differentiates it.
     """
     indptr, cols, _, _, _, vals, b = _operands(a, b, values)
-    n = indptr.shape[0] - 1
-    out = jax.ShapeDtypeStruct((n, b.shape[1]), jnp.float32)
-    rows = jnp.zeros((0,), jnp.uint8) if rows is None else jnp.asarray(rows, jnp.uint8)
-    return jax.ffi.ffi_call(_PAIR_TARGET, (out, out))(indptr, cols, vals, jnp.asarray(a.data, jnp.float32), b, rows)
+    out = jax.ShapeDtypeStruct((indptr.shape[0] - 1, b.shape[1]), jnp.float32)
+    return jax.ffi.ffi_call(_PAIR_TARGET, (out, out))(indptr, cols, vals, jnp.asarray(a.data, jnp.float32), b)
 
 
 def spmm_given(a: CSR, b: jax.Array, values: jax.Array | None, product: jax.Array) -> jax.Array:

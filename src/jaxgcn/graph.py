@@ -432,15 +432,12 @@ class RowPlan(NamedTuple):
             Dropout draws its masks by node id, so a row's mask is the one the full pass draws.
         pos: per layer ``l``, the places of its output rows among its input rows, or None (the same
             rows): a residual connection or an input aggregated ahead (``aggregate_first``) takes them.
-        reads: [n] uint8, 1 at the rows of the first layer's product that its propagation reads
-            (the columns of ``mats[0]``), or None where that propagation computes every row.
     """
 
     nodes: Any
     mats: tuple
     ids: tuple
     pos: tuple
-    reads: Any = None
 
 
 def row_plan(graph: Graph, nodes: Any, layers: int, *, most: float = 0.75) -> RowPlan | None:
@@ -476,8 +473,4 @@ def row_plan(graph: Graph, nodes: Any, layers: int, *, most: float = 0.75) -> Ro
         mats[layer] = focus_rows(graph, out_rows, in_rows)
         ids[layer] = None if in_rows is None else in_rows.astype(np.int32)
         pos[layer] = (out_rows if in_rows is None else np.searchsorted(in_rows, out_rows)).astype(np.int32)
-    reads = None
-    if mats[0] is not None:
-        reads = np.zeros(n, np.uint8)
-        reads[mats[0].cols] = 1
-    return RowPlan(nodes.astype(np.int32), tuple(mats), tuple(ids), tuple(pos), reads)
+    return RowPlan(nodes.astype(np.int32), tuple(mats), tuple(ids), tuple(pos))

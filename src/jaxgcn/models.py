@@ -368,7 +368,7 @@ class FirstLayer(NamedTuple):
 
 
 def first_layer_pair(params: Params, x: Features, runs: RunInputs, *, execution: Execution,
-                     keys: jax.Array, reads: jax.Array | None = None) -> tuple[FirstLayer, FirstLayer] | None:
+                     keys: jax.Array) -> tuple[FirstLayer, FirstLayer] | None:
     """The first layer's products for a training step that drops with ``keys[0]`` and for an
     evaluation, both through ``params``' first-layer weights, from ONE pass of the CSR kernel over
     the features and the weights (:func:`jaxgcn.csr.spmm_pair`); None where that kernel does not
@@ -376,15 +376,14 @@ def first_layer_pair(params: Params, x: Features, runs: RunInputs, *, execution:
 
     The training loop evaluates a step's new params, then trains the next step from the same
     params: one gather of each weight row serves both (the evaluation forward was 25-35% of the
-    first layer's time, benchmarks/profile_epoch.py). ``reads`` (:attr:`jaxgcn.graph.RowPlan.reads`):
-    the rows of the training product the step reads; the others are 0, not computed.
+    first layer's time, benchmarks/profile_epoch.py).
     """
     if not (isinstance(x, CSR) and kernels_for(execution)):
         return None
     w = params["layer_0"]["w"]
     d_in, r, d_out = w.shape
     values = _drop_input(execution, x, keys[0], runs)
-    train, shared = spmm_pair(x, w.reshape(d_in, r * d_out), values, reads)
+    train, shared = spmm_pair(x, w.reshape(d_in, r * d_out), values)
     n = x.shape[0]
     return FirstLayer(train.reshape(n, r, d_out), values), FirstLayer(shared.reshape(n, r, d_out), None)
 

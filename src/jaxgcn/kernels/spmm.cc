@@ -243,8 +243,6 @@ struct Work {
   const float* shared;  // optional [nnz]: one more product with these values, into out2
   const float* diag;    // optional [n] (square matrices): out[i] += diag[i] * b[i], after the entries
   float* out2;
-  const uint8_t* pair_rows;  // optional [n] (the pair): 0 marks a row whose first product is not read
-  const Work* alone;         // with pair_rows: the second product alone, for those rows
   int64_t V, W, H;
   bool prefetch;      // b is too large for the cache: prefetch rows ahead
   int64_t nnz_end;    // indptr[n]
@@ -383,7 +381,7 @@ void NarrowRows(const Work& w, int64_t lo, int64_t hi) {
 }
 
 // Rows [lo, hi) of the output.
-void RunRowsOf(const Work& w, int64_t lo, int64_t hi) {
+void RunRows(const Work& w, int64_t lo, int64_t hi) {
   if (w.V == 1 && w.W <= kLanes && w.m > 0) {
     if (w.out2 != nullptr) NarrowRows<true>(w, lo, hi); else NarrowRows<false>(w, lo, hi);
     return;
@@ -466,28 +464,6 @@ void RunRowsOf(const Work& w, int64_t lo, int64_t hi) {
   Count(kScalarRows, scalar);
 }
 
-// Rows [lo, hi) of the output; with pair_rows, the runs of rows whose first product is not read
-// get the second product alone (w.alone: the same blocks, the same sums) and zeros in the first.
-void RunRows(const Work& w, int64_t lo, int64_t hi) {
-  if (w.pair_rows == nullptr) {
-    RunRowsOf(w, lo, hi);
-    return;
-  }
-  for (int64_t a = lo; a < hi;) {
-    const bool both = w.pair_rows[a] != 0;
-    int64_t b = a + 1;
-    while (b < hi && (w.pair_rows[b] != 0) == both) ++b;
-    if (both) {
-      RunRowsOf(w, a, b);
-    } else {
-      RunRowsOf(*w.alone, a, b);
-      std::memset(w.out + a * w.W, 0, sizeof(float) * (b - a) * w.W);
-      if (w.alone->bad.load(std::memory_order_relaxed)) w.bad.store(true, std::memory_order_relaxed);
-    }
-    a = b;
-  }
-}
-
 // The rows of b to read (1) or not (0), or nullptr to read all: a test's explicit mask [m] when
 // one is given (it replaces the flags: rows it marks are never read, whatever they hold), else
 // with skip_zero_rows the all-zero rows of b flagged here into flags (one pass over b).
@@ -535,8 +511,7 @@ void SplitRows(ffi::ThreadPool& pool, Work& w, int64_t n) {
 ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffer<ffi::S32>& cols,
                 ffi::Buffer<ffi::F32>& vals, ffi::Buffer<ffi::F32>& b, ffi::ResultBuffer<ffi::F32>& out,
                 int64_t skip_zero_rows, const float* shared, float* out2, const float* diag = nullptr,
-                int64_t n_diag = 0, const uint8_t* mask = nullptr, int64_t n_mask = 0,
-                const uint8_t* pair_rows = nullptr) {
+                int64_t n_diag = 0, const uint8_t* mask = nullptr, int64_t n_mask = 0) {
   const auto vdims = vals.dimensions();
   const auto bdims = b.dimensions();
   const auto odims = out->dimensions();
@@ -579,25 +554,6 @@ ffi::Error Spmm(ffi::ThreadPool& pool, ffi::Buffer<ffi::S32>& indptr, ffi::Buffe
   // and were removed: each task covers whole rows.)
   w->prefetch = bdims[0] * W * 4 > g_tile_bytes.load(std::memory_order_relaxed);
   SplitRows(pool, *w, n);
-  auto alone = std::make_shared<Work>();  // the pair's second product alone (pair_rows)
-  w->pair_rows = nullptr;
-  if (pair_rows != nullptr && (V == 1 || (W / V) % kLanes == 0)) {
-    // where the pair's rows sum in registers (Block, NarrowRows): the second product alone sums
-    // there in the same blocks and order; other widths compute both products for every row
-    alone->indptr = w->indptr;
-    alone->cols = w->cols;
-    alone->vals = shared;
-    alone->b = w->b;
-    alone->skip = w->skip;
-    alone->out = out2;
-    alone->V = 1;
-    alone->W = alone->H = W;
-    alone->prefetch = w->prefetch;
-    alone->nnz_end = nnz;
-    alone->m = w->m;
-    w->pair_rows = pair_rows;
-    w->alone = alone.get();
-  }
   Count(kCalls);
   Count(kPairCalls, shared != nullptr);
   Count(kPrefetchCalls, w->prefetch);
@@ -624,20 +580,13 @@ ffi::Error SpmmImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buf
 // Two products over one pattern and one read of b: out with the per-run values [nnz, R] and out2
 // with the shared values [nnz] (a training forward with per-run dropout and an evaluation forward
 // without it, both through the same first-layer weights).
-// rows: [n] uint8, 0 where the first product's row is not read (computed as 0; the second product
-// is computed for every row), or empty: every row of both.
 ffi::Error SpmmPairImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> indptr, ffi::Buffer<ffi::S32> cols,
                         ffi::Buffer<ffi::F32> vals, ffi::Buffer<ffi::F32> shared, ffi::Buffer<ffi::F32> b,
-                        ffi::Buffer<ffi::U8> rows, ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> out2) {
+                        ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> out2) {
   if (shared.element_count() != cols.element_count() || out2->element_count() != out->element_count()) {
     return ffi::Error::InvalidArgument("jaxgcn_spmm_pair: shared values must have one entry per stored entry");
   }
-  const int64_t n_rows = static_cast<int64_t>(rows.element_count());
-  if (n_rows != 0 && n_rows + 1 != static_cast<int64_t>(indptr.element_count())) {
-    return ffi::Error::InvalidArgument("jaxgcn_spmm_pair: rows needs one flag per row of the matrix");
-  }
-  return Spmm(pool, indptr, cols, vals, b, out, 0, shared.typed_data(), out2->typed_data(), nullptr, 0, nullptr, 0,
-              n_rows != 0 ? rows.typed_data() : nullptr);
+  return Spmm(pool, indptr, cols, vals, b, out, 0, shared.typed_data(), out2->typed_data());
 }
 
 // out [m, W] = A^T g (+ diag * g for a square A) for A = (indptr, cols, vals) [n, m] with one value
@@ -805,6 +754,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmmT, SpmmTImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgcnSpmmPair, SpmmPairImpl,
                               CsrOperands()
-                                  .Arg<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

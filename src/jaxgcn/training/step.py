@@ -160,9 +160,8 @@ class Step(NamedTuple):
     def ahead(self, st: RunState, data: TrainData, runs: RunInputs) -> tuple[FirstLayer, FirstLayer] | None:
         """The first layer of the next training step of ``st`` and of an evaluation of its params,
         in one kernel pass (:func:`jaxgcn.models.first_layer_pair`; None where it does not apply)."""
-        rows = self.rows(data, train=True)  # the training product's rows its first propagation reads
         return first_layer_pair(runs_of(st).stack(st.params), data.x, runs, execution=self.execution,
-                                keys=self.step_keys(st)[1], reads=None if rows is None else rows.reads)
+                                keys=self.step_keys(st)[1])
 
     def gradients(self, st: RunState, data: TrainData, runs: RunInputs, n_train: jax.Array, layer_keys: jax.Array,
                   first: FirstLayer | None, l2: bool = True) -> tuple[jax.Array, Params]:
