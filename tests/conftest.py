@@ -156,19 +156,30 @@ def node_features() -> np.ndarray:
     return (np.arange(18, dtype=np.float32).reshape(6, 3) - 7.5) / 4.0
 
 
+# The published dataset files a few tests read (raw Planetoid pickles, Shchur et al.'s npz): the folder
+# $JAXGCN_TEST_DATA, else a "shared/datasets" folder beside the repository (where CI keeps them).
+SHARED_DATASETS = Path(os.environ.get("JAXGCN_TEST_DATA")
+                       or Path(__file__).resolve().parents[2] / "shared" / "datasets")
+FETCH_HOW = {
+    "planetoid": "ind.cora.* and ind.citeseer.* from https://github.com/kimiyoung/planetoid/tree/master/data",
+    "gnn-benchmark": "cora.npz and citeseer.npz from https://github.com/shchur/gnn-benchmark/tree/master/data/npz",
+}
+
+
+def shared_file(folder: str, name: str) -> Path:
+    """``SHARED_DATASETS/folder/name``, or a skip whose reason says where to get the file and where to
+    put it (the tests never download)."""
+    path = SHARED_DATASETS / folder / name
+    if not path.is_file():
+        pytest.skip(f"{path} is absent: put {FETCH_HOW[folder]} in $JAXGCN_TEST_DATA/{folder}/ "
+                    "and set JAXGCN_TEST_DATA to that folder to run this test")
+    return path
+
+
 @pytest.fixture(scope="session")
 def planetoid_dir() -> Path:
-    """The raw Planetoid files (``ind.<name>.*``) kept next to the repository; skip when absent."""
-    candidates = [
-        Path(__file__).resolve().parents[2] / "shared" / "datasets" / "planetoid",
-    ]
-    for path in candidates:
-        if (path / "ind.cora.graph").is_file():
-            return path
-    pytest.skip("raw Planetoid files not found (expected ../shared/datasets/planetoid)")
-
-
-SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+    """The raw Planetoid files (``ind.<name>.*``); skip when absent (see :func:`shared_file`)."""
+    return shared_file("planetoid", "ind.cora.graph").parent
 
 
 @pytest.fixture(scope="session")
@@ -183,9 +194,7 @@ def gnnbench_mirror(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("mirror")
     for name in ("cora", "citeseer"):
-        src = SHARED_DATASETS / "gnn-benchmark" / f"{name}.npz"
-        if not src.is_file():
-            pytest.skip(f"{src} is absent (the shared dataset folder is not beside the repository)")
+        src = shared_file("gnn-benchmark", f"{name}.npz")
         (root / f"shchur-{name}").mkdir()
         shutil.copy(src, root / f"shchur-{name}" / f"{name}.npz")
 

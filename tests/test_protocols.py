@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cli_run import run_main
-from conftest import SHARED_DATASETS
+from conftest import shared_file
 from jaxgcn import datasets
 from jaxgcn.cli.common import check_split_flags
 from jaxgcn.cli.parser import build_parser
@@ -21,10 +21,7 @@ from jaxgcn.datasets.splits import per_class_split
 
 @pytest.fixture(scope="module")
 def shchur_cora():
-    path = SHARED_DATASETS / "gnn-benchmark" / "cora.npz"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
-    return load_gnnbench(path, "shchur-cora")
+    return load_gnnbench(shared_file("gnn-benchmark", "cora.npz"), "shchur-cora")
 
 
 def test_every_catalogue_row_names_a_known_protocol_and_format():
