@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from cli_run import unwrap
 
 from jaxgcn import checkpoint
 from jaxgcn.cli import main
@@ -218,9 +219,9 @@ def test_predict_refuses_a_different_feature_space_and_writes_nothing(tmp_path, 
     code = main(["predict", "--checkpoint", str(tmp_path / "m"), "--dataset", "synthetic", "--nodes", "200",
                  "--features", "9", "--out", str(tmp_path / "p.csv")])
     assert code == 2 and not (tmp_path / "p.csv").exists()
-    assert re.search(r"was trained on 8 features; this data has 9", capsys.readouterr().err)
+    assert re.search(r"was trained on 8 features; this data has 9", unwrap(capsys.readouterr().err))
     assert main(["predict", "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "p.csv")]) == 2
-    assert "not a checkpoint directory" in capsys.readouterr().err
+    assert "not a checkpoint directory" in unwrap(capsys.readouterr().err)
     # a batch checkpoints too (tests/test_run_kinds.py); once finished, its save holds no state
     assert main(["train", "--dataset", "synthetic", "--nodes", "200", "--seeds", "2", "--save", str(tmp_path / "x"),
                  "--checkpoint-every", "5", "--epochs", "12", "--quiet"]) == 0
@@ -261,13 +262,13 @@ def test_save_with_seeds_and_splits_keeps_every_run_and_evaluate_picks_one(tmp_p
     assert len((tmp_path / "p.csv").read_text().splitlines()) == 301
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(m), "--run", "4", *SEVERAL[:8]]) == 2
-    err = capsys.readouterr().err
+    err = unwrap(capsys.readouterr().err)
     assert "--run 4: checkpoint" in err and "holds runs 0-3; pick one of them" in err
     assert main(["evaluate", "--checkpoint", str(m / "run-000"), "--run", "0", *SEVERAL[:8]]) == 2
-    assert "holds one run (no runs.json); drop --run" in capsys.readouterr().err
+    assert "holds one run (no runs.json); drop --run" in unwrap(capsys.readouterr().err)
     (m / "runs.json").write_text('{"format": "jaxgcn-runs-1", "best": 7, "runs": []}')
     assert main(["evaluate", "--checkpoint", str(m), *SEVERAL[:8]]) == 2
-    assert "runs.json: not a jaxgcn-runs-1 manifest" in capsys.readouterr().err
+    assert "runs.json: not a jaxgcn-runs-1 manifest" in unwrap(capsys.readouterr().err)
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
@@ -314,11 +315,11 @@ def test_resume_refuses_other_settings_and_non_checkpoints(tmp_path, capsys):
     assert main([*base, "--save", str(tmp_path / "ck"), "--checkpoint-every", "10", "--early-stopping", "none"]) == 0
     capsys.readouterr()
     assert main([*base, "--resume", str(tmp_path / "ck")]) == 2  # finished: no state left
-    assert "holds no run state to resume" in capsys.readouterr().err
+    assert "holds no run state to resume" in unwrap(capsys.readouterr().err)
     assert main([*base, "--resume", str(tmp_path)]) == 2
-    assert "not a checkpoint directory" in capsys.readouterr().err
+    assert "not a checkpoint directory" in unwrap(capsys.readouterr().err)
     assert main([*base, "--checkpoint-every", "5"]) == 2
-    assert "--checkpoint-every K needs --save DIR" in capsys.readouterr().err
+    assert "--checkpoint-every K needs --save DIR" in unwrap(capsys.readouterr().err)
 
 
 def test_standardize_statistics_travel_with_the_checkpoint(tmp_path, capsys):

@@ -16,7 +16,7 @@ import pytest
 from jaxgcn.datasets import prepare, synthetic
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
-from cli_run import run_main
+from cli_run import run_main, unwrap
 
 # 400 sparse nodes -> the "csr" backend; "none" so every seed runs exactly --epochs epochs.
 SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
@@ -135,7 +135,7 @@ def test_bad_arguments_exit_2_with_one_line(capsys, args, match):
     assert run_main(args) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    err = captured.err.splitlines()
+    err = unwrap(captured.err).splitlines()
     assert len(err) == 1, captured.err
     assert err[0].startswith("jaxgcn: error: ") and "Traceback" not in captured.err
     assert re.search(match, err[0])
@@ -144,7 +144,7 @@ def test_bad_arguments_exit_2_with_one_line(capsys, args, match):
 def test_json_into_missing_folder_exits_2_and_writes_nothing(tmp_path, capsys):
     target = tmp_path / "missing" / "r.json"
     assert run_main(["train", "--json", str(target), "--no-compile-cache"]) == 2
-    err = capsys.readouterr().err.splitlines()
+    err = unwrap(capsys.readouterr().err).splitlines()
     assert len(err) == 1
     assert f"--json {target}: folder {target.parent} does not exist" in err[0]
     assert not target.parent.exists()
@@ -154,7 +154,7 @@ def test_json_into_missing_folder_exits_2_and_writes_nothing(tmp_path, capsys):
 def test_diverging_run_exits_1(capsys):
     args = [*SYNTH, "--lr", "1e20", "--norm", "none", "--feature-norm", "none", "--quiet"]
     assert run_main(args) == 1
-    err = capsys.readouterr().err.splitlines()
+    err = unwrap(capsys.readouterr().err).splitlines()
     assert len(err) == 1
     assert err[0].startswith("jaxgcn: error: training diverged") and "learning rate" in err[0]
 
@@ -259,7 +259,7 @@ def test_sweep_optimizer_is_a_grid_axis(tmp_path):
 def test_bad_optimizer_exits_2_with_one_line(capsys, args, match):
     assert run_main([*args, "--no-compile-cache"]) == 2
     captured = capsys.readouterr()
-    err = captured.err.splitlines()
+    err = unwrap(captured.err).splitlines()
     assert captured.out == "" and len(err) == 1 and re.search(match, err[0]), captured.err
 
 

@@ -31,7 +31,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from cli_run import run_main
+from cli_run import run_main, unwrap
 
 import jaxgcn.datasets.gnnbench
 from jaxgcn.datasets import load_dataset
@@ -261,6 +261,7 @@ def test_offline_error_says_what_to_fetch_and_where(tmp_path, monkeypatch, capsy
     code = run_main(["train", "--dataset", "shchur-cora", "--data-root", root, "--epochs", "1", "--quiet"])
     out, err_text = capsys.readouterr()
     assert code == 2
+    err_text = unwrap(err_text)  # one message, printed as short lines
     assert err_text.startswith("jaxgcn: error: dataset shchur-cora: could not download") and err_text.count("\n") == 1
     assert "`jaxgcn download shchur-cora`" in err_text
     # nothing under the data root but the (empty) dataset folder and its lock file
@@ -573,7 +574,7 @@ def test_cli_download_then_list(server, tmp_path, capsys):
     assert f"cache: {tmp_path} " in listing
 
     assert run_main(["download", "nosuch", "--data-root", tmp_path]) == 2
-    err = capsys.readouterr().err
+    err = unwrap(capsys.readouterr().err)
     assert err.startswith("jaxgcn: error: download nosuch: not a catalogue dataset; choose from cora, citeseer, "
                           "pubmed, shchur-cora,") and "ogbn-arxiv" in err
 

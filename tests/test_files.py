@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from cli_run import unwrap
 
 from jaxgcn.datasets.files import load_files, read_edges, read_features, read_labels
 
@@ -167,9 +168,10 @@ def test_cli_fraction_split_and_errors(tmp_path, capsys):
     assert np.all(np.abs(counts - [150, 60, 90]) <= 2), counts  # per-class rounding, 3 classes
     capsys.readouterr()
     assert main([*args, "--train-per-class", "500"]) == 2
-    assert "fewer than the 500 train nodes per class" in capsys.readouterr().err
+    assert "fewer than the 500 train nodes per class" in unwrap(capsys.readouterr().err)
     (tmp_path / "bad.csv").write_text("node,split\nn0001,train\nzzz,val\n")
     out = tmp_path / "never.json"
     assert main([*args, "--split-file", str(tmp_path / "bad.csv"), "--json", str(out)]) == 2
-    assert re.search(r"split file .*bad\.csv: line 3: node 'zzz' is not a node of the graph", capsys.readouterr().err)
+    assert re.search(r"split file .*bad\.csv: line 3: node 'zzz' is not a node of the graph",
+                     unwrap(capsys.readouterr().err))
     assert not out.exists()

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_run import unwrap
 
 from jaxgcn.cli import build_parser, main
 from jaxgcn.datasets import available, load_dataset
@@ -130,7 +131,7 @@ def test_dataset_forms_agree_in_help_datasets_and_the_error(capsys):
     starts = [form for form in FORMS if any(line.startswith(form + " ") for line in listed)]
     assert starts == FORMS, listed  # each form leads its own line, in the order of the one list
     assert main(["info", "--dataset", "nope"]) == 2
-    err = capsys.readouterr().err
+    err = unwrap(capsys.readouterr().err)
     assert err.startswith("jaxgcn: error: unknown dataset 'nope'; choose one of ") and err.count("\n") == 1
     assert all(form in err for form in FORMS), err
 

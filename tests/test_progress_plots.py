@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxgcn.progress import Progress
-from cli_run import run_main
+from cli_run import run_main, unwrap
 
 SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
          "--no-compile-cache"]
@@ -97,6 +97,8 @@ def test_cli_log_matches_the_run_and_its_json(tmp_path, capsys):
     assert re.search(r"^compiled in \d+\.\d\ds$", printed, re.M)
     report = json.loads(out.read_text())
     records = [json.loads(line) for line in log.read_text().splitlines()]
+    header, records = records[0], records[1:]  # the run's settings first, then every line names them by id
+    assert header["settings"]["seeds"] == 3 and {r["config_id"] for r in records} == {header["config_id"]}
     for run, (epochs, stopped) in enumerate(zip(report["epochs_run"], report["stopped_early"])):
         mine = [r for r in records if r["run"] == run and "epoch" in r]
         assert mine[-1]["epoch"] == epochs and all(r["seed"] == run for r in mine)
@@ -288,5 +290,5 @@ def test_plot_errors_name_the_argument(tmp_path, capsys, trained, args, message)
     swap = {"SWEEP": str(trained / "sweep.json"), "BAD": str(bad), "MISSING": str(tmp_path / "none.jsonl")}
     argv = [swap.get(a, a) for a in args] + ["--out", str(tmp_path / "x.png")]
     assert run_main(argv) == 2
-    assert re.search(message, capsys.readouterr().err)
+    assert re.search(message, unwrap(capsys.readouterr().err))
     assert not (tmp_path / "x.png").exists()

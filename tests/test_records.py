@@ -12,7 +12,7 @@ import pytest
 from jaxgcn import machine, reports
 from jaxgcn.cli import build_parser
 from jaxgcn.cli.records import parse_args
-from cli_run import run_main
+from cli_run import run_main, unwrap
 
 CORA = ["train", "--dataset", "cora", "--epochs", "30", "--seeds", "2", "--quiet", "--no-compile-cache"]
 NOT_COMPARED = ("argv", "json")  # what differs between a run and its re-run by construction
@@ -128,7 +128,7 @@ def test_bad_config_is_refused(tmp_path, capsys, text, message):
     with pytest.raises(ValueError, match=message):
         parse_args(build_parser(), ["train", "--config", str(config)])
     assert run_main(["train", "--config", config]) == 2
-    assert re.search(message, capsys.readouterr().err)
+    assert re.search(message, unwrap(capsys.readouterr().err))
 
 
 def test_bad_record_is_refused(tmp_path, recorded):
@@ -158,7 +158,7 @@ def test_a_record_of_the_wrong_shape_is_refused_in_one_line(tmp_path, recorded, 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(report))
     assert run_main(["train", "--from-record", bad]) == 2
-    err = capsys.readouterr().err
+    err = unwrap(capsys.readouterr().err)
     assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
 
 
@@ -167,7 +167,7 @@ def test_a_deeply_nested_json_file_is_refused_in_one_line(tmp_path, capsys):
         deep = tmp_path / name
         deep.write_text("[" * 100_000 + "]" * 100_000)
         assert run_main(["train", flag, deep]) == 2
-        err = capsys.readouterr().err
+        err = unwrap(capsys.readouterr().err)
         assert len(err.strip().splitlines()) == 1 and "nested deeper than Python's recursion limit" in err, err
 
 
@@ -197,7 +197,7 @@ def test_a_named_dataset_and_own_files_together_are_refused(tmp_path, recorded, 
                          (["--config", config, *own], rf"--config {re.escape(str(config))} \(citeseer\)"),
                          (["--from-record", recorded, *own], rf"--from-record {re.escape(str(recorded))} \(cora\)")):
         assert run_main(["train", *argv, "--epochs", "1"]) == 2
-        err = capsys.readouterr().err
+        err = unwrap(capsys.readouterr().err)
         assert re.search(rf"{chosen} and --edges {re.escape(str(edges))} both choose the data \(a named dataset, "
                          r"your own graph\); give one of them", err), err
         assert len(err.strip().splitlines()) == 1

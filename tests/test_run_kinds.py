@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from cli_run import run_main
+from cli_run import run_main, unwrap
 
 from jaxgcn import batch_state, checkpoint, datasets
 from jaxgcn.batched import entries_for, fit_runs
@@ -141,7 +142,7 @@ def test_a_resume_on_another_layout_or_batch_is_refused_naming_the_values(tmp_pa
     assert run_main(["train", *base, "--seeds", "3", "--save", tmp_path / "b", "--checkpoint-every", "10"]) == 0
     capsys.readouterr()
     assert run_main(["train", *base, "--seeds", "3", "--resume", tmp_path / "b"]) == 2  # finished: no state
-    assert "holds no batch state to resume" in capsys.readouterr().err
+    assert "holds no batch state to resume" in unwrap(capsys.readouterr().err)
     # an interrupted batch (its state written, never removed)
     spec = ["--epochs", "40", "--patience", "400"]
     env = _env()
@@ -151,9 +152,25 @@ def test_a_resume_on_another_layout_or_batch_is_refused_naming_the_values(tmp_pa
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and (tmp_path / "c" / batch_state.FOLDER / batch_state.MANIFEST).is_file()
     assert run_main(["train", *SYNTHETIC, *spec, "--seeds", "4", "--resume", tmp_path / "c"]) == 2
-    assert "seeds: 3 -> 4" in capsys.readouterr().err
+    assert "the checkpoint was trained with --seeds 3; this command gives --seeds 4" in unwrap(capsys.readouterr().err)
     assert run_main(["train", *SYNTHETIC, *spec, "--seeds", "3", "--lr", "0.01", "--resume", tmp_path / "c"]) == 2
-    assert "train.lr: 0.005 -> 0.01" in capsys.readouterr().err
+    assert "trained with --lr 0.005; this command gives --lr 0.01" in unwrap(capsys.readouterr().err)
+    # a state that records no options (an older jaxgcn's): the settings themselves are compared
+    old = _without_options(tmp_path / "c", tmp_path / "old", f"{batch_state.FOLDER}/{batch_state.MANIFEST}")
+    assert run_main(["train", *SYNTHETIC, *spec, "--seeds", "4", "--resume", old]) == 2
+    assert "seeds: 3 -> 4" in unwrap(capsys.readouterr().err)
+    assert run_main(["train", *SYNTHETIC, *spec, "--seeds", "3", "--lr", "0.01", "--resume", old]) == 2
+    assert "train.lr: 0.005 -> 0.01" in unwrap(capsys.readouterr().err)
+
+
+def _without_options(source: Path, to: Path, meta: str) -> Path:
+    """A copy of a checkpoint folder whose ``meta`` JSON records no command options, as an older
+    jaxgcn wrote it (the JSON is not hashed: the files it names are)."""
+    shutil.copytree(source, to)
+    saved = json.loads((to / meta).read_text())
+    del saved["extra"]["options"]
+    (to / meta).write_text(json.dumps(saved))
+    return to
 
 
 def test_a_sharded_checkpoint_resumes_on_its_own_device_count_only(tmp_path):
@@ -172,11 +189,20 @@ def test_a_sharded_checkpoint_resumes_on_its_own_device_count_only(tmp_path):
     killed = subprocess.run(cmd, cwd=tmp_path, env=four, capture_output=True, text=True)
     assert killed.returncode != 0 and checkpoint.load(tmp_path / "ck").meta["epoch"] == 30
     other = train("--devices", "2", "--resume", "ck")
-    assert other.returncode == 2 and "layout.devices: 4 -> 2" in other.stderr, other.stderr[-2000:]
-    one = subprocess.run([sys.executable, "-m", "jaxgcn.cli", "train", *args[:-1], "--resume", "ck"], cwd=tmp_path,
+    assert other.returncode == 2 and "trained with --devices 4; this command gives --devices 2" in \
+        unwrap(other.stderr), other.stderr[-2000:]
+    # a checkpoint that records no options (an older jaxgcn's): the layout itself is compared
+    _without_options(tmp_path / "ck", tmp_path / "old", checkpoint.META)
+    other = train("--devices", "2", "--resume", "old")
+    assert other.returncode == 2 and "layout.devices: 4 -> 2" in unwrap(other.stderr), other.stderr[-2000:]
+    one = subprocess.run([sys.executable, "-m", "jaxgcn.cli", "train", *args[:-1], "--resume", "old"], cwd=tmp_path,
                          env=env, capture_output=True, text=True)
-    assert one.returncode == 2 and "layout: {'devices': 4, 'exchange'" in one.stderr, one.stderr[-2000:]
-    assert train("--devices", "4", "--resume", "ck").returncode == 0
+    assert one.returncode == 2 and "layout: {'devices': 4, 'exchange'" in unwrap(one.stderr), one.stderr[-2000:]
+    # --resume alone: --shard-graph --devices 4 (and every other setting) come from the checkpoint
+    alone = subprocess.run([sys.executable, "-m", "jaxgcn.cli", "train", "--resume", "ck"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)
+    assert alone.returncode == 0 and "| 4 devices, " in alone.stdout, alone.stderr[-2000:]
+    assert checkpoint.load(tmp_path / "ck").meta["epoch"] == 40
 
 
 def test_every_slice_of_a_batch_resumes_from_any_of_its_checkpoints():

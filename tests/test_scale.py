@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from cli_run import unwrap
 
 from jaxgcn import datasets
 from jaxgcn.cli import main
@@ -154,7 +155,7 @@ def test_cli_refuses_a_run_that_cannot_fit(monkeypatch, capsys):
     monkeypatch.setattr(jaxgcn.memory, "available_bytes", lambda: 2**20)
     code = main(["train", "--dataset", "synthetic", "--nodes", "300", "--epochs", "2", "--no-compile-cache"])
     assert code == 2
-    err = capsys.readouterr().err
+    err = unwrap(capsys.readouterr().err)
     assert re.match(r"jaxgcn: error: training needs about \d+\.\d\d GiB .* more than the 0\.0 GiB available; "
                     r"options:", err)
 

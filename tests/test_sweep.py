@@ -22,7 +22,7 @@ from jaxgcn.plan import batch_bytes as estimate_bytes
 from jaxgcn.sweep import (GRID_KEYS, Entry, Grid, format_table, grid_values, lower, program_key,
                           rows_to_json, run_entries, run_grid, write_csv)
 from jaxgcn.train import Patience, TrainConfig, fit
-from cli_run import run_main
+from cli_run import run_main, unwrap
 
 MODEL = GCNConfig()
 EXEC = Execution(backend="csr")  # what auto picks here
@@ -34,6 +34,12 @@ CLI = [*DATA_ARGS, "--epochs", "30", "--no-compile-cache", "--quiet"]
 CSV_FIELDS = [*GRID_KEYS, "n_runs", "val_acc_mean", "val_acc_std", "test_acc_mean", "test_acc_std", "epochs_mean"]
 GROUP = re.compile(r"^group (\d+)/(\d+) \(layers (\d+), (?:\w+), hidden (\d+)\): (\d+) runs in one program \| "
                    r"compile \d+\.\ds \| train \d+\.\ds \| val mean (\d\.\d{4})$")
+START = re.compile(r"^group (\d+)/(\d+) \(layers (\d+), (?:\w+), hidden (\d+)\): training (\d+) runs?$")
+
+
+def finished(lines):
+    """The lines that end a group (each group also says when it starts: START)."""
+    return [line for line in lines if not START.match(line)]
 
 
 
@@ -99,8 +105,13 @@ def test_run_grid_rows_summarize_their_runs_best_first(swept):
 
 def test_run_grid_compiles_one_program_per_layer_count_and_width(swept):
     rows, lines = swept
-    groups = [GROUP.match(line) for line in lines]
+    groups = [GROUP.match(line) for line in finished(lines)]
     assert all(groups), lines  # no chunking line: the default budget is half the free memory
+    # every group says when it starts (a sweep is not silent while a group trains), then how it ended
+    assert [line for line in lines if START.match(line)] == [
+        f"group {g}/4 (layers {layers}, adam, hidden {hidden}): training 4 runs"
+        for g, (layers, hidden) in enumerate([(2, 8), (2, 16), (3, 8), (3, 16)], 1)]
+    assert [bool(START.match(line)) for line in lines] == [True, False] * 4
     # one program per (layers, hidden): padding every run to the widest made each cost the widest
     assert [(m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)) for m in groups] == [
         ("1", "4", "2", "8", "4"), ("2", "4", "2", "16", "4"), ("3", "4", "3", "8", "4"), ("4", "4", "3", "16", "4")]
@@ -129,7 +140,8 @@ def test_memory_budget_splits_a_group_into_chunks_with_the_same_results(prepared
     chunked = run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
                        memory_budget=2 * per_run, log=lines.append)
     assert lines[0].startswith("group 1: 4 runs need ~") and lines[0].endswith("running 2 chunks of <= 2 runs")
-    assert [m.group(5) for m in map(GROUP.match, lines[1:])] == ["2", "2"]
+    assert lines[1] == "group 1/1 (layers 2, adam, hidden 16): training 4 runs"
+    assert [m.group(5) for m in map(GROUP.match, lines[2:])] == ["2", "2"]
     assert len(chunked) == 2
     for r in chunked:
         whole = find(rows, lr=r.config["lr"], hidden=r.config["hidden"], layers=2)
@@ -246,7 +258,9 @@ def test_entries_differing_in_epochs_run_as_two_programs_each_equal_to_its_singl
     entries = [e._replace(train=dataclasses.replace(e.train, epochs=12)), e]
     lines = []
     outcomes = run_entries(prepared.data, prepared.n_classes, entries, execution=EXEC, log=lines.append)
-    assert [(m.group(1), m.group(2), m.group(5)) for m in map(GROUP.match, lines)] == [("1", "2", "1"), ("2", "2", "1")]
+    assert [(m.group(1), m.group(2), m.group(5)) for m in map(GROUP.match, finished(lines))] == [("1", "2", "1"),
+                                                                                                ("2", "2", "1")]
+    assert lines[0] == "group 1/2 (layers 2, adam, hidden 16): training 1 run"
     assert outcomes[0].epochs_run <= 12  # the shorter run stopped at its own epochs
     for entry, outcome in zip(entries, outcomes):  # in the order of the entries
         one = single(entry.model, entry.train, entry.seed)
@@ -321,8 +335,10 @@ def test_write_csv_one_row_per_configuration(swept, tmp_path):
         record = dict(zip(CSV_FIELDS, line))
         assert float(record["lr"]) == r.config["lr"] and int(record["hidden"]) == r.config["hidden"]
         assert int(record["layers"]) == r.config["layers"] and int(record["n_runs"]) == 2
-        assert float(record["val_acc_mean"]) == r.val_mean and float(record["test_acc_std"]) == r.test_std
-        assert float(record["epochs_mean"]) == r.epochs_mean
+        # float32 results to 6 significant digits: no float64 noise such as 0.8130000233650208
+        assert record["val_acc_mean"] == f"{r.val_mean:.6g}" and record["test_acc_std"] == f"{r.test_std:.6g}"
+        assert float(record["val_acc_mean"]) == pytest.approx(r.val_mean, rel=1e-6)
+        assert record["epochs_mean"] == (f"{r.epochs_mean:.0f}" if r.epochs_mean.is_integer() else f"{r.epochs_mean:g}")
 
 
 def test_rows_to_json_keeps_every_run(swept):
@@ -436,7 +452,7 @@ def test_cli_sweep_validates_every_list_value_not_only_the_first(flag, values, m
 def test_bad_lists_and_sizes_exit_2_with_one_line(argv, match, capsys):
     assert run_main([*argv, "--no-compile-cache"]) == 2
     captured = capsys.readouterr()
-    err = captured.err.strip().splitlines()
+    err = unwrap(captured.err).strip().splitlines()
     assert captured.out == "" and len(err) == 1, err
     assert err[0].startswith("jaxgcn: error:") and re.search(match, err[0]), err[0]
 
@@ -452,4 +468,4 @@ def test_splits_without_random_split_exits_2_naming_the_fix(command, capsys):
 
 def test_memory_budget_infinity_exits_2(capsys):
     assert run_main(["sweep", "--memory-budget", "inf", "--no-compile-cache"]) == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert len(unwrap(capsys.readouterr().err).strip().splitlines()) == 1

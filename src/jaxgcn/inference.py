@@ -110,12 +110,14 @@ def identity_features(ck: Checkpoint, raw: RawGraph, *, one_hot_now: bool, path:
     return Adapted(raw._replace(features=x), note)
 
 
-def check_features(ck: Checkpoint, raw: RawGraph, *, path: str | Path) -> None:
-    """Refuse data whose feature count is not the model's (``path``: the checkpoint, named in the message)."""
+def check_features(ck: Checkpoint, raw: RawGraph, *, path: str | Path,
+                   fix: str = "give features in the same feature space") -> None:
+    """Refuse data whose feature count is not the model's (``path``: the checkpoint, named in the
+    message; ``fix``: how to give the right data, which ends it)."""
     n_features = int(raw.features.shape[1])
     if n_features != ck.meta["n_features"]:
         raise ValueError(f"checkpoint {path} was trained on {ck.meta['n_features']} features; this data has "
-                         f"{n_features}; give features in the same feature space")
+                         f"{n_features}; {fix}")
 
 
 def saved_codes(ck: Checkpoint, raw: RawGraph) -> np.ndarray | None:

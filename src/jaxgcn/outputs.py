@@ -290,7 +290,7 @@ def locked_dir(flag: str, path: str | os.PathLike, *, remove_on_error: bool = Tr
     process holds is refused at once (ValueError), never waited for.
 
     A directory this call created is removed again when the block fails: always when nothing was
-    written into it, and with everything in it when the block raised an Exception and
+    written into it, and with everything in it when the block raised an Exception (or Ctrl-C) and
     ``remove_on_error`` (a failed run leaves no partial output folder; pass False when the folder may
     hold state worth keeping, such as resumable checkpoints)."""
     from filelock import FileLock, Timeout
@@ -312,7 +312,8 @@ def locked_dir(flag: str, path: str | os.PathLike, *, remove_on_error: bool = Tr
     try:
         yield path
     except BaseException as exc:
-        failed, wipe = True, isinstance(exc, Exception) and remove_on_error and created
+        # Ctrl-C too: an interrupted final save leaves no half-written folder
+        failed, wipe = True, isinstance(exc, (Exception, KeyboardInterrupt)) and remove_on_error and created
         raise
     finally:
         if wipe:  # emptied while still locked, so no other writer can have started in it

@@ -43,23 +43,55 @@ def _save(fig: Any, out: str | os.PathLike) -> Path:
     return write_atomic(out, buf.getvalue())
 
 
-def read_log(path: str | os.PathLike) -> dict[int, dict[str, np.ndarray]]:
+def _mixed_runs(path: str | os.PathLike, seen: list[str | None], settings: dict[str | None, Any]) -> str:
+    """The message for a log whose lines come from trainings of different settings: each
+    configuration's id and the settings in which they differ."""
+    known = [settings.get(tag) for tag in seen]
+    keys = dict.fromkeys(k for s in known if isinstance(s, dict) for k in s)
+    differ = [k for k in keys if len({json.dumps(s.get(k), sort_keys=True, default=str)
+                                      for s in known if isinstance(s, dict)}) > 1]
+
+    def shown(tag: str | None, s: Any) -> str:
+        if tag is None:
+            return "lines without a config_id (an older jaxgcn)"
+        if not isinstance(s, dict):
+            return f"{tag} (settings not recorded)"
+        return f"{tag} ({', '.join(f'{k} {s.get(k)}' for k in differ) or 'same settings'})"
+    first = next((tag for tag in seen if tag is not None), "ID")
+    return (f"{path}: holds the runs of {len(seen)} trainings with different settings: "
+            f"{'; '.join(shown(t, s) for t, s in zip(seen, known))}; plot one with --config-id {first}, or "
+            "train each configuration into its own --log file")
+
+
+def read_log(path: str | os.PathLike, config_id: str | None = None) -> dict[int, dict[str, np.ndarray]]:
     """A ``--log`` JSON-lines file -> {run: {"epoch", "loss", "train_acc", "val_loss", "val_acc"
     [, "stopped_early_at"]}} (arrays). A later block of lines for the same run (a second training
-    appended to the file) replaces it."""
+    of the same settings appended to the file) replaces it. Lines of trainings with different
+    settings (their ``config_id``, see :mod:`jaxgcn.progress`) are refused, naming the settings
+    that differ, unless ``config_id`` picks the runs of one of them."""
     runs: dict[int, list[dict[str, Any]]] = {}
     stops: dict[int, int] = {}
+    settings: dict[str | None, Any] = {}
+    seen: list[str | None] = []  # the config ids of the lines, in order of appearance
     with open(path) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
+                tag = rec.get("config_id")
+                if "settings" in rec:
+                    settings[tag] = rec["settings"]
+                    continue
+                if tag not in seen:
+                    seen.append(tag)
+                if config_id is not None and tag != config_id:
+                    continue
                 if "stopped_early_at" in rec:
                     stops[int(rec["run"])] = int(rec["stopped_early_at"])
                     continue
                 run, epoch = int(rec["run"]), int(rec["epoch"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
                 raise ValueError(f"{path}, line {number}: not a jaxgcn training-log record ({line.strip()[:60]!r}); "
                                  "give the JSON-lines file that Progress(log_file=...) writes") from None
             rows = runs.setdefault(run, [])
@@ -67,6 +99,11 @@ def read_log(path: str | os.PathLike) -> dict[int, dict[str, np.ndarray]]:
                 rows.clear()  # a new training appended to the same file
                 stops.pop(run, None)
             rows.append(rec)
+    if config_id is not None and config_id not in seen:
+        ids = ", ".join(str(tag) for tag in seen if tag is not None) or "none"
+        raise ValueError(f"{path}: no line has config_id {config_id}; give one of its config ids ({ids})")
+    if config_id is None and len(seen) > 1:
+        raise ValueError(_mixed_runs(path, seen, settings))
     if not runs:
         raise ValueError(f"{path}: no records; train with Progress(log_file={str(path)!r}) first")
     keys = ("epoch", "loss", "train_acc", "val_loss", "val_acc")

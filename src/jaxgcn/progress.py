@@ -9,7 +9,10 @@ history, elapsed)``, ``done()``) and
   ``every`` epochs, and prints nothing with ``quiet``; compiling is shown as its own phase;
 - writes one JSON line per logged epoch and run to ``log_file`` (``--log``): ``run``, ``seed``,
   ``epoch``, ``loss``, ``train_acc``, ``val_loss``, ``val_acc``, ``elapsed`` (seconds since the
-  first epoch started, measured when the chunk that ended at that epoch returned);
+  first epoch started, measured when the chunk that ended at that epoch returned); with
+  ``config`` (the run's settings) every line also has ``config_id`` (:func:`config_id` of them)
+  and the run's first line is ``{"config_id", "settings"}``, so that runs of different settings
+  appended to one file can be told apart (``jaxgcn plot curves`` refuses to draw them as one);
 - writes TensorBoard scalars to ``tensorboard`` (``--tensorboard DIR``) when tensorboardX is
   installed, one sub-directory per run.
 
@@ -19,6 +22,7 @@ epochs] for a batch (NaN where an epoch has not run).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -49,6 +53,16 @@ def tqdm_available() -> bool:
     return True
 
 
+def config_id(settings: dict[str, Any]) -> str:
+    """A short stable id of a run's settings (8 hex digits of the SHA-256 of their sorted JSON).
+
+    >>> config_id({"lr": 0.01, "seed": 0}) == config_id({"seed": 0, "lr": 0.01})
+    True
+    """
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+
+
 def _clean(value: float) -> float | None:
     return None if not math.isfinite(value) else round(float(value), 6)
 
@@ -65,13 +79,14 @@ class Progress:
         log_file: JSON-lines path (opened for appending; ``None``: no log).
         tensorboard: directory for TensorBoard event files (``None``: none).
         seeds: the seed of each run (for the log records).
+        config: the settings of the run(s), recorded in the log (``None``: not recorded).
         say: where phase and notice lines go (default: print to ``stream`` unless quiet).
     """
 
     def __init__(self, total: int, *, every: int = 20, quiet: bool = False, stream: IO[str] | None = None,
                  tty: bool | None = None, log_file: str | os.PathLike | None = None,
                  tensorboard: str | os.PathLike | None = None, seeds: list[int] | None = None,
-                 desc: str = "training") -> None:
+                 desc: str = "training", config: dict[str, Any] | None = None) -> None:
         self.total, self.every, self.quiet = total, max(1, every), quiet
         self.stream = stream if stream is not None else sys.stdout
         isatty = getattr(self.stream, "isatty", lambda: False)()
@@ -82,6 +97,9 @@ class Progress:
         self.shown = 0
         self.bar: Any = None
         self.log = open(log_file, "a") if log_file is not None else None
+        self.tag = {} if config is None else {"config_id": config_id(config)}
+        if self.log is not None and config is not None:
+            self.log.write(json.dumps({**self.tag, "settings": config}, default=str) + "\n")
         self.writers: list[Any] | None = None
         self.tensorboard = tensorboard
         self.compile_start = 0.0
@@ -169,7 +187,8 @@ class Progress:
         if self.log is not None:
             for run, last in sorted(self.last_epoch.items()):
                 if last < self.total:
-                    self.log.write(json.dumps({"run": run, "seed": self._seed(run), "stopped_early_at": last}) + "\n")
+                    self.log.write(json.dumps({"run": run, "seed": self._seed(run), "stopped_early_at": last,
+                                               **self.tag}) + "\n")
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -203,7 +222,7 @@ class Progress:
                     continue
                 self.last_epoch[run] = e
                 record = {"run": run, "seed": self._seed(run), "epoch": e,
-                          **{k: _clean(rows[k][local, i]) for k in KEYS}, "elapsed": round(elapsed, 4)}
+                          **{k: _clean(rows[k][local, i]) for k in KEYS}, "elapsed": round(elapsed, 4), **self.tag}
                 if self.log is not None:
                     self.log.write(json.dumps(record) + "\n")
                 if self.writers is not None and run < len(self.writers):

@@ -185,6 +185,9 @@ def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[i
     if chunk < len(group) and log is not None:
         log(f"group {g}: {len(group)} runs need ~{per_run_bytes * len(group) / 2**30:.1f} GiB, over the "
             f"{budget / 2**30:.1f} GiB budget: running {-(-len(group) // chunk)} chunks of <= {chunk} runs")
+    if log is not None and progress is None:  # a bar names the group itself
+        log(f"group {g}/{n_groups} (layers {model.layers}, {train.optimizer}, hidden {model.hidden}): training "
+            f"{len(group)} run{'s' if len(group) != 1 else ''}")
     out = np.zeros((len(group), 3))
     for start in range(0, len(group), chunk):
         part = group[start:start + chunk]
@@ -246,31 +249,50 @@ def _summarize(cfg: dict[str, Any], runs: list[dict[str, Any]]) -> Row:
                float(epochs.mean()), runs)
 
 
+def _spread(mean: float, std: float, n_runs: int) -> str:
+    """``0.8130 ± 0.0040`` over several runs; one run has no spread: ``0.8130`` (padded to the width)."""
+    return f"{mean:7.4f} ± {std:.4f}" if n_runs > 1 else f"{mean:7.4f}" + " " * 9
+
+
+def _number(value: float) -> str:
+    """A mean or std of float32 metrics as CSV text, to 6 significant digits (float32 holds about
+    7): ``0.813``, not ``0.8130000233650208``; whole numbers (epochs) without a fraction.
+
+    >>> _number(0.8130000233650208), _number(0.003999996185302734), _number(174.0), _number(174.5)
+    ('0.813', '0.004', '174', '174.5')
+    """
+    return f"{value:.6g}"
+
+
 def format_table(rows: list[Row]) -> str:
-    """The rows as a fixed-width table, best first, with the best configuration named below."""
+    """The rows as a fixed-width table, best first, with the best configuration named below (one
+    run per configuration: no ± spread; epochs as integers where the mean is whole)."""
     head = f"{'lr':>8s} {'wd':>8s} {'drop':>5s} {'hid':>4s} {'lay':>3s} {'opt':>8s} {'runs':>4s} " \
            f"{'val acc':>15s} {'test acc':>15s} {'epochs':>6s}"
     lines = [head, "-" * len(head)]
     for r in rows:
         c = r.config
         lines.append(f"{c['lr']:8g} {c['weight_decay']:8g} {c['dropout']:5g} {c['hidden']:4d} {c['layers']:3d} "
-                     f"{c['optimizer']:>8s} {r.n_runs:4d} {r.val_mean:7.4f} ± {r.val_std:.4f} "
-                     f"{r.test_mean:7.4f} ± {r.test_std:.4f} {r.epochs_mean:6.1f}")
+                     f"{c['optimizer']:>8s} {r.n_runs:4d} {_spread(r.val_mean, r.val_std, r.n_runs)} "
+                     f"{_spread(r.test_mean, r.test_std, r.n_runs)} "
+                     + (f"{r.epochs_mean:6.0f}" if float(r.epochs_mean).is_integer() else f"{r.epochs_mean:6.1f}"))
     best = rows[0].config
     lines.append("best: " + ", ".join(f"{k}={best[k]:g}" if k != "optimizer" else f"{k}={best[k]}" for k in GRID_KEYS)
-                 + f" (val {rows[0].val_mean:.4f}, test {rows[0].test_mean:.4f} ± {rows[0].test_std:.4f})")
+                 + f" (val {rows[0].val_mean:.4f}, test {rows[0].test_mean:.4f}"
+                 + (f" ± {rows[0].test_std:.4f})" if rows[0].n_runs > 1 else ")"))
     return "\n".join(lines)
 
 
 def csv_text(rows: list[Row]) -> str:
-    """One CSV row per configuration."""
+    """One CSV row per configuration; the metrics' means and stds to 6 significant digits (they
+    are float32 results: the digits beyond are noise)."""
     fields = [*GRID_KEYS, "n_runs", "val_acc_mean", "val_acc_std", "test_acc_mean", "test_acc_std", "epochs_mean"]
     f = io.StringIO(newline="")
     w = csv.writer(f)
     w.writerow(fields)
     for r in rows:
-        w.writerow([*(r.config[k] for k in GRID_KEYS), r.n_runs, r.val_mean, r.val_std, r.test_mean,
-                    r.test_std, r.epochs_mean])
+        w.writerow([*(r.config[k] for k in GRID_KEYS), r.n_runs,
+                    *map(_number, (r.val_mean, r.val_std, r.test_mean, r.test_std, r.epochs_mean))])
     return f.getvalue()
 
 

@@ -166,7 +166,7 @@ def _read_graph(request: DataRequest, require_labels: bool) -> RawGraph:
                          "--dataset synthetic give a feature count")
     return load_dataset(r.dataset, data_dir=r.data_dir, ogb_split=r.ogb_split, data_root=r.data_root,
                         progress=r.progress, **r.synthetic, n_features=int(r.features or 64),
-                        train_per_class=r.per_class, seed=r.data_seed)
+                        train_per_class=r.per_class, n_val=r.n_val, n_test=r.n_test, seed=r.data_seed)
 
 
 def planetoid_splits(request: DataRequest, raw: RawGraph) -> dict[str, np.ndarray]:
@@ -226,11 +226,31 @@ def _with_split(request: DataRequest, prepared: Prepared,
 
 def _summary(prepared: Prepared, seconds: float) -> str:
     info = prepared.info
+    sizes = info.get("split_sizes") or {}
+    counts = ": " + ", ".join(f"{k} {v}" for k, v in sizes.items()) if sizes else ""
     return (f"{info['dataset']}: {info['n_nodes']} nodes, {info['n_edges']} edges, {info['n_features']} "
             f"features, {info['n_classes']} classes | backend {prepared.backend}"
             + (f" | {info['edges_symmetrized']} one-way edges symmetrized" if info["edges_symmetrized"] else "")
-            + (f" | split {info['split']}" if "split" in info else "")
-            + f" | read and prepared in {seconds:.2f}s")
+            + f" | split {info.get('split', 'public')}{counts} | read and prepared in {seconds:.2f}s")
+
+
+def split_note(request: DataRequest, prepared: Prepared) -> str | None:
+    """The note for a Planetoid-style split (``--split random``, own files, ``--dataset synthetic``)
+    drawn smaller than ``--val``/``--test`` ask: the labelled nodes outside the train set are too
+    few (val takes at most a third of them). None when the sizes were met or the split is not sized
+    by them (a dataset's own split, a split file, fractions)."""
+    if request.split_file is not None or request.train_frac is not None or request.source == "partitions":
+        return None
+    if request.split != "random" and request.edges is None and request.source != "synthetic":
+        return None
+    sizes = prepared.info.get("split_sizes") or {}
+    val, test = sizes.get("val", 0), sizes.get("test", 0)
+    if val >= request.n_val and test >= request.n_test:
+        return None
+    rest = int(np.sum(np.asarray(prepared.data.labels) >= 0)) - sizes.get("train", 0)
+    return (f"note: --val {request.n_val} --test {request.n_test} do not fit the {rest} labelled nodes outside the "
+            f"train set (val takes at most a third of them); using --val {val} --test {test} (give --val/--test "
+            "to choose)")
 
 
 def load(request: DataRequest, say: Say, *, backend: str = "auto", on_device: bool = True, two_classes: bool = True,
@@ -264,6 +284,9 @@ def load(request: DataRequest, say: Say, *, backend: str = "auto", on_device: bo
     if request.protocol is not None:
         prepared = prepared._replace(info={**prepared.info, **protocol_info(request.dataset)})
     say(_summary(prepared, time.perf_counter() - start))
+    note = split_note(request, prepared)
+    if note:
+        say(note)
     return Loaded(prepared, node_ids)
 
 

@@ -31,6 +31,9 @@ class Job:
         debug: check one training step (NaNs, indices) before the loop.
         shard_graph, distributed, exchange: one run with the graph's rows over the devices (of a
             multi-process job), and how they exchange rows (``auto``, ``all_gather``, ``halo``).
+        options: the command's options as JSON values, which every checkpoint records (``extra``'s
+            ``options``) so that ``--resume`` and the commands that read a checkpoint restore them
+            (None: none recorded).
     """
 
     data: DataRequest
@@ -48,6 +51,7 @@ class Job:
     shard_graph: bool = False
     distributed: bool = False
     exchange: str = "auto"
+    options: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.checkpoint_every is not None and self.save is None:
@@ -84,6 +88,8 @@ class Outcome(NamedTuple):
         facts: what a checkpoint records about the data (None without --save/--resume).
         hint: a one-line hint (divergence, overfitting), or None.
         sharded: a sharded run's layout (:class:`jaxgcn.app.sharded.Layout` facts), or None.
+        resumed_epoch: the epoch a ``--resume`` started from (the earliest of a batch's slices; 0:
+            started afresh): this process trained the epochs after it, in ``train_seconds``.
     """
 
     runs: list[RunSummary]
@@ -99,3 +105,4 @@ class Outcome(NamedTuple):
     facts: dict[str, Any] | None
     hint: str | None = None
     sharded: Any = None
+    resumed_epoch: int = 0

@@ -49,10 +49,17 @@ def settings(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: Tr
             "dataset": info["dataset"], "n_nodes": info["n_nodes"], "layout": layout}
 
 
+def recorded(job: Job) -> dict[str, Any]:
+    """What every checkpoint's ``extra`` records about the command besides the settings: its options
+    (:attr:`Job.options`), which ``--resume`` and ``evaluate``/``predict``/``plot`` restore."""
+    return {} if job.options is None else {"options": job.options}
+
+
 def fit_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,
               saved_facts: dict[str, Any], say: Say, layout: dict[str, Any] | None = None) -> dict[str, Any]:
     """``fit`` (and ``fit_sharded``) keyword arguments for ``checkpoint_every`` and ``resume``
-    (``saved_facts``: :func:`facts`; ``layout``: :func:`settings`)."""
+    (``saved_facts``: :func:`facts`; ``layout``: :func:`settings`), and with ``resume`` the epoch it
+    resumes from as ``resumed_epoch``, which the caller pops before calling ``fit``."""
     out: dict[str, Any] = {}
     if job.checkpoint_every is None and job.resume is None:
         return out
@@ -61,7 +68,7 @@ def fit_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: T
         def save_state(state: Any) -> None:
             checkpoint.save(job.save, state.params, model_config=model_config, train_config=train_config,
                             execution=execution, info=loaded.prepared.info, epoch=int(state.epoch), metrics={},
-                            state=state, extra=extra, **saved_facts)
+                            state=state, extra={**extra, **recorded(job)}, **saved_facts)
         out.update(checkpoint_every=job.checkpoint_every, on_checkpoint=save_state)
     if job.resume is not None:
         ck = checkpoint.load(job.resume)
@@ -69,6 +76,7 @@ def fit_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: T
         checkpoint.check_resumable(ck.meta, extra, saved_facts["fingerprint"], f"--resume {job.resume}")
         say(f"resuming from epoch {ck.meta['epoch']} of {job.resume}")
         out["resume"] = lambda template: checkpoint.restore_state(template, arrays, str(job.resume))
+        out["resumed_epoch"] = int(ck.meta["epoch"])
     return out
 
 
@@ -76,7 +84,8 @@ def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config:
                 saved_facts: dict[str, Any], say: Say, runs_per_program: int) -> dict[str, Any]:
     """``fit_runs`` keyword arguments for ``checkpoint_every`` and ``resume`` of a batch: each
     slice's state in ``save``'s :mod:`jaxgcn.batch_state` folder. The seeds, splits and runs per
-    program are settings (a slice holds the runs that train together)."""
+    program are settings (a slice holds the runs that train together). With ``resume``, also
+    ``resumed_epoch`` (the earliest slice's epoch, 0 when one had not started), for the caller to pop."""
     out: dict[str, Any] = {}
     if job.checkpoint_every is None and job.resume is None:
         return out
@@ -90,11 +99,14 @@ def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config:
         say(f"resuming {len(epochs)} slice(s) of runs at epoch {'-'.join(map(str, sorted({epochs[0], epochs[-1]})))} "
             f"of {job.resume}" if epochs else f"resuming {job.resume}: no slice had started")
         out["resume"] = lambda first, template: batch_state.slice_state(job.resume, manifest, first, template)
+        started_all = len(epochs) == -(-job.n_runs // runs_per_program)  # every slice has saved state
+        out["resumed_epoch"] = int(epochs[0]) if epochs and started_all else 0
         if job.save is not None and Path(job.save).resolve() == Path(job.resume).resolve():
             previous = manifest
     if job.checkpoint_every is not None:
         out.update(checkpoint_every=job.checkpoint_every,
-                   on_checkpoint=batch_state.saver(job.save, extra=extra, fingerprint=saved_facts["fingerprint"],
+                   on_checkpoint=batch_state.saver(job.save, extra={**extra, **recorded(job)},
+                                                   fingerprint=saved_facts["fingerprint"],
                                                    previous=previous))
     return out
 
@@ -109,7 +121,7 @@ def save_models(job: Job, outcome: Outcome, say: Say) -> None:
     if outcome.batch is None:
         res = outcome.fitted
         checkpoint.save(job.save, res.params, **configs, epoch=res.epochs_run, metrics=res.metrics,
-                        extra=result_facts(res), **outcome.facts)
+                        extra={**result_facts(res), **recorded(job)}, **outcome.facts)
         say(f"saved the model to {job.save}")
         return
     res = outcome.batch
@@ -117,9 +129,32 @@ def save_models(job: Job, outcome: Outcome, say: Say) -> None:
         per_run = {**outcome.facts, "split": split_codes(outcome.loaded.prepared, run.split)}
         checkpoint.save(checkpoint.run_dir(job.save, j), unstack_params(res.params, j), **configs,
                         epoch=run.epochs_run, metrics={k: float(v[j]) for k, v in res.metrics.items()},
-                        extra={**result_facts(run), "seed": run.seed, "split_index": run.split}, **per_run)
+                        extra={**result_facts(run), "seed": run.seed, "split_index": run.split, **recorded(job)},
+                        **per_run)
     checkpoint.save_runs(job.save, [r._asdict() for r in outcome.runs])
     batch_state.remove(job.save)  # the saved runs are final: a finished batch holds no state to resume
     say(f"saved the {len(outcome.runs)} runs' models to {job.save} (evaluate and predict take the best "
         "validation run, or --run I)")
 
+
+
+def resumable_since(directory: str | Path, since: float) -> str | None:
+    """What an interrupted run can resume from: ``"epoch N"`` (``"epochs A-B"`` for a batch's
+    slices) of the resumable state in ``directory`` written at or after ``since`` (a
+    :func:`time.time`, when the run started), or None when the run wrote none."""
+    folder = Path(directory)
+    for path in (folder / checkpoint.META, batch_state.folder(folder) / batch_state.MANIFEST):
+        try:
+            if path.stat().st_mtime < since:  # an earlier run's state: not this run's progress
+                continue
+            meta = json.loads(path.read_text(encoding="utf-8"))
+            if path.name == checkpoint.META:
+                epochs = [int(meta["epoch"])] if meta.get("state_file") else []
+            else:
+                epochs = [int(s["epoch"]) for s in meta["slices"].values()]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if epochs:
+            low, high = min(epochs), max(epochs)
+            return f"epoch {low}" if low == high else f"epochs {low}-{high}"
+    return None

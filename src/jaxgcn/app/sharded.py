@@ -136,6 +136,7 @@ def run(job: Job, say: Say, *, writer: bool, progress: Any = None, log_every: in
                                  layout={"devices": n_parts, "exchange": layout.exchange})
         if not writer:
             hooks.pop("on_checkpoint", None)
+    resumed = hooks.pop("resumed_epoch", 0)
     res = distributed.fit_sharded(sharded, layout.loaded.prepared.n_classes, model_config=model_config,
                                   execution=layout.execution, config=train_config, key=jax.random.key(job.seed),
                                   log_every=log_every, log=None, progress=progress, **hooks)
@@ -143,4 +144,4 @@ def run(job: Job, say: Say, *, writer: bool, progress: Any = None, log_every: in
     runs = [RunSummary(job.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early,
                        res.restored_epoch)]
     return Outcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], res, None, layout.loaded,
-                   *configs, facts, sharded=layout)
+                   *configs, facts, sharded=layout, resumed_epoch=resumed)

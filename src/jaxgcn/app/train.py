@@ -28,6 +28,7 @@ from jaxgcn.reports import RunSummary
 from jaxgcn.train import TrainConfig, fit
 
 OVERFIT_GAP = 0.3  # train minus validation accuracy above which a hint is given
+OVERFIT_MIN_EPOCHS = 20  # before that (two of Kipf's stopping windows) a gap says little about overfitting
 
 
 def plan(loaded: Loaded, model_config: GCNConfig, execution: Execution, n_runs: int, say: Say, *,
@@ -60,13 +61,14 @@ def debug_checks(loaded: Loaded, model_config: GCNConfig, train_config: TrainCon
         "no out-of-range index, no NaN (the compiled loop then runs without them)")
 
 
-def overfitting_hint(train_acc: float, val_acc: float) -> str | None:
-    """A one-line hint when the final model fits the training nodes far better than the validation ones.
+def overfitting_hint(train_acc: float, val_acc: float, epochs: int | None = None) -> str | None:
+    """A one-line hint when the final model fits the training nodes far better than the validation
+    ones, after at least :data:`OVERFIT_MIN_EPOCHS` epochs (``epochs``: how many the run trained).
 
-    >>> overfitting_hint(1.0, 0.8) is None, overfitting_hint(1.0, 0.5)[:26]
-    (True, 'hint: train accuracy 1.000')
+    >>> overfitting_hint(1.0, 0.8) is None, overfitting_hint(1.0, 0.5)[:26], overfitting_hint(1.0, 0.5, 5)
+    (True, 'hint: train accuracy 1.000', None)
     """
-    if train_acc - val_acc <= OVERFIT_GAP:
+    if train_acc - val_acc <= OVERFIT_GAP or (epochs is not None and epochs < OVERFIT_MIN_EPOCHS):
         return None
     return (f"hint: train accuracy {train_acc:.3f} but validation {val_acc:.3f}: the model overfits. Try more "
             "regularization (--dropout, --weight-decay), early stopping (--early-stopping patience), fewer "
@@ -78,7 +80,8 @@ def hint(outcome: Outcome) -> str | None:
     prepared = outcome.loaded.prepared
     diverged = divergence_hint(outcome.losses, prepared.data, outcome.train, norm=prepared.info.get("norm"))
     fitted = outcome.fitted
-    return diverged or (overfitting_hint(fitted.metrics["train_acc"], fitted.metrics["val_acc"]) if fitted else None)
+    return diverged or (overfitting_hint(fitted.metrics["train_acc"], fitted.metrics["val_acc"], fitted.epochs_run)
+                        if fitted else None)
 
 
 def _one(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execution], facts: dict[str, Any] | None,
@@ -86,13 +89,15 @@ def _one(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Executi
     """One run through ``fit``."""
     model_config, train_config, execution = chosen
     hooks = {} if facts is None else saving.fit_hooks(job, loaded, *chosen, facts, say)
+    resumed = hooks.pop("resumed_epoch", 0)
     res = fit(one_split(loaded.prepared.data), loaded.prepared.n_classes, model_config=model_config,
               execution=execution, config=train_config, key=jax.random.key(job.seed), log_every=log_every, log=None,
               progress=progress, **hooks)
     m = res.metrics
     runs = [RunSummary(job.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early,
                        res.restored_epoch)]
-    return Outcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], res, None, loaded, *chosen, facts)
+    return Outcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], res, None, loaded, *chosen, facts,
+                   resumed_epoch=resumed)
 
 
 def _batch(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execution], facts: dict[str, Any] | None,
@@ -100,8 +105,10 @@ def _batch(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execu
     """Every seed on every split as one batched program (``runs_per_program`` of them execute together)."""
     model_config, train_config, execution = chosen
     hooks = {} if facts is None else saving.batch_hooks(job, loaded, *chosen, facts, say, runs_per_program)
+    resumed = hooks.pop("resumed_epoch", 0)
     entries = entries_for(job.seed_list, model_config=model_config, config=train_config, splits=job.data.splits)
-    say(f"{len(entries)} runs ({job.seeds} seeds x {job.data.splits} split(s)) in one compiled program")
+    say(f"{len(entries)} runs ({job.seeds} seed{'s' if job.seeds != 1 else ''} x {job.data.splits} split(s)) in one "
+        "compiled program")
     res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, entries, execution=execution,
                    log_every=log_every, log=None, n_devices=job.devices, progress=progress, **hooks)
     restored = res.restored_epoch
@@ -110,7 +117,7 @@ def _batch(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execu
                        None if restored is None else int(restored[j]))
             for j, e in enumerate(entries)]
     return Outcome(runs, res.compile_seconds, res.train_seconds, res.history["loss"], None, res, loaded, *chosen,
-                   facts)
+                   facts, resumed_epoch=resumed)
 
 
 def run(job: Job, say: Say, *, progress: Any = None, log_every: int = 0, loaded: Loaded | None = None) -> Outcome:

@@ -3,23 +3,28 @@
 One module per command (``train``, ``sweep``, ``evaluate``, ``predict``, ``info``, ``plot``,
 ``partition``, ``datasets``), the argument definitions in :mod:`~jaxgcn.cli.parser`, the mapping
 of arguments to library configs in :mod:`~jaxgcn.cli.config`. :func:`main` is the one place where
-errors become exit codes and one-line messages. Parsing imports no command module and no JAX:
+errors become exit codes and messages (one line, or a few short ones:
+:func:`~jaxgcn.cli.parser.error_text`). Parsing imports no command module and no JAX:
 ``--help``, ``--version`` and a mistyped flag answer in a fraction of a second.
 """
 
 from __future__ import annotations
 
+import _thread
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from jaxgcn.cli.parser import EXIT_USAGE, build_parser
+from jaxgcn.cli.parser import EXIT_USAGE, build_parser, error_text
 from jaxgcn.cli.records import parse_args
 
 EXIT_DIVERGED = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command that Ctrl-C stopped
 _SHOW_WARNING = warnings.showwarning
 
 __all__ = ["build_parser", "main"]
@@ -62,16 +67,118 @@ def phases() -> dict[str, float]:
     return dict(_PHASES)
 
 
+def interrupted_line(args: Any, started: float) -> str:
+    """The one line Ctrl-C ends a command with; after a ``--checkpoint-every`` run wrote a checkpoint
+    (since ``started``, a :func:`time.time`), where it is and how to resume from it."""
+    save, every = getattr(args, "save", None), getattr(args, "checkpoint_every", None)
+    # without jaxgcn.app.saving loaded this process wrote no checkpoint (and importing it starts JAX)
+    if save is None or every is None or "jaxgcn.app.saving" not in sys.modules:
+        return "jaxgcn: interrupted"
+    from jaxgcn.app.saving import resumable_since
+
+    where = resumable_since(save, started)
+    if where is None:
+        return f"jaxgcn: interrupted before the first checkpoint (--checkpoint-every {every}); nothing to resume"
+    return f"jaxgcn: interrupted; the last checkpoint is in {save} ({where}): resume with --resume {save}"
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is Ctrl-C (KeyboardInterrupt), or an error it caused or interrupted: raised
+    inside a Python method that C code called, it becomes ``SystemError: ... returned a result with
+    an exception set``, its cause the KeyboardInterrupt."""
+    seen: BaseException | None = exc
+    for _ in range(100):  # a chain, not a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class _CtrlC:
+    """Ctrl-C (SIGINT) of the console script. Held while the library and JAX are imported and set
+    up (a KeyboardInterrupt inside jaxlib's import can crash the process at exit) and raised at
+    :meth:`release`; from then on raised at once, and again every half second until :func:`main`
+    has it: Python drops one raised inside a garbage-collector callback (JAX registers one) with an
+    "Exception ignored" message, which is left out, and C++ code may drop one too."""
+
+    def __init__(self) -> None:
+        self.held, self.pending, self.caught, self.repeating = True, False, False, False
+        self.lock = threading.Lock()
+        self.hook = sys.unraisablehook
+        signal.signal(signal.SIGINT, self.on_signal)
+        sys.unraisablehook = self.on_unraisable
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if self.caught:  # main has it: a repeat changes nothing
+            return
+        if self.held:
+            self.pending = True
+            return
+        if not self.repeating:
+            self.repeating = True
+            _thread.start_new_thread(self.repeat, ())  # low-level: Thread.start() waits in Python code
+        raise KeyboardInterrupt
+
+    def repeat(self) -> None:
+        while True:
+            time.sleep(0.5)
+            with self.lock:
+                if self.caught:
+                    return
+                _thread.interrupt_main()
+
+    def on_unraisable(self, unraisable: Any) -> None:
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):  # a dropped Ctrl-C: repeat() raises it again
+            self.hook(unraisable)
+
+    def release(self) -> None:
+        self.held = False
+        if self.pending:
+            raise KeyboardInterrupt
+
+    def close(self) -> None:
+        with self.lock:
+            self.caught = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # runs a pending repeat first, in on_signal
+        sys.unraisablehook = self.hook
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``jaxgcn`` console script; returns the exit code."""
+    """Entry point of the ``jaxgcn`` console script; returns the exit code. Ctrl-C ends any command
+    with one line on stderr (:func:`interrupted_line`) and exit status 130, as Unix tools do."""
+    started = time.time()
+    parsed: list[Any] = []  # the parsed arguments, once there are any
+    # the console script's own handler; in-process callers (tests, notebooks) keep theirs
+    ctrl_c = _CtrlC() if argv is None and threading.current_thread() is threading.main_thread() else None
+    try:
+        return _command(argv, parsed, ctrl_c.release if ctrl_c is not None else lambda: None)
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        if ctrl_c is not None:
+            ctrl_c.close()
+        print(interrupted_line(parsed[0] if parsed else None, started), file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    finally:
+        if ctrl_c is not None:
+            ctrl_c.close()
+
+
+def _command(argv: Sequence[str] | None, parsed: list[Any], release: Callable[[], None]) -> int:
+    """Parse ``argv`` (appending the result to ``parsed``) and run its command, calling ``release``
+    just before (:class:`_CtrlC`); errors become exit codes and messages
+    (:func:`~jaxgcn.cli.parser.error_text`)."""
     from_console = argv is None  # in-process callers keep their own JAX device setup
     try:
         args = parse_args(build_parser(), argv)  # --from-record/--config: defaults from a file
     except SystemExit as exc:  # --help, or a usage error already printed on one line
         return int(exc.code or 0)
     except ValueError as exc:  # a --config/--from-record file that cannot be used
-        print(f"jaxgcn: error: {exc}", file=sys.stderr)
+        print(error_text(str(exc)), file=sys.stderr)
         return EXIT_USAGE
+    parsed.append(args)
     _PHASES.clear()
     _PHASES["start-up"] = since_process_start()
     imported = time.perf_counter()
@@ -92,15 +199,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 start = time.perf_counter()
                 setup(args, from_console)
                 _PHASES["jax set-up"] = time.perf_counter() - start
+            release()  # a Ctrl-C held while JAX was imported and set up ends the command now
             return args.func(args)
     except ValueError as exc:
         code = EXIT_DIVERGED if isinstance(exc, TrainingDiverged) else EXIT_USAGE
-        print(f"jaxgcn: error: {to_flags(str(exc))}", file=sys.stderr)
+        print(error_text(to_flags(str(exc))), file=sys.stderr)
         return code
     except BrokenPipeError:  # stdout closed early (`jaxgcn ... | head`): stop quietly, as other tools do
         if from_console:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 1
     except OSError as exc:  # a file that failed between the checks and its use (disk full, I/O error, a race)
-        print(f"jaxgcn: error: {os_error(args, exc)}", file=sys.stderr)
+        print(error_text(os_error(args, exc)), file=sys.stderr)
         return EXIT_USAGE

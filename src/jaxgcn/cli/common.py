@@ -62,7 +62,10 @@ def _check_output(args: argparse.Namespace, flag: str, path: Path, kind: str) ->
     """One output path checked (see :mod:`jaxgcn.outputs`); returns where it will be written."""
     if kind in ("file", "append"):
         example = EXAMPLES.get(flag) or ("plot.png" if args.command == "plot" else "predictions.csv")
-        return outputs.check_file(flag, path, append=kind == "append", example=example)
+        target = outputs.check_file(flag, path, append=kind == "append", example=example)
+        if kind == "append":
+            check_new_log(args, flag, path, target)
+        return target
     if kind == "checkpoint":
         # one run's checkpoint, several runs' manifest, or a batch's resumable state
         return outputs.check_dir(flag, path, marker=("checkpoint.json", "runs.json", "batch-state"),
@@ -70,6 +73,23 @@ def _check_output(args: argparse.Namespace, flag: str, path: Path, kind: str) ->
     if kind == "partitions":
         return outputs.check_dir(flag, path, marker="partitions.json", what="partitions to replace")
     return outputs.check_dir(flag, path)
+
+
+def check_new_log(args: argparse.Namespace, flag: str, path: Path, target: Path) -> None:
+    """``--log`` adds to its file: one that already holds lines is another run's (every ``train`` is a
+    run of its own) and is refused unless ``--log-append`` says to add to it, or ``--resume``
+    continues the run that wrote it (`jaxgcn plot curves` would otherwise draw both as one)."""
+    if getattr(args, "log_append", False) or getattr(args, "resume", None) is not None:
+        return
+    try:
+        with open(target, "rb") as f:
+            lines = sum(1 for line in f if line.strip())
+    except OSError:  # not there yet, or unreadable: nothing of another run can be seen in it
+        return
+    if lines:
+        raise ValueError(f"{flag} {path}: already holds {lines} line{'s' if lines != 1 else ''} of another run, and "
+                         "--log adds to its file (`jaxgcn plot curves` would draw both runs as one); give another "
+                         "path (one log per run), or --log-append to add this run to it")
 
 
 def check_outputs(args: argparse.Namespace) -> None:
@@ -82,7 +102,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     seen: dict[str, str] = {}
     for flag, attr, kind in OUTPUTS.get(args.command, ()):
         path = getattr(args, attr, None)
-        if path is None:
+        if path is None or (args.command == "predict" and str(path) == "-"):  # predict --out -: stdout
             continue
         key = os.path.realpath(_check_output(args, flag, path, kind))
         if key in seen:

@@ -29,7 +29,11 @@ def describe(on: str, names: list[str], m: Classification) -> list[str]:
     lines += [f"{names[c]:>12} {m.precision[c]:9.4f} {m.recall[c]:7.4f} {int(m.support[c]):7d}"
               for c in range(len(names))]
     lines.append("confusion matrix (rows: true class, columns: predicted):")
-    lines += [f"{names[c]:>12} " + " ".join(f"{v:5d}" for v in m.confusion[c]) for c in range(len(names))]
+    # columns as wide as the longest class name up to 12 characters (a longer one is cut, with …)
+    width = max(5, len(str(int(m.confusion.max(initial=0)))), *(min(len(n), 12) for n in names))
+    heads = [n if len(n) <= width else n[:width - 1] + "…" for n in names]
+    lines.append(f"{'':>12} " + " ".join(f"{h:>{width}}" for h in heads))
+    lines += [f"{names[c]:>12} " + " ".join(f"{v:{width}d}" for v in m.confusion[c]) for c in range(len(names))]
     return lines
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import scipy.sparse as sp
 
 from jaxgcn import machine, outputs, reports
-from jaxgcn.app.data import memory_estimate
+from jaxgcn.app.data import memory_estimate, split_note
 from jaxgcn.cli import data
 from jaxgcn.cli.common import prelude
 from jaxgcn.cli.data import load, split_csv
@@ -27,6 +27,9 @@ def run(args: argparse.Namespace) -> int:
     stats: dict[str, Any] = {**dataset_stats(loaded.prepared, nnz), "memory_estimate_bytes": est.total,
                              "devices": devices, "machine": machine.report()}
     print("\n".join(describe(stats)))
+    note = split_note(data.request(args), loaded.prepared)
+    if note:
+        print(note)
     print(f"  training memory estimate (backend {loaded.prepared.backend}, hidden {args.hidden}): {est.describe()}")
     print(machine.describe())
     print(reports.devices_line(devices))

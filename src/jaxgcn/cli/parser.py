@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import re
 import textwrap
-from pathlib import Path
 from typing import Any, Callable
 
 from jaxgcn import version
@@ -18,6 +18,40 @@ from jaxgcn.machine import REORDER_MIN_NODES
 from jaxgcn.training.config import OPTIMIZERS
 
 EXIT_USAGE = 2
+ERROR_WIDTH = 100  # the longest line of an error message, in characters
+
+
+def error_text(message: str, width: int = ERROR_WIDTH) -> str:
+    """``jaxgcn: error: MESSAGE`` as every command prints it (without the final newline).
+
+    A message whose one line fits in ``width`` characters, or that holds line breaks of its own, is
+    kept as it is. A longer one is split after its first ``"; "`` into what went wrong (from
+    ``jaxgcn: error:`` on, ending with the ``;``) and how to fix it (from the next line), and each
+    part is wrapped at spaces into lines of at most ``width`` characters, every line after the first
+    indented by two spaces. Nothing is broken inside a word, at a hyphen or elsewhere, nor inside a
+    command in backquotes: a path, URL or flag longer than a line keeps a line of its own. Joining
+    the lines' words with single spaces gives the message back.
+
+    >>> print(error_text("--lr inf: not a finite number; give a value such as 0.01"))
+    jaxgcn: error: --lr inf: not a finite number; give a value such as 0.01
+    >>> print(error_text("--json out/r.json: no such folder; create out/ first or give --json another "
+    ...                  "path in an existing folder", width=50))
+    jaxgcn: error: --json out/r.json: no such folder;
+      create out/ first or give --json another path
+      in an existing folder
+    """
+    first = f"jaxgcn: error: {message}"
+    if len(first) <= width or "\n" in message:
+        return first
+    glued = re.sub(r"`[^`\n]*`", lambda m: m.group(0).replace(" ", "\0"), message)  # `a command` is one word
+    what, split, fix = glued.partition("; ")
+    wrap = textwrap.TextWrapper(width, initial_indent="jaxgcn: error: ", subsequent_indent="  ",
+                                break_long_words=False, break_on_hyphens=False)
+    lines = wrap.wrap(what + split.strip())  # the prefix as the indent: a long first word stays beside it
+    if fix:
+        wrap.initial_indent = "  "
+        lines += wrap.wrap(fix)
+    return "\n".join(lines).replace("\0", " ")
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -51,7 +85,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"jaxgcn: error: {message} (see '{self.prog} --help')\n")
+        self.exit(EXIT_USAGE, error_text(f"{message} (see '{self.prog} --help')") + "\n")
 
 
 def command(module: str, name: str = "run") -> Callable[[argparse.Namespace], Any]:
@@ -72,12 +106,12 @@ def _add_source_args(d: argparse._ArgumentGroup) -> None:
     """Where the graph comes from and how it is cleaned (the "data" group)."""
     d.add_argument("--dataset", default="cora",
                    help=f"the graph, one of: {', '.join(dataset_forms())}; `jaxgcn datasets` describes each")
-    d.add_argument("--data-dir", type=Path, help="folder with raw Planetoid files ind.<name>.*")
+    d.add_argument("--data-dir", type=v.path, help="folder with raw Planetoid files ind.<name>.*")
     add_data_root(d)
-    d.add_argument("--edges", type=Path, help="your graph: edge file (CSV src,dst[,weight] or 'src dst' lines); "
+    d.add_argument("--edges", type=v.path, help="your graph: edge file (CSV src,dst[,weight] or 'src dst' lines); "
                    "with --labels FILE and optionally --features FILE")
-    d.add_argument("--labels", type=Path, help="with --edges: CSV node,label (names or integers)")
-    d.add_argument("--features", default=None,
+    d.add_argument("--labels", type=v.path, help="with --edges: CSV node,label (names or integers)")
+    d.add_argument("--features", type=v.count_or_path, default=None,
                    help="with --edges: the features file (node,f0,f1,... or node,feature,value CSV, .npy or "
                         ".npz; absent: one-hot ids); with --dataset synthetic: the feature count (default: "
                         "64)")
@@ -94,7 +128,7 @@ def _add_source_args(d: argparse._ArgumentGroup) -> None:
 
 
 def add_data_root(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    p.add_argument("--data-root", type=Path, default=None,
+    p.add_argument("--data-root", type=v.path, default=None,
                    help="where named datasets are downloaded and parsed files cached (default: $JAXGCN_DATA, "
                         "else the per-user cache folder)")
 
@@ -126,8 +160,8 @@ def _add_split_args(d: argparse._ArgumentGroup) -> None:
                    help="stratified random split by fractions (with --val-frac, --test-frac)")
     d.add_argument("--val-frac", type=float, default=None, help="with --train-frac (default: 0.1)")
     d.add_argument("--test-frac", type=float, default=None, help="with --train-frac (default: 0.2)")
-    d.add_argument("--split-file", type=Path, help="CSV node,split (train/val/test) naming the split")
-    d.add_argument("--save-split", type=Path, help="write the split used as CSV node,split (for --split-file)")
+    d.add_argument("--split-file", type=v.path, help="CSV node,split (train/val/test) naming the split")
+    d.add_argument("--save-split", type=v.path, help="write the split used as CSV node,split (for --split-file)")
 
 
 def add_data_args(p: argparse.ArgumentParser) -> None:
@@ -173,7 +207,8 @@ def _add_execution_args(e: argparse._ArgumentGroup) -> None:
     e.add_argument("--debug", action="store_true",
                    help="check the first training step with jax_debug_nans and checkify index/NaN checks")
     e.add_argument("--no-compile-cache", action="store_true",
-                   help="do not use JAX's persistent compilation cache (~/.cache/jaxgcn)")
+                   help="do not use JAX's persistent compilation cache (~/.cache/jaxgcn/xla, or "
+                        "$JAXGCN_CACHE_DIR/xla when that is set)")
 
 
 def _add_training_args(p: argparse.ArgumentParser, grid: bool) -> None:
@@ -205,12 +240,12 @@ def _add_training_args(p: argparse.ArgumentParser, grid: bool) -> None:
 
 
 def _add_output_args(o: argparse._ArgumentGroup, grid: bool) -> None:
-    o.add_argument("--json", type=Path, help="write the results to this JSON file")
+    o.add_argument("--json", type=v.path, help="write the results to this JSON file")
     if not grid:
-        o.add_argument("--save", type=Path, help="save the trained model as a checkpoint directory")
+        o.add_argument("--save", type=v.path, help="save the trained model as a checkpoint directory")
         o.add_argument("--checkpoint-every", type=v.positive_int, default=None,
                        help="with --save: also save the whole run state every K epochs (for --resume)")
-        o.add_argument("--resume", type=Path, default=None,
+        o.add_argument("--resume", type=v.path, default=None,
                        help="continue an interrupted --checkpoint-every run from its checkpoint directory")
     o.add_argument("--quiet", action="store_true", help="only the final summary (no bar, no progress lines)")
     if not grid:
@@ -220,10 +255,14 @@ def _add_output_args(o: argparse._ArgumentGroup, grid: bool) -> None:
     o.add_argument("--log-every", type=v.positive_int, default=20,
                    help="period in epochs of the progress lines" + ("" if grid else " and of --log records"))
     if not grid:
-        o.add_argument("--log", type=Path, default=None,
-                       help="append one JSON line per logged epoch and run (epoch, loss, train/val accuracy, "
-                            "val loss, elapsed seconds) to this file; `jaxgcn plot curves` draws it")
-        o.add_argument("--tensorboard", type=Path, default=None,
+        o.add_argument("--log", type=v.path, default=None,
+                       help="write one JSON line per logged epoch and run (epoch, loss, train/val accuracy, "
+                            "val loss, elapsed seconds) to this file, a new or empty one unless --log-append; "
+                            "`jaxgcn plot curves` draws it")
+        o.add_argument("--log-append", action="store_true",
+                       help="let --log add this run to a file that already holds lines (each line records its "
+                            "run's config_id; `jaxgcn plot curves --config-id` picks one)")
+        o.add_argument("--tensorboard", type=v.path, default=None,
                        help="also write TensorBoard event files here (needs tensorboardX)")
 
 
@@ -248,6 +287,9 @@ def _add_job_args(g: argparse._ArgumentGroup, grid: bool) -> None:
                    help="with --distributed: processes in the job (default: detected)")
     g.add_argument("--process-id", type=v.int_in(0, v.INT32_MAX), default=None,
                    help="with --distributed: this process's index from 0 (default: detected)")
+    g.add_argument("--join-timeout", type=v.positive_float, default=120.0, metavar="SECONDS",
+                   help="with --distributed: how long a process waits for every process of the job to "
+                        "join before it stops with a message naming the missing ones")
 
 
 def add_train_args(p: argparse.ArgumentParser, grid: bool = False) -> dict[str, argparse._ArgumentGroup]:
@@ -279,7 +321,7 @@ def _add_sweep_command(sub: argparse._SubParsersAction) -> None:
     groups = add_train_args(p, grid=True)
     groups["execution"].add_argument("--memory-budget", type=v.byte_size, default=None,
                            help="split groups into chunks that fit (e.g. 4G; default: half the available memory)")
-    groups["output"].add_argument("--csv", type=Path, help="write one row per configuration to this CSV file")
+    groups["output"].add_argument("--csv", type=v.path, help="write one row per configuration to this CSV file")
     p.set_defaults(func=command("sweep"), setup=command("runtime", "setup"))
 
 
@@ -290,7 +332,7 @@ def _add_partition_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parts", type=v.positive_int, required=True, help="devices of the job that will train")
     p.add_argument("--exchange", choices=("auto", "all_gather", "halo"), default="auto",
                    help="the exchange the blocks are laid out for (auto: halo when it receives fewer rows)")
-    p.add_argument("--out", type=Path, required=True, help="the directory to write")
+    p.add_argument("--out", type=v.path, required=True, help="the directory to write")
     p.set_defaults(func=command("partition"))
 
 
@@ -300,17 +342,20 @@ def _add_plot_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("kind", choices=("curves", "embeddings", "sweep"),
                    help="curves: loss and accuracy per epoch from --log; embeddings: the nodes' last hidden "
                         "representation from --checkpoint, in 2-D; sweep: a heatmap of --sweep-json over --x and --y")
-    p.add_argument("--out", type=Path, required=True, help="the PNG file to write")
-    p.add_argument("--log", type=Path, help="curves: a file written by train --log")
-    p.add_argument("--checkpoint", type=Path, help="embeddings: a directory written by train --save")
+    p.add_argument("--out", type=v.path, required=True, help="the PNG file to write")
+    p.add_argument("--log", type=v.path, help="curves: a file written by train --log")
+    p.add_argument("--config-id", default=None, help="curves: plot only the runs of this configuration (the "
+                   "config_id of the --log lines) when the file holds several (train --log-append)")
+    p.add_argument("--checkpoint", type=v.path, help="embeddings: a directory written by train --save")
     p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
     p.add_argument("--method", choices=("pca", "tsne"), default="pca",
                    help="embeddings: 2-D projection (tsne needs scikit-learn)")
-    p.add_argument("--sweep-json", type=Path, help="sweep: a file written by sweep --json")
+    p.add_argument("--sweep-json", type=v.path, help="sweep: a file written by sweep --json")
     p.add_argument("--x", default="lr", help="sweep: hyperparameter on the x axis")
     p.add_argument("--y", default="hidden", help="sweep: hyperparameter on the y axis")
     p.add_argument("--title", default=None, help="the figure's title (default: one naming what is plotted)")
     add_data_args(p)
+    checkpoint_dataset(p)
     p.set_defaults(func=command("plot"))
 
 
@@ -319,8 +364,16 @@ def _add_info_command(sub: argparse._SubParsersAction) -> None:
                        "memory estimate")
     add_data_args(p)
     p.add_argument("--hidden", type=v.positive_int, default=16, help="hidden units, for the memory estimate")
-    p.add_argument("--json", type=Path, help="also write the statistics to this JSON file")
+    p.add_argument("--json", type=v.path, help="also write the statistics to this JSON file")
     p.set_defaults(func=command("info"))
+
+
+def checkpoint_dataset(p: argparse.ArgumentParser) -> None:
+    """``--dataset`` of a command that reads a ``--checkpoint``: not given (nor ``--edges``), the data
+    the checkpoint records (:func:`jaxgcn.cli.records.checkpoint_defaults`), so its default is None."""
+    action = next(a for a in p._actions if a.dest == "dataset")
+    action.default = None
+    action.help = f"{action.help} (default: the dataset the --checkpoint was trained on)"
 
 
 RUN_HELP = ("which run of a checkpoint saved with --seeds N / --splits K (0-based; default: the run with the "
@@ -332,15 +385,17 @@ def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
     for name, text in (("evaluate", "metrics of a saved model on a dataset's split"),
                        ("predict", "class predictions of a saved model, written as CSV")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--checkpoint", type=Path, required=True, help="a directory written by train --save")
+        p.add_argument("--checkpoint", type=v.path, required=True, help="a directory written by train --save")
         p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
         add_data_args(p)
+        checkpoint_dataset(p)
         if name == "predict":
-            p.add_argument("--out", type=Path, required=True, help="CSV node,label,prob_<class>...")
+            p.add_argument("--out", type=v.path, required=True,
+                           help="CSV node,label,prob_<class>... ('-': to standard output, the notes to stderr)")
         else:
             p.add_argument("--on", choices=("test", "val", "train", "labelled"), default="test",
                            help="the nodes to score")
-            p.add_argument("--json", type=Path, help="write the metrics to this JSON file")
+            p.add_argument("--json", type=v.path, help="write the metrics to this JSON file")
         p.set_defaults(func=command(name))
 
 

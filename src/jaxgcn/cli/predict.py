@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 
 import jax
 import numpy as np
@@ -10,6 +12,8 @@ import numpy as np
 from jaxgcn import outputs
 from jaxgcn.cli.common import prelude
 from jaxgcn.cli.saved import ForCheckpoint, load_for_checkpoint, logits
+
+STDOUT = "-"  # --out -: write the CSV to standard output
 
 
 def predictions_csv(loaded: ForCheckpoint) -> tuple[str, int]:
@@ -26,6 +30,12 @@ def predictions_csv(loaded: ForCheckpoint) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     prelude(args)
+    if str(args.out) == STDOUT:  # the CSV alone on stdout (for a pipe); every note goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            text, n = predictions_csv(load_for_checkpoint(args, need_split=False))
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return 0
     text, n = predictions_csv(load_for_checkpoint(args, need_split=False))
     outputs.write_atomic(args.out, text, label=f"--out {args.out}")
     print(f"wrote {n} predictions to {args.out}")

@@ -18,6 +18,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Sequence
 
+from jaxgcn.cli import values
+
 
 # Options that are not the run's configuration: the files that set defaults, and what a re-run must
 # not take over from its record (where it writes, which checkpoint it resumes, how a job's processes
@@ -26,14 +28,27 @@ FILE_OPTIONS = ("from_record", "config")
 NOT_REPLAYED = ("json", "csv", "save", "save_split", "log", "tensorboard", "checkpoint_every", "resume",
                 "coordinator", "num_processes", "process_id")
 NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin")  # namespace entries, not options
+# A checkpoint records its command's options too (``extra``'s ``options``). ``train --resume DIR``
+# takes them as its defaults except how this process reports; the run goes on saving into DIR as
+# often as it did, and a flag given that differs from the recorded value is refused, except the
+# outputs and the files the data is read from (the data's SHA-256, checked on resuming, judges those).
+NOT_RESUMED = ("quiet", "verbose", "log_every", "log_append", "no_compile_cache", "debug", "join_timeout")
+RESUMED_FREE = ("save", "checkpoint_every", "data_root", "data_dir", "edges", "features", "labels", "split_file")
+# evaluate, predict and plot --checkpoint DIR without --dataset or --edges: the recorded options that
+# choose the graph (the split is the one the checkpoint saved; normalizations come from it too)
+DATA_CHOICE = ("dataset", "data_dir", "ogb_split", "features", "nodes", "classes", "avg_degree", "homophily",
+               "data_seed", "no_symmetrize")
+# where a checkpoint's JSON lives: jaxgcn.checkpoint.META and jaxgcn.batch_state's FOLDER/MANIFEST
+# (named here, not imported: parsing the flags imports no JAX)
+CHECKPOINT_JSON = ("checkpoint.json", "batch-state/state.json")
 
 
 def add_file_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--config`` and ``--from-record``, for the commands that write a record (train, sweep)."""
-    p.add_argument("--config", type=Path, default=None,
+    p.add_argument("--config", type=values.path, default=None,
                    help="TOML (.toml) or JSON file of option defaults, by the flags' names (e.g. lr = 0.01, "
                         "weight-decay = 5e-4); flags given on the command line win; docs/reproducibility.md")
-    p.add_argument("--from-record", type=Path, default=None,
+    p.add_argument("--from-record", type=values.path, default=None,
                    help="re-run the configuration recorded in a --json report (its options become the "
                         "defaults; flags given win) and say whether the versions and the data match it")
 
@@ -187,6 +202,107 @@ def file_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     return defaults, origins
 
 
+def _checkpoint_json(directory: Path, names: Sequence[str]) -> dict[str, Any] | None:
+    """The first of ``names`` in ``directory`` that reads as a JSON object; None where none does (the
+    command that loads the checkpoint then says why)."""
+    for name in names:
+        try:
+            meta = json.loads((directory / name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(meta, dict):
+            return meta
+    return None
+
+
+def recorded_options(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The command options a checkpoint's metadata records (None: none, e.g. an older jaxgcn's)."""
+    extra = meta.get("extra") if isinstance(meta, dict) else None
+    found = extra.get("options") if isinstance(extra, dict) else None
+    return found if isinstance(found, dict) else None
+
+
+def _resume_defaults(command: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """``train --resume DIR``: the options its checkpoint (or a batch's state) records, as defaults."""
+    resume = Path(args.resume)
+    options = recorded_options(_checkpoint_json(resume, CHECKPOINT_JSON[::-1]))  # a batch's state first
+    if options is None:
+        return {}
+    kept = {k: v for k, v in options.items()
+            if k == "checkpoint_every" or k not in (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS)}
+    return {**to_defaults(command, kept, f"--resume {resume}"), "save": args.resume}
+
+
+def own_files(options: dict[str, Any]) -> str:
+    """The file flags of a run on its own files, as given (``--edges E --labels L [--features F]``)."""
+    return " ".join(f"--{k} {options[k]}" for k in ("edges", "features", "labels") if options.get(k) is not None)
+
+
+def _checkpoint_data(command: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """evaluate, predict, plot embeddings ``--checkpoint DIR`` given no ``--dataset`` or ``--edges``:
+    the data options the checkpoint records (an older checkpoint: its catalogue dataset), as defaults."""
+    from jaxgcn.checkpoint_runs import resolve_run  # here: only when a checkpoint's data is looked up
+    from jaxgcn.datasets.catalogue import lookup
+
+    try:
+        directory, _ = resolve_run(args.checkpoint, args.run)
+    except ValueError:
+        return {}  # the command reports it, before it reads any data
+    meta = _checkpoint_json(directory, CHECKPOINT_JSON[:1])
+    if meta is None:
+        return {}
+    options = recorded_options(meta)
+    source = f"--checkpoint {args.checkpoint}"
+    if options is not None and options.get("edges") is not None:
+        raise ValueError(f"{source}: the model was trained on your own files ({own_files(options)}); pass them "
+                         "again (or files in the same feature space) with --edges, --labels and --features")
+    if options is not None:
+        return to_defaults(command, {k: options[k] for k in DATA_CHOICE if k in options}, source)
+    name = meta.get("dataset")
+    if not isinstance(name, str) or lookup(name) is None:
+        raise ValueError(f"{source}: records its data as {name!r}, which --dataset cannot name (files, or a "
+                         "checkpoint of an older jaxgcn); pass the data it was trained on with --dataset NAME or "
+                         "--edges FILE --labels FILE [--features FILE]")
+    return to_defaults(command, {"dataset": name}, source)
+
+
+def checkpoint_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) \
+        -> tuple[dict[str, Any], dict[str, str]]:
+    """The defaults a checkpoint sets (``train --resume DIR``; ``--checkpoint DIR`` of a command that
+    reads data, given no ``--dataset``/``--edges``) and which option chose the dataset."""
+    command = _command_parser(parser, args.command)
+    if getattr(args, "resume", None) is not None:
+        defaults, flag = _resume_defaults(command, args), f"--resume {args.resume}"
+    elif (getattr(args, "checkpoint", None) is not None and hasattr(args, "edges") and args.dataset is None
+          and args.edges is None and getattr(args, "kind", "embeddings") == "embeddings"):
+        defaults, flag = _checkpoint_data(command, args), f"--checkpoint {args.checkpoint}"
+    else:
+        return {}, {}
+    chose = "dataset" in defaults and defaults.get("edges") is None
+    return defaults, ({"dataset": flag} if chose else {})
+
+
+def _flag_text(action: argparse.Action, value: Any) -> str:
+    flag = action.option_strings[-1]
+    if value is None or value is False:
+        return f"no {flag}"
+    return flag if action.nargs == 0 else f"{flag} {_text(value)}"
+
+
+def refuse_resume_changes(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                          restored: dict[str, Any]) -> None:
+    """``--resume DIR`` with an option whose value differs from the one its checkpoint records is
+    refused, naming both values and the fix."""
+    actions = {a.dest: a for a in _command_parser(parser, args.command)._actions if a.option_strings}
+    differ = [d for d in restored if d not in RESUMED_FREE and getattr(args, d) != restored[d]]
+    if differ:
+        was = ", ".join(_flag_text(actions[d], restored[d]) for d in differ)
+        now = ", ".join(_flag_text(actions[d], getattr(args, d)) for d in differ)
+        flags = ", ".join(actions[d].option_strings[-1] for d in differ)
+        raise ValueError(f"--resume {args.resume}: the checkpoint was trained with {was}; this command gives {now} "
+                         f"(drop {flags} to resume, or train afresh without --resume)")
+
+
 _UNSET = object()
 
 
@@ -202,14 +318,20 @@ def _on_command_line(parser: argparse.ArgumentParser, command: str, given: list[
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse ``argv``; with ``--from-record``/``--config`` parse again with the files' values as the
-    command's defaults, so the flags given still win. ``args.argv`` keeps the command line as given."""
+    """Parse ``argv``; with ``--from-record``/``--config`` (and a checkpoint's recorded options:
+    :func:`checkpoint_defaults`, the lowest) parse again with the files' values as the command's
+    defaults, so the flags given still win. ``args.argv`` keeps the command line as given."""
     given = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(given)
-    defaults, origins = file_defaults(parser, args) if hasattr(args, "from_record") else ({}, {})
+    restored, origins = checkpoint_defaults(parser, args)
+    files, file_origins = file_defaults(parser, args) if hasattr(args, "from_record") else ({}, {})
+    defaults = {**restored, **files}
+    origins.update(file_origins)
     if defaults:
         _command_parser(parser, args.command).set_defaults(**defaults)
         args = parser.parse_args(given)
+    if getattr(args, "resume", None) is not None:
+        refuse_resume_changes(parser, args, restored)
     if hasattr(args, "edges"):  # which option chose the dataset, if any (own files conflict with it)
         args.dataset_origin = ("--dataset" if _on_command_line(parser, args.command, given, "dataset")
                                else origins.get("dataset"))

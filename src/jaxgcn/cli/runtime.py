@@ -16,9 +16,11 @@ def setup(args: argparse.Namespace, from_console: bool) -> None:
     """Before ``train``/``sweep`` touch a device: join the job (``--distributed``), turn the
     compilation cache on, and (from the console script only) expose one CPU device per core."""
     if args.distributed:
-        from jaxgcn.distributed import initialize
+        from jaxgcn.distributed.runtime import initialize, quiet_collectives
 
-        initialize(args.coordinator, args.num_processes, args.process_id)
+        if from_console and not getattr(args, "verbose", False):
+            quiet_collectives()  # gloo's "[Gloo] Rank 0 is connected..." lines: --verbose shows them
+        initialize(args.coordinator, args.num_processes, args.process_id, args.join_timeout)
     elif args.coordinator or args.num_processes or args.process_id is not None:
         raise ValueError("--coordinator/--num-processes/--process-id need --distributed")
     if not args.no_compile_cache:

@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxgcn import checkpoint, inference
 from jaxgcn.checkpoint import Checkpoint
-from jaxgcn.cli import data
+from jaxgcn.cli import data, records
 from jaxgcn.datasets import Prepared, RawGraph
 from jaxgcn.inference import checkpoint_model
 
@@ -24,6 +24,34 @@ class ForCheckpoint(NamedTuple):
     ck: Checkpoint
     prepared: Prepared
     node_ids: np.ndarray | None
+
+
+# what each command does with the data, for the line that says the checkpoint chose it
+DOING = {"evaluate": "evaluating on", "predict": "predicting on", "plot": "plotting the embeddings of"}
+SYNTHETIC_FLAGS = ("nodes", "classes", "features", "avg_degree", "homophily", "data_seed")
+
+
+def data_flags(options: dict[str, Any]) -> str:
+    """The flags that name the data of a command's ``options`` (:func:`jaxgcn.cli.records.options`).
+
+    >>> data_flags({"dataset": "citeseer", "data_dir": None, "edges": None})
+    '--dataset citeseer'
+    """
+    if options.get("edges") is not None:
+        return records.own_files(options)
+    named = ("dataset", "data_dir", "ogb_split", *(SYNTHETIC_FLAGS if options.get("dataset") == "synthetic" else ()))
+    return " ".join(f"--{k.replace('_', '-')} {options[k]}" for k in named if options.get(k) is not None)
+
+
+def _features_fix(args: argparse.Namespace, ck: Checkpoint) -> str:
+    """How to give the data a checkpoint was trained on, naming its flags where it records them and
+    they differ from the command's."""
+    options = records.recorded_options(ck.meta)
+    recorded = data_flags(options) if options is not None else f"--dataset {ck.meta.get('dataset')}"
+    if recorded == data_flags(records.options(args)):
+        return "give features in the same feature space"
+    what = "your own files" if options is not None and options.get("edges") is not None else ck.meta.get("dataset")
+    return f"it was trained on {what}: pass {recorded}"
 
 
 def _flags_split(args: argparse.Namespace) -> bool:
@@ -71,12 +99,16 @@ def load_for_checkpoint(args: argparse.Namespace, need_split: bool) -> ForCheckp
     directory, note = checkpoint.resolve_run(args.checkpoint, args.run)
     _say(note)
     ck = checkpoint.load(directory)
+    if getattr(args, "dataset_origin", None) == f"--checkpoint {args.checkpoint}":
+        print(f"{DOING[args.command]} {args.dataset}, the dataset the checkpoint records (--dataset to change)")
+    if args.dataset is None and args.edges is None:  # unreadable when the flags were parsed: no dataset chosen
+        raise ValueError(f"--checkpoint {args.checkpoint}: name the data to use with --dataset NAME or --edges FILE")
     flags_split = _flags_split(args)
     raw = data.raw_graph(args, require_labels=need_split, split=need_split and (flags_split or ck.split is None))
     if not need_split:
         raw = raw._replace(splits={} if args.edges is not None else raw.splits)
     raw = _identity_features(args, ck, raw)
-    inference.check_features(ck, raw, path=args.checkpoint)
+    inference.check_features(ck, raw, path=args.checkpoint, fix=_features_fix(args, ck))
     if need_split and flags_split and not data.split_given(args):  # --split random: drawn as train draws it
         raw = raw._replace(splits=data.planetoid_splits(args, raw))
     if need_split:

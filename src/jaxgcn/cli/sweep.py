@@ -75,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
                      devices=args.devices, aggregate=args.aggregate_first).execution
     seeds = [args.seed + i for i in range(args.seeds)]
     n_configs = len(grid.configs())
-    say(f"sweep: {n_configs} configurations x {len(seeds)} seeds x {args.splits} split(s) = "
-        f"{n_configs * len(seeds) * args.splits} runs")
+    total = n_configs * len(seeds) * args.splits
+    say(f"sweep: {n_configs} configuration{'s' if n_configs != 1 else ''} x {len(seeds)} "
+        f"seed{'s' if len(seeds) != 1 else ''} x {args.splits} split(s) = {total} run{'s' if total != 1 else ''}")
     rows = _run(args, loaded, grid, seeds, model_config, train_config, execution, say)
     if not is_writer():
         return 0

@@ -36,7 +36,29 @@ def job(args: argparse.Namespace) -> Job:
     return Job(data, model_config, train_config, execution, aggregate=args.aggregate_first, seed=args.seed,
                seeds=args.seeds, devices=args.devices, save=args.save, checkpoint_every=args.checkpoint_every,
                resume=args.resume, debug=args.debug, shard_graph=args.shard_graph, distributed=args.distributed,
-               exchange=args.exchange)
+               exchange=args.exchange, options=records.options(args))
+
+
+# Options a --log's config_id leaves out besides the outputs: how the run is shown and computed (the
+# same settings on another backend or device count train the same model).
+NOT_LOGGED = ("quiet", "verbose", "log_every", "log_append", "no_compile_cache", "debug", "data_root", "backend",
+              "chunk_edges", "aggregate_first", "devices", "shard_graph", "exchange", "distributed", "reorder")
+
+
+def log_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings every ``--log`` line identifies by their ``config_id`` (the first line of a run
+    holds them), so that ``jaxgcn plot curves`` tells the runs of different settings in one file apart."""
+    return {k: v for k, v in records.options(args).items() if k not in (*records.NOT_REPLAYED, *NOT_LOGGED)}
+
+
+def ms_per_epoch(train_seconds: float, epochs_run: int, resumed_epoch: int = 0) -> float:
+    """Milliseconds per epoch that this process trained: a run resumed from epoch ``resumed_epoch``
+    trained the epochs after it, not all ``epochs_run``.
+
+    >>> ms_per_epoch(0.5, 200), ms_per_epoch(0.5, 200, resumed_epoch=150)
+    (2.5, 10.0)
+    """
+    return 1e3 * train_seconds / max(1, epochs_run - resumed_epoch)
 
 
 def summary_line(outcome: Outcome) -> str:
@@ -51,8 +73,9 @@ def summary_line(outcome: Outcome) -> str:
     accuracy = f"{test.mean():.4f} over 1 run" if n == 1 else f"{test.mean():.4f} ± {test.std():.4f} over {n} runs"
     span = f"{min(epochs)}" if min(epochs) == max(epochs) else f"{min(epochs)}-{max(epochs)}"
     layout = "" if outcome.sharded is None else f" | {outcome.sharded.n_parts} devices, {outcome.sharded.exchange}"
+    per_epoch = ms_per_epoch(train_s, max(epochs), outcome.resumed_epoch)  # a resumed run: its new epochs
     return (f"test accuracy {accuracy} | val {val.mean():.4f} | epochs {span}{layout} | compile "
-            f"{outcome.compile_seconds:.2f}s | train {train_s:.2f}s ({1e3 * train_s / max(epochs):.2f} ms/epoch)")
+            f"{outcome.compile_seconds:.2f}s | train {train_s:.2f}s ({per_epoch:.2f} ms/epoch)")
 
 
 def _report(args: argparse.Namespace, outcome: Outcome, record: dict[str, Any] | None) -> dict[str, Any]:
@@ -91,7 +114,7 @@ def _train(args: argparse.Namespace, the_job: Job, say: Say) -> int:
     seeds = [s for _ in range(args.splits) for s in the_job.seed_list]
     progress = Progress(the_job.train.epochs, every=args.log_every, quiet=args.quiet or not writer,
                         log_file=args.log if writer else None, tensorboard=args.tensorboard if writer else None,
-                        seeds=seeds)
+                        seeds=seeds, config=log_settings(args))
     try:
         if the_job.sharded:
             outcome = sharded.run(the_job, say, writer=writer, progress=progress, log_every=args.log_every)

@@ -1,8 +1,11 @@
-"""argparse value types: integers in a range, comma-separated lists, byte sizes, and their limits."""
+"""argparse value types: integers in a range, comma-separated lists, byte sizes, paths (``~``
+expanded), and their limits."""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any, Callable
 
 INT32_MAX = 2**31 - 1  # counts, ids and training seeds reach the device as int32
@@ -37,6 +40,17 @@ seed = int_in(0, INT32_MAX, " (seeds are int32 on the device; --seed + --seeds -
 data_seed = int_in(0, 2**63 - 1)
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0 (seconds, say); anything else is refused on one line."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
 def list_of(kind: Any, what: str, each: Any = None) -> Callable[[str], tuple]:
     """A comma-separated list of ``kind``; ``each`` (an argparse type) then checks every value's range."""
     def parse(text: str) -> tuple:
@@ -59,6 +73,21 @@ def choice_of(choices: tuple[str, ...]) -> Callable[[str], str]:
                                              f"{', '.join(repr(c) for c in choices)})")
         return value
     return parse
+
+
+def path(text: str) -> Path:
+    """An argparse type for every path argument: ``~`` and ``~user`` expanded, since no shell does it
+    inside an argument (``--json=~/r.json``, a quoted path, a --config file's value).
+
+    >>> str(path("out/r.json"))
+    'out/r.json'
+    """
+    return Path(os.path.expanduser(text))
+
+
+def count_or_path(text: str) -> str:
+    """``--features``: a feature count (``64``) or a file, whose ``~`` is expanded as :func:`path` does."""
+    return os.path.expanduser(text)
 
 
 def byte_size(text: str) -> int:

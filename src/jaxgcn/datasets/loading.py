@@ -53,15 +53,16 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: st
     ``ogbn-arxiv``, ...: bundled, or downloaded once into ``data_root`` and parsed once, see
     :mod:`jaxgcn.datasets.catalogue`), ``synthetic``, raw Planetoid files (``data_dir``), ``ogb:DIR``
     (OGB raw layout, see :func:`~jaxgcn.datasets.ogb.load_ogb`) or ``npz:DIR`` (arrays, see
-    :func:`~jaxgcn.datasets.ogb.load_arrays`). ``download=False`` refuses a catalogue dataset that
-    is not cached instead of fetching it. Large ``ogb:``/``npz:`` sources are parsed once too.
+    :func:`~jaxgcn.datasets.ogb.load_arrays`); a ``~`` in ``DIR`` and ``data_dir`` is the home folder.
+    ``download=False`` refuses a catalogue dataset that is not cached instead of fetching it. Large
+    ``ogb:``/``npz:`` sources are parsed once too.
 
     >>> load_dataset("cora").features.shape
     (2708, 1433)
     """
     key = name.lower()
     if key.startswith("ogb:") or key.startswith("npz:"):
-        folder = Path(name[4:])
+        folder = Path(name[4:]).expanduser()  # `npz:~/data`: no shell expands a ~ inside an argument
         sources = _files_under(folder / "raw") + _files_under(folder / "split") if key.startswith("ogb:") \
             else _files_under(folder)
         kind = f"{key[:3]}-{ogb_split}" if key.startswith("ogb:") else f"npz-{synthetic_args.get('seed', 0)}"
@@ -69,7 +70,7 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: st
             else (lambda: load_arrays(folder, seed=synthetic_args.get("seed", 0)))
         return cached(cache_file(download_root(data_root), kind, sources or [folder]), sources, parse)
     if data_dir is not None:
-        return load_raw(data_dir, None if key in ("", "planetoid") else key)
+        return load_raw(Path(data_dir).expanduser(), None if key in ("", "planetoid") else key)
     if key == "synthetic":
         return synthetic(**synthetic_args)
     entry = lookup(key)

@@ -18,14 +18,16 @@ def synthetic(
     signal: float = 0.5,
     train_per_class: int = 20,
     seed: int = 0,
+    n_val: int = 500,
+    n_test: int = 1000,
 ) -> RawGraph:
     """Generate a homophilous SBM graph, vectorized (millions of edges in seconds).
 
     Each node gets a uniform random class. ``n_nodes * avg_degree / 2`` edges are drawn: a uniform
     source, and a target from the source's class with probability ``homophily`` (else uniform).
     Features are ``signal * mean[class] + N(0, 1)`` with a random unit-variance mean per class.
-    The split is Planetoid-style: ``train_per_class`` train nodes per class, then up to 500 val and
-    1000 test.
+    The split is Planetoid-style: ``train_per_class`` train nodes per class, then up to ``n_val``
+    val and ``n_test`` test nodes (:func:`~jaxgcn.datasets.splits.planetoid_split`).
 
     >>> g = synthetic(200, n_classes=3, n_features=8, seed=1)
     >>> g.features.shape, int(g.labels.max())
@@ -58,5 +60,5 @@ def synthetic(
 
     means = rng.standard_normal((n_classes, n_features)).astype(np.float32)
     features = signal * means[labels] + rng.standard_normal((n_nodes, n_features), dtype=np.float32)
-    splits = planetoid_split(labels, per_class=train_per_class, n_val=500, n_test=1000, seed=seed)
+    splits = planetoid_split(labels, per_class=train_per_class, n_val=n_val, n_test=n_test, seed=seed)
     return RawGraph("synthetic", src, dst, features, labels, splits)

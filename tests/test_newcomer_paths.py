@@ -1,0 +1,265 @@
+"""A newcomer's first hour without a surprise: ``~`` in every path argument and in the ``npz:DIR``
+/ ``ogb:DIR`` dataset forms, Ctrl-C as one line and exit status 130, long errors printed as short
+lines, and install instructions that work.
+
+The ``~`` tests set ``HOME`` to ``tmp_path`` and give the CLI (in-process) arguments that start
+with ``~/``, as no shell expands them inside an argument (``--json=~/r.json``, ``npz:~/graph``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from cli_run import run_main, unwrap
+
+import jaxgcn.app.train
+from jaxgcn import checkpoint
+from jaxgcn.app.saving import resumable_since
+from jaxgcn.cli import _CtrlC
+from jaxgcn.cli.parser import ERROR_WIDTH, error_text
+from jaxgcn.datasets import download, load_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 30  # nodes of the tiny graphs below: 3 classes of 10
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """``~`` is ``tmp_path/home``; the command runs in ``tmp_path/work`` (where a literal ``~`` folder
+    would appear if a path were not expanded)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    return tmp_path / "home"
+
+
+def write_npz_graph(root: Path) -> None:
+    """A ``--dataset npz:DIR`` folder: a ring of N nodes, one-hot features, 3 classes, a split."""
+    root.mkdir(parents=True)
+    ring = np.arange(N)
+    sp.save_npz(root / "adjacency.npz", sp.coo_matrix((np.ones(N), (ring, (ring + 1) % N)), shape=(N, N)))
+    np.save(root / "features.npy", np.eye(N, dtype=np.float32))
+    np.save(root / "labels.npy", ring % 3)
+    np.savez(root / "splits.npz", train=ring[:9], val=ring[9:18], test=ring[18:])
+
+
+def write_own_files(root: Path) -> None:
+    """edges.csv, labels.csv and features.csv of a ring of N named nodes."""
+    root.mkdir(parents=True)
+    (root / "edges.csv").write_text("src,dst\n" + "".join(f"n{i},n{(i + 1) % N}\nn{i},n{(i + 7) % N}\n"
+                                                          for i in range(N)))
+    (root / "labels.csv").write_text("node,label\n" + "".join(f"n{i},{i % 3}\n" for i in range(N)))
+    (root / "features.csv").write_text("node,f0,f1\n" + "".join(f"n{i},{i % 3},{i % 5}\n" for i in range(N)))
+
+
+# --- ~ in path arguments -----------------------------------------------------------------------------
+
+
+def test_tilde_in_the_npz_dataset_form_and_an_output_path(home, capsys):
+    write_npz_graph(home / "graph")
+    assert run_main(["info", "--dataset", "npz:~/graph", "--json=~/r.json"]) == 0
+    assert capsys.readouterr().out.startswith("npz:graph: 30 nodes, 30 edges")
+    assert json.loads((home / "r.json").read_text())["nodes"] == 30
+    assert not os.listdir(Path.cwd())  # no folder named ~ where the command ran
+    # the library expands it too, and a message names the folder it looked at
+    assert load_dataset("npz:~/graph").labels.size == 30
+    assert run_main(["info", "--dataset", "npz:~/nowhere"]) == 2
+    assert unwrap(capsys.readouterr().err) == (f"jaxgcn: error: npz:{home / 'nowhere'}: not a directory; pass the "
+                                               "folder that holds adjacency.npz, features and labels.npy\n")
+    with pytest.raises(ValueError, match=f"^data_dir={re.escape(str(home / 'planetoid'))}: not a directory"):
+        load_dataset("cora", data_dir="~/planetoid")
+
+
+def test_tilde_in_own_files_a_config_file_and_every_train_output(home, capsys):
+    write_own_files(home / "g")
+    (home / "c.toml").write_text('epochs = 2\njson = "~/from-config.json"\n')  # a --config value: expanded too
+    argv = ["train", "--edges", "~/g/edges.csv", "--labels", "~/g/labels.csv", "--features=~/g/features.csv",
+            "--config", "~/c.toml", "--train-per-class", "2", "--val", "6", "--test", "12", "--quiet",
+            "--log", "~/out/log.jsonl", "--save-split", "~/split.csv", "--save", "~/model"]
+    (home / "out").mkdir()
+    assert run_main(argv) == 0, capsys.readouterr().err
+    report = json.loads((home / "from-config.json").read_text())
+    assert report["n_nodes"] == N and report["n_features"] == 2  # the features file was read
+    assert len((home / "out" / "log.jsonl").read_text().splitlines()) >= 1
+    assert (home / "split.csv").read_text().startswith("node,split\n")
+    assert checkpoint.load(home / "model").meta["epoch"] == 2
+    assert not os.listdir(Path.cwd())
+
+
+# --- Ctrl-C ------------------------------------------------------------------------------------------
+
+TINY = ["--dataset", "synthetic", "--nodes", "120", "--classes", "3", "--features", "4", "--quiet"]
+
+
+def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def interrupt_inside_c(*args, **kwargs):
+    """What Ctrl-C becomes inside a Python method that C code called (numpy asking for a dtype)."""
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as err:
+        raise SystemError("<function f> returned a result with an exception set") from err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
+    for where in (interrupt, interrupt_inside_c):
+        monkeypatch.setattr(jaxgcn.app.train, "run", where)
+        assert run_main(["train", *TINY, "--json", tmp_path / "r.json"]) == 130
+        assert capsys.readouterr().err == "jaxgcn: interrupted\n"
+    # with --checkpoint-every but none written yet: nothing to resume, and no empty --save folder left
+    argv = ["train", *TINY, "--save", tmp_path / "m", "--checkpoint-every", "5"]
+    assert run_main(argv) == 130
+    assert capsys.readouterr().err == ("jaxgcn: interrupted before the first checkpoint (--checkpoint-every 5); "
+                                       "nothing to resume\n")
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_ctrl_c_during_the_final_save_leaves_no_half_written_model(tmp_path, monkeypatch, capsys):
+    real = checkpoint.save
+
+    def save_then_interrupt(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(checkpoint, "save", save_then_interrupt)
+    argv = ["train", *TINY, "--epochs", "2", "--save", tmp_path / "m", "--json", tmp_path / "r.json"]
+    assert run_main(argv) == 130
+    assert capsys.readouterr().err == "jaxgcn: interrupted\n"
+    assert sorted(os.listdir(tmp_path)) == []  # no model folder, no JSON, no temporary file
+
+
+def test_ctrl_c_after_a_checkpoint_says_where_it_is_and_how_to_resume(tmp_path, monkeypatch, capsys):
+    real = checkpoint.save
+
+    def killed_at_the_final_save(*args, **kwargs):
+        if kwargs.get("state") is None:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+    monkeypatch.setattr(checkpoint, "save", killed_at_the_final_save)
+    ck = tmp_path / "ck"
+    argv = ["train", *TINY, "--epochs", "4", "--early-stopping", "none", "--save", ck, "--checkpoint-every", "3"]
+    assert run_main(argv) == 130
+    assert checkpoint.load(ck).meta["epoch"] == 3
+    assert capsys.readouterr().err == (f"jaxgcn: interrupted; the last checkpoint is in {ck} (epoch 3): resume with "
+                                       f"--resume {ck}\n")
+
+
+def test_resumable_state_is_named_only_when_this_run_wrote_it(tmp_path):
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"epoch": 7, "state_file": "state-1.npz"}))
+    assert resumable_since(tmp_path, 0.0) == "epoch 7"
+    os.utime(tmp_path / "checkpoint.json", (1e9, 1e9))  # written before this run started
+    assert resumable_since(tmp_path, time.time() - 60) is None
+    (tmp_path / "batch-state").mkdir()
+    manifest = {"slices": {"0": {"epoch": 30}, "8": {"epoch": 25}}}
+    (tmp_path / "batch-state" / "state.json").write_text(json.dumps(manifest))
+    assert resumable_since(tmp_path, time.time() - 60) == "epochs 25-30"
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"epoch": 9, "state_file": None}))  # a final model
+    (tmp_path / "batch-state" / "state.json").unlink()
+    assert resumable_since(tmp_path, 0.0) is None
+
+
+def test_the_console_handler_holds_ctrl_c_then_raises_it_until_main_has_it():
+    ctrl_c = _CtrlC()
+    try:
+        signal.raise_signal(signal.SIGINT)  # while JAX is imported: held
+        time.sleep(0.01)
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.release()
+        try:
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.01)
+        except KeyboardInterrupt:
+            pass  # dropped, as a garbage-collector callback drops it
+        with pytest.raises(KeyboardInterrupt):  # raised again, within a second
+            for _ in range(40):
+                time.sleep(0.05)
+    finally:
+        ctrl_c.close()
+
+
+def test_sigint_during_training_ends_with_one_line_and_status_130(tmp_path):
+    ck = tmp_path / "ck"
+    env = {**os.environ, "JAXGCN_DATA": str(tmp_path / "data")}
+    cmd = [sys.executable, "-m", "jaxgcn", "train", *TINY, "--nodes", "200", "--epochs", "1000000",
+           "--early-stopping", "none", "--save", str(ck), "--checkpoint-every", "5", "--log-every", "5",
+           "--log", str(tmp_path / "log.jsonl")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        while not (ck / "checkpoint.json").is_file():  # training has started and written a checkpoint
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 130, err[-2000:]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    epoch = checkpoint.load(ck).meta["epoch"]
+    assert lines[0] == f"jaxgcn: interrupted; the last checkpoint is in {ck} (epoch {epoch}): resume with --resume {ck}"
+    for line in (tmp_path / "log.jsonl").read_text().splitlines():
+        json.loads(line)  # every logged line whole
+
+
+# --- long errors as short lines ----------------------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_long_error_is_printed_as_short_lines(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JAXGCN_MIRROR", f"http://127.0.0.1:{closed_port()}")  # offline: nothing listens
+    monkeypatch.setattr(download, "RETRIES", 0)
+    with pytest.raises(ValueError) as raised:
+        load_dataset("shchur-cora", data_root=tmp_path, progress=False)
+    assert run_main(["train", "--dataset", "shchur-cora", "--data-root", tmp_path, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(str(raised.value)) > 3 * ERROR_WIDTH and len(lines) >= 4
+    assert all(len(line) <= ERROR_WIDTH for line in lines), lines
+    assert re.fullmatch(r"jaxgcn: error: dataset shchur-cora: could not download http://\S+/shchur-cora/cora\.npz",
+                        lines[0]), lines[0]
+    assert lines[1] == "  (ConnectionError: Connection refused);"  # what went wrong ends the first part
+    assert lines[2].startswith("  on a machine without internet, run `jaxgcn download shchur-cora` where")
+    assert all(line.startswith("  ") for line in lines[1:])
+    assert " ".join(line.strip() for line in lines) == f"jaxgcn: error: {raised.value}"  # nothing lost
+
+
+def test_short_errors_stay_one_line_and_commands_in_backquotes_are_not_broken(tmp_path, capsys):
+    assert run_main(["train", *TINY, "--checkpoint-every", "5"]) == 2
+    short = "jaxgcn: error: --checkpoint-every K needs --save DIR (where the checkpoints go)\n"
+    assert capsys.readouterr().err == short
+    message = f"{'a' * 60}: wrong; {'b' * 70} then run `jaxgcn download shchur-cora` here"
+    assert error_text(message) == (f"jaxgcn: error: {'a' * 60}: wrong;\n  {'b' * 70} then run\n"
+                                   "  `jaxgcn download shchur-cora` here")
+    assert run_main(["train", "--backend", "nope"]) == 2  # argparse's own errors too
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("jaxgcn: error: argument --backend: invalid choice: 'nope'") and len(lines) == 2
+    assert all(len(line) <= ERROR_WIDTH for line in lines) and lines[1].endswith("(see 'jaxgcn train --help')")
+
+
+# --- install instructions ----------------------------------------------------------------------------
+
+
+def test_no_page_says_to_pip_install_jaxgcn_from_an_index():
+    """jaxgcn is not on PyPI: a shell block that runs `pip install jaxgcn` fails for every reader."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", page.read_text(), re.S):
+            assert not re.search(r"pip install (-U )?['\"]?jaxgcn\b", block), f"{page.name}: {block}"
