@@ -41,7 +41,7 @@ Time: with an empty `HOME` (cold caches) on a 2-core Intel Xeon, family 6 model 
 README's test command took 477 s, 427 s of it the tests (`HOME=$(mktemp -d) bash .ci/run` from a
 clean clone at 5b16bde); on a 2-core AMD EPYC, family 25 model 1 (Zen 3, AVX2), 430 s (at 21b94e0).
 Most of it is XLA compiling some 140 training programs, each configuration the tests train. The
-same Xeon model runs 1.4-1.5× slower on some days (the tests alone: 658 s). `--durations=20` lists
+same Xeon model runs 1.4-1.5× slower on some days (the tests alone: 658 s). `python -m pytest -q --durations=20` lists
 the slowest tests; the README gives a 40-second subset.
 
 ## The mutation table
