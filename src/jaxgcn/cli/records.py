@@ -32,7 +32,9 @@ NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin")  # namespac
 # takes them as its defaults except how this process reports; the run goes on saving into DIR as
 # often as it did, and a flag given that differs from the recorded value is refused, except the
 # outputs and the files the data is read from (the data's SHA-256, checked on resuming, judges those).
-NOT_RESUMED = ("quiet", "verbose", "log_every", "log_append", "no_compile_cache", "debug", "join_timeout")
+# How a process shows its run, not what it trains (neither resumed nor part of a --log's config_id).
+DISPLAY = ("quiet", "verbose", "log_every", "log_append", "no_compile_cache", "debug")
+NOT_RESUMED = (*DISPLAY, "join_timeout")
 RESUMED_FREE = ("save", "checkpoint_every", "data_root", "data_dir", "edges", "features", "labels", "split_file")
 # evaluate, predict and plot --checkpoint DIR without --dataset or --edges: the recorded options that
 # choose the graph (the split is the one the checkpoint saved; normalizations come from it too)

@@ -41,7 +41,7 @@ def job(args: argparse.Namespace) -> Job:
 
 # Options a --log's config_id leaves out besides the outputs: how the run is shown and computed (the
 # same settings on another backend or device count train the same model).
-NOT_LOGGED = ("quiet", "verbose", "log_every", "log_append", "no_compile_cache", "debug", "data_root", "backend",
+NOT_LOGGED = (*records.DISPLAY, "data_root", "backend",
               "chunk_edges", "aggregate_first", "devices", "shard_graph", "exchange", "distributed", "reorder")
 
 
