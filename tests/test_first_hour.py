@@ -186,3 +186,19 @@ def test_an_empty_log_or_a_resumed_run_needs_no_log_append(tmp_path):
     check_new_log(Namespace(log_append=True, resume=None), "--log", log, log)
     with pytest.raises(ValueError, match=r"l\.jsonl: already holds 1 line of another run"):
         check_new_log(Namespace(log_append=False, resume=None), "--log", log, log)
+
+
+def test_a_logs_config_id_names_what_trains_not_how_it_is_shown_or_joined():
+    from jaxgcn.cli import build_parser
+    from jaxgcn.cli.records import parse_args
+    from jaxgcn.cli.train import log_settings
+    from jaxgcn.progress import config_id
+
+    def tag(*flags: str) -> str:
+        return config_id(log_settings(parse_args(build_parser(), ["train", *TINY, *flags])))
+
+    plain = tag()
+    # how the run is shown, computed or how long a process waits for its peers: the same model
+    for flags in (["--verbose"], ["--log-every", "5"], ["--join-timeout", "5"], ["--backend", "dense"]):
+        assert tag(*flags) == plain, flags
+    assert tag("--lr", "0.05") != plain and tag("--seed", "3") != plain

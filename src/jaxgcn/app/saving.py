@@ -56,13 +56,14 @@ def recorded(job: Job) -> dict[str, Any]:
 
 
 def fit_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,
-              saved_facts: dict[str, Any], say: Say, layout: dict[str, Any] | None = None) -> dict[str, Any]:
+              saved_facts: dict[str, Any], say: Say, layout: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], int]:
     """``fit`` (and ``fit_sharded``) keyword arguments for ``checkpoint_every`` and ``resume``
-    (``saved_facts``: :func:`facts`; ``layout``: :func:`settings`), and with ``resume`` the epoch it
-    resumes from as ``resumed_epoch``, which the caller pops before calling ``fit``."""
+    (``saved_facts``: :func:`facts`; ``layout``: :func:`settings`), and the epoch the run resumes
+    from (0 without ``resume``)."""
     out: dict[str, Any] = {}
     if job.checkpoint_every is None and job.resume is None:
-        return out
+        return out, 0
     extra = settings(job, loaded, model_config, train_config, execution, layout)
     if job.checkpoint_every is not None:
         def save_state(state: Any) -> None:
@@ -76,19 +77,20 @@ def fit_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: T
         checkpoint.check_resumable(ck.meta, extra, saved_facts["fingerprint"], f"--resume {job.resume}")
         say(f"resuming from epoch {ck.meta['epoch']} of {job.resume}")
         out["resume"] = lambda template: checkpoint.restore_state(template, arrays, str(job.resume))
-        out["resumed_epoch"] = int(ck.meta["epoch"])
-    return out
+        return out, int(ck.meta["epoch"])
+    return out, 0
 
 
 def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,
-                saved_facts: dict[str, Any], say: Say, runs_per_program: int) -> dict[str, Any]:
+                saved_facts: dict[str, Any], say: Say, runs_per_program: int) -> tuple[dict[str, Any], int]:
     """``fit_runs`` keyword arguments for ``checkpoint_every`` and ``resume`` of a batch: each
     slice's state in ``save``'s :mod:`jaxgcn.batch_state` folder. The seeds, splits and runs per
-    program are settings (a slice holds the runs that train together). With ``resume``, also
-    ``resumed_epoch`` (the earliest slice's epoch, 0 when one had not started), for the caller to pop."""
+    program are settings (a slice holds the runs that train together). Also the epoch the batch
+    resumes from: the earliest slice's, 0 when one had not started or without ``resume``."""
     out: dict[str, Any] = {}
+    resumed = 0
     if job.checkpoint_every is None and job.resume is None:
-        return out
+        return out, resumed
     extra = {**settings(job, loaded, model_config, train_config, execution, {"runs_per_program": runs_per_program}),
              "seeds": job.seeds, "splits": job.data.splits}
     previous = None
@@ -100,7 +102,7 @@ def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config:
             f"of {job.resume}" if epochs else f"resuming {job.resume}: no slice had started")
         out["resume"] = lambda first, template: batch_state.slice_state(job.resume, manifest, first, template)
         started_all = len(epochs) == -(-job.n_runs // runs_per_program)  # every slice has saved state
-        out["resumed_epoch"] = int(epochs[0]) if epochs and started_all else 0
+        resumed = int(epochs[0]) if epochs and started_all else 0
         if job.save is not None and Path(job.save).resolve() == Path(job.resume).resolve():
             previous = manifest
     if job.checkpoint_every is not None:
@@ -108,7 +110,7 @@ def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config:
                    on_checkpoint=batch_state.saver(job.save, extra={**extra, **recorded(job)},
                                                    fingerprint=saved_facts["fingerprint"],
                                                    previous=previous))
-    return out
+    return out, resumed
 
 
 def save_models(job: Job, outcome: Outcome, say: Say) -> None:

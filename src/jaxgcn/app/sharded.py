@@ -130,13 +130,13 @@ def run(job: Job, say: Say, *, writer: bool, progress: Any = None, log_every: in
     facts = saved_facts(job, layout) if job.save is not None or job.resume is not None else None
     configs = (model_config, train_config, layout.execution)
     hooks: dict[str, Any] = {}
+    resumed = 0
     if facts is not None:
         # the layout (devices, exchange) is a setting: each device draws its dropout masks from its index
-        hooks = saving.fit_hooks(job, layout.loaded, *configs, facts, say,
+        hooks, resumed = saving.fit_hooks(job, layout.loaded, *configs, facts, say,
                                  layout={"devices": n_parts, "exchange": layout.exchange})
         if not writer:
             hooks.pop("on_checkpoint", None)
-    resumed = hooks.pop("resumed_epoch", 0)
     res = distributed.fit_sharded(sharded, layout.loaded.prepared.n_classes, model_config=model_config,
                                   execution=layout.execution, config=train_config, key=jax.random.key(job.seed),
                                   log_every=log_every, log=None, progress=progress, **hooks)

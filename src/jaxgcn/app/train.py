@@ -88,8 +88,7 @@ def _one(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Executi
          progress: Any, log_every: int, say: Say) -> Outcome:
     """One run through ``fit``."""
     model_config, train_config, execution = chosen
-    hooks = {} if facts is None else saving.fit_hooks(job, loaded, *chosen, facts, say)
-    resumed = hooks.pop("resumed_epoch", 0)
+    hooks, resumed = ({}, 0) if facts is None else saving.fit_hooks(job, loaded, *chosen, facts, say)
     res = fit(one_split(loaded.prepared.data), loaded.prepared.n_classes, model_config=model_config,
               execution=execution, config=train_config, key=jax.random.key(job.seed), log_every=log_every, log=None,
               progress=progress, **hooks)
@@ -104,8 +103,8 @@ def _batch(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execu
            runs_per_program: int, progress: Any, log_every: int, say: Say) -> Outcome:
     """Every seed on every split as one batched program (``runs_per_program`` of them execute together)."""
     model_config, train_config, execution = chosen
-    hooks = {} if facts is None else saving.batch_hooks(job, loaded, *chosen, facts, say, runs_per_program)
-    resumed = hooks.pop("resumed_epoch", 0)
+    hooks, resumed = ({}, 0) if facts is None else saving.batch_hooks(job, loaded, *chosen, facts, say,
+                                                                       runs_per_program)
     entries = entries_for(job.seed_list, model_config=model_config, config=train_config, splits=job.data.splits)
     say(f"{len(entries)} runs ({job.seeds} seed{'s' if job.seeds != 1 else ''} x {job.data.splits} split(s)) in one "
         "compiled program")

@@ -40,8 +40,9 @@ def job(args: argparse.Namespace) -> Job:
 
 
 # Options a --log's config_id leaves out besides the outputs: how the run is shown and computed (the
-# same settings on another backend or device count train the same model).
-NOT_LOGGED = (*records.DISPLAY, "data_root", "backend",
+# same settings on another backend or device count train the same model), and how long a process
+# waits for its peers.
+NOT_LOGGED = (*records.NOT_RESUMED, "data_root", "backend",
               "chunk_edges", "aggregate_first", "devices", "shard_graph", "exchange", "distributed", "reorder")
 
 
