@@ -190,3 +190,11 @@ def test_ms_per_epoch_divides_by_the_epochs_this_process_trained():
                       None, None, None, None, resumed_epoch=150)
     assert cli_train.summary_line(resumed) == ("test accuracy 0.8125 over 1 run | val 0.7900 | epochs 200 | compile "
                                                "1.25s | train 0.50s (10.00 ms/epoch)")
+
+
+def test_the_parser_reads_the_checkpoint_files_the_library_writes():
+    # named twice so that parsing the flags imports no JAX: the two must not drift apart
+    from jaxgcn import batch_state
+    from jaxgcn.cli.records import CHECKPOINT_JSON
+
+    assert CHECKPOINT_JSON == (checkpoint.META, f"{batch_state.FOLDER}/{batch_state.MANIFEST}")

@@ -14,7 +14,7 @@ from typing import Callable
 from jaxgcn import outputs
 from jaxgcn.cli.data import request
 from jaxgcn.cli.runtime import is_writer
-from jaxgcn.cli.values import INT32_MAX
+from jaxgcn.cli.values import INT32_MAX, STDOUT
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
 # checkpoint/partitions: a directory jaxgcn owns (replaced only when it holds that kind of output); dir: any.
@@ -102,7 +102,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     seen: dict[str, str] = {}
     for flag, attr, kind in OUTPUTS.get(args.command, ()):
         path = getattr(args, attr, None)
-        if path is None or (args.command == "predict" and str(path) == "-"):  # predict --out -: stdout
+        if path is None or (args.command == "predict" and str(path) == STDOUT):  # predict --out -: stdout
             continue
         key = os.path.realpath(_check_output(args, flag, path, kind))
         if key in seen:

@@ -12,8 +12,8 @@ import numpy as np
 from jaxgcn import outputs
 from jaxgcn.cli.common import prelude
 from jaxgcn.cli.saved import ForCheckpoint, load_for_checkpoint, logits
+from jaxgcn.cli.values import STDOUT
 
-STDOUT = "-"  # --out -: write the CSV to standard output
 
 
 def predictions_csv(loaded: ForCheckpoint) -> tuple[str, int]:

@@ -12,6 +12,7 @@ INT32_MAX = 2**31 - 1  # counts, ids and training seeds reach the device as int3
 MAX_EPOCHS = 1_000_000  # --epochs/--window/--patience: per-epoch history and the window are held in memory
 MAX_LAYERS = 1_000  # every layer is unrolled into the one compiled program
 MAX_RUNS = 10_000  # --seeds/--splits: every run's spec and split masks are built up front
+STDOUT = "-"  # predict --out -: the CSV to standard output
 
 
 def int_in(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
