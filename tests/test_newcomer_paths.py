@@ -103,6 +103,34 @@ def test_tilde_in_own_files_a_config_file_and_every_train_output(home, capsys):
 TINY = ["--dataset", "synthetic", "--nodes", "120", "--classes", "3", "--features", "4", "--quiet"]
 
 
+def test_one_cache_root_holds_the_kernel_the_compile_cache_and_the_datasets(home, monkeypatch):
+    from jaxgcn import caches, kernel_build
+    from jaxgcn.cli.runtime import enable_compile_cache
+
+    monkeypatch.delenv("JAXGCN_DATA", raising=False)
+    monkeypatch.delenv(caches.ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))  # the per-user cache folder, as platformdirs reads it
+    assert caches.root() == home / "xdg" / "jaxgcn"
+    monkeypatch.setenv(caches.ENV, "~/caches")  # one variable moves all three, ~ expanded
+    assert caches.root() == home / "caches"
+    assert download.data_root() == home / "caches" / "datasets"
+    assert kernel_build._cache_dir() == home / "caches" / "kernels"
+    import jax
+
+    kept = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs,
+            jax.config.jax_persistent_cache_min_entry_size_bytes)
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)  # as in a console process (the suite set its own)
+        enable_compile_cache()
+        assert jax.config.jax_compilation_cache_dir == str(home / "caches" / "xla")
+    finally:
+        jax.config.update("jax_compilation_cache_dir", kept[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", kept[1])
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", kept[2])
+    monkeypatch.setenv("JAXGCN_DATA", "~/data")  # moves the datasets only
+    assert download.data_root() == home / "data" and caches.root() == home / "caches"
+
+
 def interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from jaxgcn import caches
 from jaxgcn.machine import cpu_flags, cpuinfo_fields
 
 _SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
@@ -55,8 +56,7 @@ def _compiler() -> str | None:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("JAXGCN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxgcn")
-    return Path(root) / "kernels"
+    return caches.root() / "kernels"
 
 
 def _cpu_id() -> str:

@@ -207,7 +207,7 @@ def _add_execution_args(e: argparse._ArgumentGroup) -> None:
     e.add_argument("--debug", action="store_true",
                    help="check the first training step with jax_debug_nans and checkify index/NaN checks")
     e.add_argument("--no-compile-cache", action="store_true",
-                   help="do not use JAX's persistent compilation cache (~/.cache/jaxgcn/xla, or "
+                   help="do not use JAX's persistent compilation cache (~/.cache/jaxgcn/xla on Linux, or "
                         "$JAXGCN_CACHE_DIR/xla when that is set)")
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 import jax
 
+from jaxgcn import caches
 from jaxgcn.plan import cpu_devices
 
 
@@ -30,13 +30,12 @@ def setup(args: argparse.Namespace, from_console: bool) -> None:
 
 
 def enable_compile_cache() -> None:
-    """JAX's persistent compilation cache in ``$JAXGCN_CACHE_DIR/xla`` (``~/.cache/jaxgcn/xla``),
+    """JAX's persistent compilation cache in :func:`jaxgcn.caches.root`'s ``xla`` folder,
     unless a cache folder is already configured (``JAX_COMPILATION_CACHE_DIR``, or a library
     caller's ``jax.config``): then that one is kept (the test suite keeps its own)."""
     if jax.config.jax_compilation_cache_dir:
         return
-    root = os.environ.get("JAXGCN_CACHE_DIR") or Path.home() / ".cache" / "jaxgcn"
-    jax.config.update("jax_compilation_cache_dir", str(Path(root) / "xla"))
+    jax.config.update("jax_compilation_cache_dir", str(caches.root() / "xla"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 

@@ -1,7 +1,8 @@
 """Downloads of catalogue datasets into a per-user cache: verified, locked, and only when asked.
 
 Where files go: ``data_root()`` = the ``root`` argument (``--data-root``), else ``$JAXGCN_DATA``, else
-the per-user cache folder (``platformdirs.user_cache_dir("jaxgcn")/datasets``). Each dataset has
+``datasets`` in jaxgcn's cache folder (:mod:`jaxgcn.caches`: ``$JAXGCN_CACHE_DIR``, else the per-user
+cache folder, ``platformdirs.user_cache_dir("jaxgcn")``). Each dataset has
 its own folder ``<root>/<name>/`` holding the files under their catalogue names.
 
 How a file is fetched: with pooch (streamed to a temporary file in the same folder, hash-checked,
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from typing import Callable
 
+from jaxgcn import caches
 from jaxgcn.datasets.catalogue import Dataset, Source
 from jaxgcn.outputs import open_temp
 
@@ -48,15 +50,14 @@ class DownloadError(ValueError):
 
 
 def data_root(root: str | Path | None = None) -> Path:
-    """The dataset cache folder: ``root``, else ``$JAXGCN_DATA``, else the per-user cache folder."""
+    """The dataset cache folder: ``root``, else ``$JAXGCN_DATA``, else ``datasets`` in jaxgcn's cache
+    folder (:func:`jaxgcn.caches.root`: ``$JAXGCN_CACHE_DIR`` or the per-user cache folder)."""
     if root is not None:
         return Path(root).expanduser()
     env = os.environ.get(ENV_ROOT)
     if env:
         return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("jaxgcn")) / "datasets"
+    return caches.root() / "datasets"
 
 
 def dataset_dir(entry: Dataset, root: str | Path | None = None) -> Path:
