@@ -405,3 +405,23 @@ def test_split_codes_are_in_the_input_node_order_after_a_reorder():
     assert sorted(np.unique(codes).tolist()) == [1, 2, 3]
     np.testing.assert_array_equal(datasets.split_codes(reordered), codes)
     np.testing.assert_array_equal(codes[raw.splits["train"]], 1)
+
+
+# --- catalogue sizes ------------------------------------------------------------------------------
+
+
+def test_catalogue_download_sizes_are_shown_exact_approximate_or_unknown(tmp_path):
+    from jaxgcn.cli.datasets import status
+    from jaxgcn.datasets.catalogue import CATALOGUE, lookup
+
+    shown = {name: status(lookup(name), tmp_path) for name in ("pubmed", "amazon-computers", "ogbn-arxiv",
+                                                                 "ogbn-proteins", "ogbn-products", "ogbn-papers100M",
+                                                                 "cora-full", "cora")}
+    assert shown == {"pubmed": "download 8.7 MB", "amazon-computers": "download 31.9 MB",
+                     "ogbn-arxiv": "download ~83 MB", "ogbn-proteins": "download ~225 MB",
+                     "ogbn-products": "download ~1.5 GB", "ogbn-papers100M": "download ~60.3 GB",
+                     "cora-full": "download ? MB", "cora": "bundled"}
+    # OGB's bar of N steps (int(size / MiB) + 2) puts the file between N - 2 and N - 1 MiB: the middle is stored
+    assert lookup("ogbn-arxiv").sources[0].size == 79 * 2**20 + 2**19
+    approximate = {d.name for d in CATALOGUE.values() if d.download_approx}
+    assert approximate == {"ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "ogbn-proteins"}

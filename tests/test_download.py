@@ -552,8 +552,8 @@ def test_cli_own_files_are_parsed_once(tmp_path, monkeypatch, capsys):
 def status_of(listing: str, name: str) -> str:
     """The status column of ``name``'s row in `jaxgcn datasets`' table (located by the header)."""
     header, *rows = listing.splitlines()
-    start = header.index("status")
-    return next(row for row in rows if row.split()[:1] == [name])[start:start + 16].strip()
+    start, end = header.index("status"), header.index("licence")
+    return next(row for row in rows if row.split()[:1] == [name])[start:end].strip()
 
 
 def test_cli_download_then_list(server, tmp_path, capsys):
@@ -569,14 +569,35 @@ def test_cli_download_then_list(server, tmp_path, capsys):
     listing = capsys.readouterr().out
     assert status_of(listing, "shchur-cora").startswith("cached")
     assert status_of(listing, "cora").startswith("bundled")
-    assert status_of(listing, "pubmed").startswith("download ? MB")  # ind.pubmed.allx's size is unknown
+    assert status_of(listing, "pubmed") == "download 8.7 MB"  # the eight raw files' published sizes
     assert status_of(listing, "shchur-citeseer") == "download 1.3 MB"
+    assert status_of(listing, "coauthor-cs") == "download 12.8 MB"
+    # OGB publishes rounded sizes only: shown as such, in GB for the big ones
+    assert status_of(listing, "ogbn-arxiv") == "download ~83 MB"
+    assert status_of(listing, "ogbn-papers100M") == "download ~60.3 GB"
+    assert status_of(listing, "cora-full") == "download ? MB"  # no published size
     assert f"cache: {tmp_path} " in listing
 
     assert run_main(["download", "nosuch", "--data-root", tmp_path]) == 2
     err = unwrap(capsys.readouterr().err)
     assert err.startswith("jaxgcn: error: download nosuch: not a catalogue dataset; choose from cora, citeseer, "
                           "pubmed, shchur-cora,") and "ogbn-arxiv" in err
+
+
+def test_an_approximate_published_size_is_shown_as_such_and_never_refuses_a_download(server, tmp_path, monkeypatch,
+                                                                                     capsys):
+    # OGB's rows carry a size rounded from what OGB's downloader printed: a file of another size is
+    # still downloaded (its SHA-256, recorded or published, is what verifies it)
+    (server.root / "test-approx").mkdir(exist_ok=True)
+    shutil.copy(need(SHARED / "gnn-benchmark" / "cora.npz"), server.root / "test-approx" / "cora.npz")
+    entry = add_row(monkeypatch, "test-approx", "gnnbench",
+                    (Source("https://upstream.invalid/cora.npz", "cora.npz", 2 * 10**9, approx=True),), "cora")
+    assert entry.download_bytes == 2 * 10**9 and entry.download_approx
+    assert run_main(["download", "test-approx", "--data-root", tmp_path, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"test-approx: downloading ~2.0 GB into {tmp_path / 'test-approx'}" in out
+    assert "test-approx: downloaded and verified, 2,708 nodes" in out
+    assert is_cached(entry, tmp_path) and server.gets == ["/test-approx/cora.npz"]
 
 
 def test_four_lines_of_python_reproduce_a_protocol_batch_of_the_command_line(server, tmp_path, monkeypatch):

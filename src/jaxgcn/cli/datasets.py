@@ -9,24 +9,34 @@ from jaxgcn.datasets.catalogue import CATALOGUE, PROTOCOLS, Dataset, lookup, ref
 from jaxgcn.datasets.download import data_root, dataset_dir, is_cached
 
 
-def _megabytes(n: int | None) -> str:
-    return "? MB" if n is None else f"{n / 1e9:.1f} GB" if n >= 10**9 else f"{n / 1e6:.1f} MB"
+def _megabytes(n: int | None, approx: bool = False) -> str:
+    """``12.8 MB``, ``1.5 GB``; a rounded published figure as ``~83 MB``, ``~60.3 GB``; unknown ``? MB``."""
+    if n is None:
+        return "? MB"
+    if approx:
+        return f"~{n / 1e9:.1f} GB" if n >= 10**9 else f"~{n / 1e6:.0f} MB"
+    return f"{n / 1e9:.1f} GB" if n >= 10**9 else f"{n / 1e6:.1f} MB"
+
+
+def download_size(entry: Dataset) -> str:
+    """What ``entry`` downloads, as :func:`_megabytes` writes it."""
+    return _megabytes(entry.download_bytes, entry.download_approx)
 
 
 def status(entry: Dataset, root: object = None) -> str:
-    """``bundled``, ``cached`` or ``download N MB`` for one catalogue row."""
+    """``bundled``, ``cached`` or ``download N MB`` (``~N GB`` when only a rounded size is published)."""
     if entry.bundled:
         return "bundled"
-    return "cached" if is_cached(entry, root) else f"download {_megabytes(entry.download_bytes)}"
+    return "cached" if is_cached(entry, root) else f"download {download_size(entry)}"
 
 
 def run(args: argparse.Namespace) -> int:
     root = data_root(args.data_root)
     print(f"{'name':18s} {'nodes':>11s} {'edges':>13s} {'features':>8s} {'classes':>7s}  {'protocol':16s} "
-          f"{'metric':8s} {'status':16s} licence")
+          f"{'metric':8s} {'status':17s} licence")
     for d in CATALOGUE.values():
         print(f"{d.name:18s} {d.nodes:>11,} {d.edges:>13,} {d.features:>8,} {d.classes:>7}  {d.protocol:16s} "
-              f"{d.metric:8s} {status(d, root):16s} {d.licence}" + ("" if d.task == "multi-class" else
+              f"{d.metric:8s} {status(d, root):17s} {d.licence}" + ("" if d.task == "multi-class" else
                                                                      f" [{d.task}: refused]"))
     print(f"\ncache: {root} (--data-root or $JAXGCN_DATA to move it)\nprotocols:")
     for name, text in PROTOCOLS.items():
@@ -52,7 +62,7 @@ def download(args: argparse.Namespace) -> int:
             continue
         was = is_cached(entry, args.data_root)
         if not was:
-            print(f"{entry.name}: downloading {_megabytes(entry.download_bytes)} into "
+            print(f"{entry.name}: downloading {download_size(entry)} into "
                   f"{dataset_dir(entry, args.data_root)}", flush=True)
         # fetches what is missing and parses now: the job then starts from the stored arrays
         raw = load_dataset(entry.name, data_root=args.data_root, progress=not args.quiet)

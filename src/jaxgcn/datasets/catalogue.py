@@ -28,7 +28,10 @@ class Source:
     Attributes:
         url: upstream address.
         filename: the file's name in the dataset's cache folder.
-        size: bytes, as published (None: unknown); shown by ``jaxgcn datasets``.
+        size: bytes, as published (None: unknown); shown by ``jaxgcn datasets`` and never compared
+            with a download (the SHA-256 is what verifies a file). A comment beside each figure says
+            where it was published.
+        approx: ``size`` is a rounded published figure (shown as ``~N``), not an exact byte count.
         sha256: the published or once-verified SHA-256 (None: jaxgcn records the first download's
             hash and refuses a later download that differs).
         unzip: the file is a zip archive to extract in the cache folder.
@@ -39,6 +42,7 @@ class Source:
     size: int | None = None
     sha256: str | None = None
     unzip: bool = False
+    approx: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,15 +87,23 @@ class Dataset:
         sizes = [s.size for s in self.sources]
         return None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[arg-type]
 
+    @property
+    def download_approx(self) -> bool:
+        """Whether :attr:`download_bytes` includes a rounded published figure."""
+        return any(s.approx for s in self.sources)
+
 
 PLANETOID_URL = "https://github.com/kimiyoung/planetoid/raw/master/data"
 PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 PLANETOID_CITATION = ("Yang, Cohen & Salakhutdinov, Revisiting Semi-Supervised Learning with Graph Embeddings, "
                       "ICML 2016")
 # kimiyoung/planetoid@af6abf46 data/ind.pubmed.*: (bytes, sha256) from the git blobs; ind.pubmed.allx's blob was
-# not available to check, so it is pinned at the first download instead.
-PUBMED_FILES = {
+# not available to check, so its hash is pinned at the first download instead. Its size is that of the same file
+# in D61-IA/FisherGCN@a58c1613 data/ind.pubmed.allx (a Git LFS pointer: size and sha256; the copy's other seven
+# pointers match the blobs above byte for byte and hash for hash).
+PUBMED_FILES: dict[str, tuple[int, str | None]] = {
     "x": (23172, "fbe9cb5c47200d1b7769a26e579be3b7130b556831f9d850e77c4c74f2599b33"),
+    "allx": (7578385, None),
     "tx": (405505, "4eb5f5d0f30f26497eb0ac6ac9719d09c67e284f1ed0385c93f3ef27a671da3d"),
     "y": (854, "e6c807633307a07ed659249006536a147c7999c797f11a2560752990181b41b3"),
     "ty": (12135, "ee2e0d4819d9fbcc403689c3bf2e49face401b605932f093bc58ab6461130fdd"),
@@ -115,7 +127,7 @@ OGB_CITATION = ("Hu, Fey, Zitnik, Dong, Ren, Liu, Catasta & Leskovec, Open Graph
                 "Learning on Graphs, NeurIPS 2020")
 
 
-def _planetoid(stem: str, files: dict[str, tuple[int, str]] | None = None) -> tuple[Source, ...]:
+def _planetoid(stem: str, files: dict[str, tuple[int, str | None]] | None = None) -> tuple[Source, ...]:
     files = files or {}
     return tuple(Source(f"{PLANETOID_URL}/ind.{stem}.{part}", f"ind.{stem}.{part}", *files.get(part, (None, None)))
                  for part in PLANETOID_PARTS)
@@ -125,8 +137,15 @@ def _npz(base: str, filename: str, size: int | None = None, sha256: str | None =
     return (Source(f"{base}/{filename}", filename, size, sha256),)
 
 
-def _ogb(zip_stem: str) -> tuple[Source, ...]:
-    return (Source(f"{OGB_URL}/{zip_stem}.zip", f"{zip_stem}.zip", unzip=True),)
+def _ogb(zip_stem: str, bar_steps: int | None = None) -> tuple[Source, ...]:
+    """An OGB zip; ``bar_steps``: the length of the progress bar OGB's own downloader printed for it.
+
+    OGB publishes no byte counts; its downloader (snap-stanford/ogb ogb/utils/url.py) reads the
+    Content-Length and draws ``int(size / MiB) + 2`` steps, so a quoted bar of N steps puts the file
+    between N - 2 and N - 1 MiB: the middle is stored, marked approximate.
+    """
+    size = None if bar_steps is None else (bar_steps - 2) * 2**20 + 2**19
+    return (Source(f"{OGB_URL}/{zip_stem}.zip", f"{zip_stem}.zip", size, unzip=True, approx=size is not None),)
 
 
 CATALOGUE: dict[str, Dataset] = {d.name.lower(): d for d in (
@@ -144,23 +163,30 @@ CATALOGUE: dict[str, Dataset] = {d.name.lower(): d for d in (
             3312, 4715, 3703, 6, "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="citeseer"),
     Dataset("cora-full", "gnnbench", _npz(GRAPH2GAUSS_URL, "cora.npz"), 19793, 126842, 8710, 70, "per-class-20-30",
             "MIT (graph2gauss repository)", CORA_FULL_CITATION, stem="cora"),
-    Dataset("amazon-computers", "gnnbench", _npz(GNNBENCH_URL, "amazon_electronics_computers.npz"), 13752, 491722,
-            767, 10, "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="amazon_electronics_computers"),
-    Dataset("amazon-photo", "gnnbench", _npz(GNNBENCH_URL, "amazon_electronics_photo.npz"), 7650, 238162, 745, 8,
-            "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="amazon_electronics_photo"),
-    Dataset("coauthor-cs", "gnnbench", _npz(GNNBENCH_URL, "ms_academic_cs.npz"), 18333, 163788, 6805, 15,
+    # the next four sizes: the Git LFS pointers of the same files in D61-IA/FisherGCN@a58c1613 data/*.npz (the
+    # blobs of shchur/gnn-benchmark@1e72912a are too large to be checked here)
+    Dataset("amazon-computers", "gnnbench", _npz(GNNBENCH_URL, "amazon_electronics_computers.npz", 31921488),
+            13752, 491722, 767, 10, "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION,
+            stem="amazon_electronics_computers"),
+    Dataset("amazon-photo", "gnnbench", _npz(GNNBENCH_URL, "amazon_electronics_photo.npz", 17113960), 7650, 238162,
+            745, 8, "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="amazon_electronics_photo"),
+    Dataset("coauthor-cs", "gnnbench", _npz(GNNBENCH_URL, "ms_academic_cs.npz", 12835626), 18333, 163788, 6805, 15,
             "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="ms_academic_cs"),
-    Dataset("coauthor-physics", "gnnbench", _npz(GNNBENCH_URL, "ms_academic_phy.npz"), 34493, 495924, 8415, 5,
-            "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="ms_academic_phy"),
+    Dataset("coauthor-physics", "gnnbench", _npz(GNNBENCH_URL, "ms_academic_phy.npz", 16374005), 34493, 495924,
+            8415, 5, "per-class-20-30", GNNBENCH_LICENCE, SHCHUR_CITATION, stem="ms_academic_phy"),
     Dataset("wikics", "wikics", _npz(WIKICS_URL, "data.json"), 11701, 216123, 300, 10, "wikics", "MIT",
             WIKICS_CITATION, stem="data"),
-    Dataset("ogbn-arxiv", "ogb", _ogb("arxiv"), 169343, 1166243, 128, 40, "ogb", "ODC-BY", OGB_CITATION,
+    # OGB's bars (see _ogb): "0/81" https://github.com/snap-stanford/ogb/issues/463 (2023)
+    Dataset("ogbn-arxiv", "ogb", _ogb("arxiv", 81), 169343, 1166243, 128, 40, "ogb", "ODC-BY", OGB_CITATION,
             stem="arxiv"),
-    Dataset("ogbn-products", "ogb", _ogb("products"), 2449029, 61859140, 100, 47, "ogb", "Amazon license",
+    # "Downloaded 1.38 GB: 1414/1414" https://github.com/snap-stanford/ogb/issues/410 (2023)
+    Dataset("ogbn-products", "ogb", _ogb("products", 1414), 2449029, 61859140, 100, 47, "ogb", "Amazon license",
             OGB_CITATION, stem="products"),
-    Dataset("ogbn-papers100M", "ogb-bin", _ogb("papers100M-bin"), 111059956, 1615685872, 128, 172, "ogb", "ODC-BY",
-            OGB_CITATION, stem="papers100M-bin"),
-    Dataset("ogbn-proteins", "ogb", _ogb("proteins"), 132534, 39561252, 0, 112, "ogb", "CC-0", OGB_CITATION,
+    # "This will download 56.17GB", "57519/57519" https://github.com/snap-stanford/ogb/issues/506 (2025)
+    Dataset("ogbn-papers100M", "ogb-bin", _ogb("papers100M-bin", 57519), 111059956, 1615685872, 128, 172, "ogb",
+            "ODC-BY", OGB_CITATION, stem="papers100M-bin"),
+    # "Downloaded 0.21 GB: 216/216" Graph-Learning-Benchmarks/gli@53bc9d5d datasets/ogbn-proteins/ogbn-proteins.ipynb
+    Dataset("ogbn-proteins", "ogb", _ogb("proteins", 216), 132534, 39561252, 0, 112, "ogb", "CC-0", OGB_CITATION,
             metric="rocauc", task="multi-label", stem="proteins"),
 )}
 
