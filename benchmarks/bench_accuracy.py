@@ -5,6 +5,7 @@ evaluation protocol, every run of a dataset in ONE compiled program.
     python benchmarks/bench_accuracy.py --datasets cora,shchur-cora --seeds 20
     JAXGCN_DATA=/data/jaxgcn python benchmarks/bench_accuracy.py --splits 5 --seeds-per-split 4
     python benchmarks/bench_accuracy.py --datasets pubmed --download     # fetch what is missing first
+    python benchmarks/bench_accuracy.py --record docs/figures.json       # + write the figures the docs quote
 
 Protocols (``jaxgcn datasets`` lists them): ``planetoid`` and ``ogb``: the one official split x
 --seeds seeds; ``per-class-20-30`` (Shchur et al.): --splits random splits (split k drawn with seed
@@ -30,6 +31,7 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from figure_record import add_record_arguments, figure, record
 
 from jaxgcn.batched import BatchResult, entries_for, fit_runs
 from jaxgcn.datasets import load_dataset, prepare, with_splits
@@ -121,6 +123,13 @@ def table(rows: list[Row]) -> list[str]:
     return lines
 
 
+def row_figures(r: Row) -> dict[str, dict]:
+    """One dataset's figures for ``--record``: test metric mean ± std (%), train and whole seconds."""
+    return {f"accuracy.{r.name}.test_pct": figure(r.mean, "%", 2, std=r.std),
+            f"accuracy.{r.name}.train_s": figure(r.train_seconds, "s", 1),
+            f"accuracy.{r.name}.whole_s": figure(r.whole_seconds, "s", 1)}
+
+
 def selected(names: str | None) -> list[Dataset]:
     if names is None:
         return list(CATALOGUE.values())
@@ -143,6 +152,7 @@ def main() -> int:
     ap.add_argument("--splits", type=int, default=10, help="splits of per-class-20-30 and wikics datasets")
     ap.add_argument("--seeds-per-split", type=int, default=2, help="seeds on each of those splits")
     ap.add_argument("--backend", default="auto", help="propagation backend (auto, csr, segment, ...)")
+    add_record_arguments(ap)
     args = ap.parse_args()
 
     print(f"paper settings (TrainConfig/GCNConfig defaults, Kipf early stopping), jax {jax.__version__}, "
@@ -165,6 +175,7 @@ def main() -> int:
     if skipped:
         print()
         print("\n".join(skipped))
+    record(args.record, {key: fig for r in rows for key, fig in row_figures(r).items()}, append=args.record_append)
     return 0
 
 

@@ -5,6 +5,7 @@ load (the stored npz), through :mod:`jaxgcn.datasets.parsed`.
     python benchmarks/bench_parse.py --nodes 200000        # smaller and quicker
     python benchmarks/bench_parse.py --dir /scratch/big --reuse   # keep the files, time again
     python benchmarks/bench_parse.py --own-csv 100000      # + own CSV files through jaxgcn.cli
+    python benchmarks/bench_parse.py --record docs/figures.json   # + write the figures the docs quote
 
 Writes a synthetic graph (--nodes nodes, --edges-per-node edge lines per node, --features dense
 features, --classes classes) in OGB's CSV layout: raw/edge.csv.gz, raw/node-feat.csv.gz,
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 import numpy as np
+from figure_record import add_record_arguments, count_name, figure, record
 
 from jaxgcn.datasets import RawGraph, load_dataset
 
@@ -152,8 +154,9 @@ def _size(paths: list[Path]) -> float:
     return sum(p.stat().st_size for p in paths) / 1e6
 
 
-def time_twice(label: str, load: Callable[[], RawGraph], root: Path, sources: list[Path]) -> None:
-    """First (parse + store) and second (cached) load, their ratio, and the file sizes."""
+def time_twice(label: str, load: Callable[[], RawGraph], root: Path, sources: list[Path]) -> tuple[float, float]:
+    """First (parse + store) and second (cached) load, their ratio, and the file sizes; returns the two
+    times."""
     start = time.perf_counter()
     first = load()
     t_first = time.perf_counter() - start
@@ -166,16 +169,20 @@ def time_twice(label: str, load: Callable[[], RawGraph], root: Path, sources: li
           f"ratio {t_first / t_second:.1f}x")
     print(f"{label}: sources {_size(sources):,.1f} MB | cache file {cache} | same arrays both times: "
           f"{same(first, second)}")
+    return t_first, t_second
 
 
-def bench_ogb(args: argparse.Namespace, folder: Path, arrays: dict[str, Any]) -> None:
+def bench_ogb(args: argparse.Namespace, folder: Path, arrays: dict[str, Any]) -> dict[str, dict]:
+    """Time the OGB layout's two loads; returns their figures for ``--record``."""
     if not (args.reuse and (folder / "raw" / "edge.csv.gz").is_file()):
         start = time.perf_counter()
         write_ogb(folder, arrays, args.nodes, args.features)
         print(f"wrote the OGB CSV layout in {time.perf_counter() - start:.1f} s to {folder}")
     sources = sorted(p for p in folder.rglob("*.csv.gz"))
     with tempfile.TemporaryDirectory(dir=args.cache_parent) as root:
-        time_twice("ogb", lambda: load_dataset(f"ogb:{folder}", data_root=root), Path(root), sources)
+        first, cached = time_twice("ogb", lambda: load_dataset(f"ogb:{folder}", data_root=root), Path(root), sources)
+    key = f"parse.ogb_{count_name(args.nodes)}"
+    return {f"{key}.first_s": figure(first, "s", 0), f"{key}.cached_s": figure(cached, "s", 2)}
 
 
 def bench_own_csv(args: argparse.Namespace, folder: Path) -> None:
@@ -204,6 +211,7 @@ def main() -> int:
     ap.add_argument("--cache-parent", help="folder for the temporary data roots (default: the system temp)")
     ap.add_argument("--own-csv", type=int, default=0, metavar="N",
                     help="also time own CSV files of N nodes through jaxgcn.cli (0: skip)")
+    add_record_arguments(ap)
     args = ap.parse_args()
 
     print(f"synthetic graph: {args.nodes:,} nodes, {args.nodes * args.edges_per_node:,} edge lines, "
@@ -211,13 +219,14 @@ def main() -> int:
     folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_parse_"))
     try:
         arrays = synthetic_arrays(args.nodes, args.edges_per_node, args.features, args.classes, args.seed)
-        bench_ogb(args, folder, arrays)
+        figures = bench_ogb(args, folder, arrays)
         del arrays
         if args.own_csv:
             bench_own_csv(args, folder)
     finally:
         if not args.dir:
             shutil.rmtree(folder, ignore_errors=True)
+    record(args.record, figures, append=args.record_append)
     return 0
 
 

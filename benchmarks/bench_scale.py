@@ -3,6 +3,7 @@
     python benchmarks/bench_scale.py                                    # 100k, 1M, 2.45M nodes
     python benchmarks/bench_scale.py --sizes 100000 --epochs 3
     python benchmarks/bench_scale.py --pyg-python PATH
+    python benchmarks/bench_scale.py --sizes 1000000 --epochs 4 --pyg-python PATH --record docs/figures.json
 
 For each size the same graph (synthetic SBM, average degree 25, 100 features, 47 classes; the
 2,449,029-node one is an ogbn-products-sized stand-in) is generated once and saved as the RAW edge
@@ -36,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from figure_record import add_record_arguments, count_name, figure, record
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_SIZES = "100000,1000000,2449029"
@@ -130,6 +133,26 @@ def row(size: int, res: dict) -> str:
             f"{res['peak_rss_gb']:7.2f} | {est:>8} |")
 
 
+def size_figures(size: int, ours: dict, pyg: dict[str, dict], limit_gb: float) -> tuple[dict, tuple[str, ...]]:
+    """The figures of one size for ``--record`` (jaxgcn's epoch and peak RSS, PyG's epochs and the ratio
+    to jaxgcn's, or the memory limit a PyG path ran out of) and the keys this run disproved."""
+    key, figures, drop = f"scale.{count_name(size)}", {}, []
+    if "error" not in ours:
+        figures |= {f"{key}.epoch_s": figure(ours["epoch_s"], "s", 2), f"{key}.peak_rss_gb":
+                    figure(ours["peak_rss_gb"], "GB", 2)}
+    for path_kind, res in pyg.items():
+        name = f"{key}.pyg_{path_kind}"
+        if "error" not in res:
+            figures[f"{name}_s"] = figure(res["epoch_s"], "s", 2)
+            if "error" not in ours:
+                figures[f"{name}_ratio"] = figure(res["epoch_s"] / ours["epoch_s"], "×", 1)
+            drop.append(f"{name}_oom_gib")
+        elif res["error"].startswith("out of memory"):
+            figures[f"{name}_oom_gib"] = figure(limit_gb, "GiB", 0)
+            drop += [f"{name}_s", f"{name}_ratio"]
+    return figures, tuple(drop)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"node counts (default {DEFAULT_SIZES})")
@@ -148,6 +171,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--worker", choices=("jax",), help=argparse.SUPPRESS)
     ap.add_argument("--graph", help=argparse.SUPPRESS)
+    add_record_arguments(ap)
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(jax_worker(args)))
@@ -161,6 +185,7 @@ def main() -> int:
     print(f"{args.threads} threads, {args.epochs} epochs per run; seconds; peak RSS and estimate in GB")
     print("| nodes | implementation | host prep s | compile s | s / epoch | peak RSS | estimate |")
     print("|---:|---|---:|---:|---:|---:|---:|")
+    figures, drop = {}, ()
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             path = Path(tmp) / f"graph{n}.npz"
@@ -169,6 +194,7 @@ def main() -> int:
                   f"{info['generate_s']:.1f} s -->", flush=True)
             segment_sizes = {int(s) for s in args.segment_sizes.split(",") if s}
             backends = [args.backend] + (["segment"] if n in segment_sizes else [])
+            ours, pyg = {}, {}
             for backend in backends:
                 cmd = [sys.executable, __file__, "--worker", "jax", "--graph", str(path), "--epochs", str(args.epochs),
                        "--backend", backend, "--chunk", str(args.chunk), "--reorder", args.reorder]
@@ -178,6 +204,7 @@ def main() -> int:
                 res.setdefault("impl", f"jaxgcn {backend}")
                 if "impl" in res and args.reorder != "none" and "error" not in res:
                     res["impl"] += f" +{args.reorder}"
+                ours = ours or res  # the --backend row (the segment row is a comparison)
                 print(row(n, res), flush=True)
             if n in pyg_sizes:
                 for path_kind in ("edge_index", "csr"):
@@ -185,7 +212,11 @@ def main() -> int:
                            str(args.epochs), "--adjacency", path_kind, "--threads", str(args.threads)]
                     res = run_worker(cmd, args.pyg_memory_limit)
                     res.setdefault("impl", f"PyG GCNConv {path_kind}")
+                    pyg[path_kind] = res
                     print(row(n, res), flush=True)
+            size_figs, size_drop = size_figures(n, ours, pyg, args.pyg_memory_limit)
+            figures, drop = figures | size_figs, drop + size_drop
+    record(args.record, figures, append=args.record_append, drop=drop)
     return 0
 
 

@@ -3,6 +3,7 @@
     python benchmarks/bench_sweep.py                      # 100 seeds, both ways
     python benchmarks/bench_sweep.py --seeds 20 --loop 20
     XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/bench_sweep.py
+    python benchmarks/bench_sweep.py --record docs/figures.json   # + write the figures the docs quote
 
 Prints compile and steady-state (run) seconds of each way, the per-run cost, the ratio, and the
 accuracy both ways reach (they must agree: the batched runs equal the single runs). With the
@@ -17,6 +18,7 @@ import time
 
 import jax
 import numpy as np
+from figure_record import add_record_arguments, figure, record
 
 from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.datasets import load_dataset, prepare
@@ -30,6 +32,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=100, help="runs in the one program")
     ap.add_argument("--loop", type=int, default=100, help="single runs in the Python loop")
     ap.add_argument("--backend", default="auto", help="propagation backend (auto, segment, csr, ...)")
+    add_record_arguments(ap)
     args = ap.parse_args()
 
     prepared = prepare(load_dataset(args.dataset), backend=args.backend)
@@ -45,8 +48,11 @@ def main() -> int:
     print(f"one program, {args.seeds} runs: compile {batch.compile_seconds:.1f} s | run {batch.train_seconds:.1f} s "
           f"({batch.train_seconds / args.seeds:.3f} s per run) | total {total:.1f} s | test "
           f"{acc.mean():.4f} ± {acc.std():.4f}")
+    key = f"sweep.{args.dataset}.{args.seeds}"
+    figures = {f"{key}.one_program_s": figure(batch.train_seconds, "s", 1)}
 
     if args.loop == 0:
+        record(args.record, figures, append=args.record_append)
         return 0
     loop_acc, run_s, compile_s = [], 0.0, 0.0
     start = time.perf_counter()
@@ -62,10 +68,13 @@ def main() -> int:
           f"({per_run:.3f} s per run) | total {loop_total:.1f} s | test {np.mean(loop_acc):.4f}")
     same = min(args.seeds, args.loop)
     diff = np.abs(np.asarray(loop_acc[:same]) - acc[:same])
-    print(f"ratio loop / one program, per run (steady state): {per_run / (batch.train_seconds / args.seeds):.2f}x")
+    ratio = per_run / (batch.train_seconds / args.seeds)
+    print(f"ratio loop / one program, per run (steady state): {ratio:.2f}x")
+    figures[f"{key}.loop_ratio"] = figure(ratio, "×", 2)
     print(f"per seed: {int(np.sum(diff < 1e-6))}/{same} identical test accuracies, largest difference "
           f"{diff.max():.3g} (float summation order differs between the batched and single programs; "
           f"over 200 epochs that can move an early-stopping epoch)")
+    record(args.record, figures, append=args.record_append)
     return 0
 
 

@@ -3,6 +3,7 @@ wall time of a whole ``jaxgcn train`` process, against PyTorch Geometric measure
 
     python benchmarks/bench_train.py                       # jaxgcn only
     python benchmarks/bench_train.py --pyg-python PATH   # + PyG reference
+    python benchmarks/bench_train.py --record docs/figures.json   # + write the figures the docs quote
 
 The PyG column runs benchmarks/pyg_gcn_cora.py with the given interpreter (a venv with torch and
 torch_geometric; the project itself never depends on them). Figures are medians of --repeats.
@@ -19,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from figure_record import add_record_arguments, figure, record
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,6 +68,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--pyg-python", help="python of a venv with torch + torch_geometric")
     ap.add_argument("--pyg-repeats", type=int, default=1, help="PyG processes to time (~30 s each)")
+    add_record_arguments(ap)
     args = ap.parse_args()
 
     ss = steady_state(args.dataset, args.repeats)
@@ -78,6 +82,9 @@ def main() -> int:
         warm_env = {**os.environ, "JAXGCN_CACHE_DIR": f"{cache}/0"}
         warm = whole_process(jaxgcn, args.repeats, warm_env)
     cold_s = statistics.median(cold)
+    key = f"train.{args.dataset}"
+    figures = {f"{key}.epoch_ms": figure(ss["ms_per_epoch"], "ms", 2),
+               f"{key}.process_cold_s": figure(cold_s, "s", 2), f"{key}.process_warm_s": figure(warm, "s", 2)}
     print(f"jaxgcn train process: {cold_s:.2f} s with empty caches (no compiled programs; the kernel that pip "
           f"install built is used, else it is compiled here, ~5 s), {warm:.2f} s with the caches filled (import + "
           "data + compile + 200 epochs max + eval; benchmarks/bench_first_run.py has the phases)")
@@ -96,6 +103,8 @@ def main() -> int:
               "(train step + eval pass, as jaxgcn's epoch)")
         print(f"ratio PyG / jaxgcn: process {pyg / cold_s:.1f}x (cold cache), {pyg / warm:.1f}x (warm); "
               f"epoch {pyg_epoch / ss['ms_per_epoch']:.1f}x")
+        figures[f"{key}.pyg_epoch_ms"] = figure(pyg_epoch, "ms", 2)
+    record(args.record, figures, append=args.record_append)
     return 0
 
 
