@@ -38,7 +38,7 @@ runs one pytest-xdist worker per core (at most 4; a module's tests stay in one w
 to run a few tests in one process without starting workers. The tests' own eager operations
 compile with the XLA flags jaxgcn gives its programs (`XLA_FLAGS`: the classic loop emitter and LLVM
 level 1, where the jaxlib knows them): each of their ~3,000 one-op programs compiles in about 30 ms
-instead of 42–54 ms (150 one-op programs of distinct shapes, on the CPU below).
+instead of 42–54 ms (150 one-op programs of distinct shapes, on a 2-core AMD EPYC, family 25 model 1).
 
 Time: with an empty `HOME` (cold caches) on a 2-core Intel Xeon, family 6 model 167 (AVX-512), the
 README's test command took <!-- fig: tests.readme_command_s -->477 s<!-- /fig -->,
