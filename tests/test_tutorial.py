@@ -8,31 +8,20 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from doc_blocks import RUNNABLE, commands, fenced
 
 TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
-BLOCK = re.compile(r"^```(python|bash)\n(.*?)^```", re.M | re.S)
 
 
 def blocks() -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(TUTORIAL.read_text())]
-
-
-def commands(script: str) -> list[list[str]]:
-    """The shell lines of a block (continuations joined, comments dropped), split into argv lists."""
-    joined = re.sub(r"\\\n\s*", " ", script)
-    out = []
-    for line in joined.splitlines():
-        argv = shlex.split(line, comments=True)
-        if argv:
-            out.append(argv)
-    return out
+    """The ```python and ```bash blocks, in order: ``(language, text)``."""
+    return [(kind, body) for kind, body, _, _ in fenced(TUTORIAL.read_text()) if kind in RUNNABLE]
 
 
 def test_the_tutorial_has_the_promised_sections():
