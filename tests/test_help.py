@@ -4,6 +4,7 @@ list, and every flag the README and docs/ mention accepted by the command they s
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from cli_run import unwrap
 
 from jaxgcn.cli import build_parser, main
+from jaxgcn.cli.parser import KindParser
 from jaxgcn.datasets import available, load_dataset
 from jaxgcn.datasets.catalogue import CATALOGUE
 
@@ -28,13 +30,28 @@ def commands() -> dict[str, argparse.ArgumentParser]:
 COMMANDS = commands()
 
 
+def helps() -> dict[str, argparse.ArgumentParser]:
+    """``jaxgcn COMMAND --help`` -> the parser whose help it prints: the command's, or for a command
+    of kinds (plot), the kinds' overview and, as "plot curves", each kind's own."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for name, parser in COMMANDS.items():
+        found[name] = parser
+        if isinstance(parser, KindParser):
+            found[name] = parser.help_parser(None)
+            found.update({f"{name} {kind}": parser.help_parser(kind) for kind in parser.kinds})
+    return found
+
+
+HELPS = helps()
+
+
 def options(parser: argparse.ArgumentParser) -> set[str]:
     return {flag for action in parser._actions for flag in action.option_strings}
 
 
 def help_of(command: str, capsys: pytest.CaptureFixture[str]) -> str:
     capsys.readouterr()
-    assert main([command, "--help"]) == 0
+    assert main([*command.split(), "--help"]) == 0
     return capsys.readouterr().out
 
 
@@ -66,10 +83,10 @@ def shown(default: object) -> str:
     return ",".join(map(str, default)) if isinstance(default, (tuple, list)) else str(default)
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("command", sorted(HELPS))
 def test_every_option_has_help_and_shows_its_default(command, capsys):
     text = entries(help_of(command, capsys))
-    for action in COMMANDS[command]._actions:
+    for action in HELPS[command]._actions:
         if not action.option_strings or action.help == argparse.SUPPRESS:
             continue
         flag = action.option_strings[-1]
@@ -121,7 +138,7 @@ def test_dataset_forms_agree_in_help_datasets_and_the_error(capsys):
     assert FORMS[:3] == ["cora", "citeseer", "pubmed"] and FORMS.index("synthetic") == len(CATALOGUE)
     for form in ("ogb:DIR", "npz:DIR", "partitioned:DIR", "<name> --data-dir DIR"):
         assert form in FORMS
-    for command, parser in COMMANDS.items():
+    for command, parser in HELPS.items():
         if "--dataset" in options(parser):
             dataset_help = entries(help_of(command, capsys))["--dataset"]
             assert all(form in dataset_help for form in FORMS), (command, dataset_help)
@@ -139,6 +156,57 @@ def test_dataset_forms_agree_in_help_datasets_and_the_error(capsys):
 def test_partition_files_name_the_flags_that_read_them():
     with pytest.raises(ValueError, match=r"'partitioned:x'.*only `jaxgcn train --shard-graph` or `--distributed`"):
         load_dataset("partitioned:x")
+
+
+# --- plot KIND: each kind's --help lists its own flags, and refuses another kind's ---------------------
+
+COMMON = {"-h", "--help", "--out", "--title"}
+
+
+def test_each_plot_kind_lists_its_own_flags_and_plot_lists_the_kinds(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse's width: a kind's line must fit a terminal
+    curves, embeddings, sweep = (set(entries(help_of(f"plot {kind}", capsys))) for kind in ("curves", "embeddings",
+                                                                                            "sweep"))
+    assert curves == COMMON | {"--log", "--config-id"}
+    assert sweep == COMMON | {"--sweep-json", "--x", "--y"}
+    assert embeddings >= COMMON | {"--checkpoint", "--run", "--method", "--dataset", "--edges", "--split", "--nodes"}
+    assert not embeddings & (curves | sweep) - COMMON
+    assert curves | embeddings | sweep == options(COMMANDS["plot"])  # every flag the parser takes, in a help
+    overview = help_of("plot", capsys)
+    assert set(entries(overview)) == COMMON
+    kinds = re.search(r"\nkinds:\n(.*?)\n\n", overview, re.S).group(1).splitlines()
+    assert [line.split()[0] for line in kinds] == ["curves", "embeddings", "sweep"], kinds  # one line each
+    assert overview.rstrip().endswith("`jaxgcn plot KIND --help` lists the flags of a kind.")
+
+
+@pytest.mark.parametrize(("argv", "flag", "taker"), [
+    (["curves", "--log", "l.jsonl", "--out", "c.png", "--checkpoint", "model"], "--checkpoint", "embeddings"),
+    (["--check=model", "curves", "--log", "l.jsonl", "--out", "c.png"], "--checkpoint", "embeddings"),
+    (["sweep", "--sweep-json", "s.json", "--out", "s.png", "--dataset", "cora"], "--dataset", "embeddings"),
+    (["embeddings", "--checkpoint", "model", "--out", "e.png", "--x", "lr"], "--x", "sweep"),
+], ids=["after", "abbreviated-before-the-kind", "data-flag", "sweep-flag"])
+def test_a_flag_of_another_plot_kind_is_a_usage_error_naming_the_kind_that_takes_it(capsys, argv, flag, taker):
+    kind = next(word for word in argv if word in ("curves", "embeddings", "sweep"))
+    assert main(["plot", *argv]) == 2
+    assert unwrap(capsys.readouterr().err) == (f"jaxgcn: error: argument {flag}: `jaxgcn plot {kind}` takes no "
+                                               f"{flag}; `jaxgcn plot {taker}` takes it (see 'jaxgcn plot {kind} "
+                                               "--help')\n")
+
+
+def test_a_plot_command_parses_and_runs_as_before(tmp_path, capsys):
+    args = build_parser().parse_args(["plot", "curves", "--log", "l.jsonl", "--out", "c.png"])
+    assert (args.kind, args.log, args.out, args.config_id, args.title) == ("curves", Path("l.jsonl"), Path("c.png"),
+                                                                           None, None)
+    assert (args.method, args.x, args.y, args.dataset, args.checkpoint) == ("pca", "lr", "hidden", None, None)
+    assert main(["plot", "curves", "--out", str(tmp_path / "c.png")]) == 2  # checked when it runs, as before
+    assert unwrap(capsys.readouterr().err) == "jaxgcn: error: jaxgcn plot curves needs --log\n"
+    pytest.importorskip("matplotlib")
+    log = tmp_path / "l.jsonl"
+    log.write_text("".join(json.dumps({"run": 0, "epoch": e, "loss": 1 / e, "train_acc": 0.5, "val_loss": 1 / e,
+                                       "val_acc": 0.4}) + "\n" for e in range(1, 6)))
+    assert main(["plot", "curves", "--log", str(log), "--out", str(tmp_path / "c.png")]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'c.png'}\n"
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # --- every flag the README and docs/ show exists (read at run time: they are being restructured) ---
@@ -189,8 +257,10 @@ def flag_problems(name: str, text: str) -> list[str]:
     spans = re.findall(r"`([^`]+)`", prose, flags=re.S)
     problems = []
     for command, rest in [inv for shell in blocks + spans for inv in invocations(shell)]:
-        problems += [f"{name}: `jaxgcn {command} ... {flag}`: {command} has no {flag}"
-                     for flag in FLAG.findall(rest) if flag not in options(COMMANDS[command])]
+        kind = f"{command} {rest.split()[0]}" if rest.split() and f"{command} {rest.split()[0]}" in HELPS else None
+        taken = options(HELPS[kind] if kind else COMMANDS[command])  # `jaxgcn plot curves`: the flags of curves
+        problems += [f"{name}: `jaxgcn {kind or command} ... {flag}`: {kind or command} has no {flag}"
+                     for flag in FLAG.findall(rest) if flag not in taken]
     for span in spans:
         if INVOCATION.search(span) or re.search(r"\.py\b|\bpython\b", span):
             continue  # a jaxgcn invocation (checked above) or another program's flags
@@ -215,6 +285,9 @@ def test_doc_flag_scan_finds_what_it_should():
     assert flag_problems("doc.md", doc) == [
         "doc.md: `jaxgcn train ... --memory-budget`: train has no --memory-budget",
         "doc.md: --nope (in the text): no command has it"]
+    plots = "```bash\njaxgcn plot curves --log l --checkpoint m\njaxgcn plot embeddings --checkpoint m --dataset x\n```"
+    assert flag_problems("doc.md", plots) == ["doc.md: `jaxgcn plot curves ... --checkpoint`: plot curves has no "
+                                              "--checkpoint"]
 
 
 def test_every_flag_in_readme_and_docs_exists():

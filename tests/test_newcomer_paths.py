@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +27,9 @@ from cli_run import run_main, unwrap
 import jaxgcn.app.train
 from jaxgcn import checkpoint
 from jaxgcn.app.saving import resumable_since
-from jaxgcn.cli import _CtrlC
 from jaxgcn.cli.parser import ERROR_WIDTH, error_text
 from jaxgcn.datasets import download, load_dataset
+from jaxgcn.interrupt import CtrlC
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 30  # nodes of the tiny graphs below: 3 classes of 10
@@ -200,7 +201,7 @@ def test_resumable_state_is_named_only_when_this_run_wrote_it(tmp_path):
 
 
 def test_the_console_handler_holds_ctrl_c_then_raises_it_until_main_has_it():
-    ctrl_c = _CtrlC()
+    ctrl_c = CtrlC()
     try:
         signal.raise_signal(signal.SIGINT)  # while JAX is imported: held
         time.sleep(0.01)
@@ -241,6 +242,57 @@ def test_sigint_during_training_ends_with_one_line_and_status_130(tmp_path):
     assert lines[0] == f"jaxgcn: interrupted; the last checkpoint is in {ck} (epoch {epoch}): resume with --resume {ck}"
     for line in (tmp_path / "log.jsonl").read_text().splitlines():
         json.loads(line)  # every logged line whole
+
+
+# `python -m jaxgcn ARGS` (what runpy does for -m), with a finder in front of the others that says
+# when MODULE starts to be imported and waits there for a line on stdin: a SIGINT sent then arrives
+# at that point of the start-up, however slow the machine (a fixed delay after the start lands, on a
+# loaded machine, in the interpreter's own start-up, where Python prints a traceback).
+STOP_AT_IMPORT = """
+import runpy, sys
+
+MODULE = sys.argv.pop(1)
+
+class StopAt:
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            print("importing", name, flush=True)
+            sys.stdin.readline()
+        return None
+
+sys.meta_path.insert(0, StopAt())
+runpy.run_module("jaxgcn", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module", ["jaxgcn.cli", "numpy"])
+def test_ctrl_c_while_the_console_script_imports_the_cli_is_one_line_and_130(tmp_path, module):
+    # jaxgcn.cli: the first import after the handler; NumPy: ~50 ms later (the parser's defaults).
+    # Held, the Ctrl-C ends the command once JAX is imported too, before `datasets` lists anything.
+    env = {**os.environ, "JAXGCN_DATA": str(tmp_path / "data")}
+    proc = subprocess.Popen([sys.executable, "-c", STOP_AT_IMPORT, module, "datasets"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        line = proc.stdout.readline()
+        assert line == f"importing {module}\n", proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate("go\n", timeout=120)
+    finally:
+        proc.kill()
+    assert (proc.returncode, err, out) == (130, "jaxgcn: interrupted\n", "")
+
+
+def test_the_console_script_loads_nothing_heavy_before_its_ctrl_c_handler():
+    # the console script's module; and jaxgcn.cli, which `python -m jaxgcn.cli` imports before main()
+    script = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["jaxgcn"]
+    module, _, function = script.partition(":")
+    heavy = ("typing", "importlib.metadata", "argparse", "numpy")  # ~14 ms, ~30 ms, the parser's, ~50 ms
+    for statement, loaded in ((f"from {module} import {function}", "jaxgcn jaxgcn.console jaxgcn.interrupt"),
+                              ("from jaxgcn.cli import main", "jaxgcn jaxgcn.cli jaxgcn.interrupt")):
+        code = (f"import sys\n{statement}\n"
+                f"print(' '.join(sorted(m for m in sys.modules if m.startswith('jaxgcn') or m in {heavy!r})))")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert (proc.returncode, proc.stdout) == (0, loaded + "\n"), (statement, proc.stderr)
 
 
 # --- long errors as short lines ----------------------------------------------------------------------

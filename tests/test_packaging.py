@@ -88,6 +88,12 @@ def test_wheel_ships_package_data(wheel: zipfile.ZipFile) -> None:
         assert wheel.getinfo(f"jaxgcn/datasets/data/{p.name}").file_size == p.stat().st_size
 
 
+def test_the_console_script_is_the_entry_that_holds_ctrl_c_first(wheel: zipfile.ZipFile) -> None:
+    # jaxgcn.console installs the Ctrl-C handler before it imports jaxgcn.cli (test_newcomer_paths)
+    (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    assert "[console_scripts]\njaxgcn = jaxgcn.console:main\n" in wheel.read(entry_points).decode("utf-8")
+
+
 def test_one_version_source(wheel: zipfile.ZipFile) -> None:
     (meta,) = [n for n in wheel.namelist() if fnmatch.fnmatch(n, "*.dist-info/METADATA")]
     built = Parser().parsestr(wheel.read(meta).decode("utf-8"))["Version"]

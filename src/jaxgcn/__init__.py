@@ -9,17 +9,19 @@ their own modules (``jaxgcn.layers``, ``jaxgcn.propagate``, ``jaxgcn.train``, ``
 >>> result = jaxgcn.fit(prepared.data, prepared.n_classes, log=None)  # doctest: +SKIP
 
 ``import jaxgcn`` itself imports nothing heavy (so that ``jaxgcn --help`` answers without JAX):
-each name is imported from its module on first use (PEP 562).
+each name, ``__version__`` too, is imported from its module on first use (PEP 562). The console
+script (:mod:`jaxgcn.console`) imports this module before its Ctrl-C handler is in place, so it
+imports neither :mod:`importlib.metadata` (~30 ms) nor even :mod:`typing` (~14 ms).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
-from jaxgcn.version import __version__
-
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (type checkers read this name)
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and readers
+    from typing import Any
+
     from jaxgcn.batched import BatchResult, Entry, entries_for, fit_runs  # noqa: F401
     from jaxgcn.data import TrainData  # noqa: F401
     from jaxgcn.datasets import RawGraph, load_dataset, prepare, synthetic, with_random_splits  # noqa: F401
@@ -27,9 +29,11 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and reader
     from jaxgcn.models import Execution, GCNConfig, gcn  # noqa: F401
     from jaxgcn.sweep import Grid, run_grid  # noqa: F401
     from jaxgcn.train import FitResult, TrainConfig, TrainingDiverged, fit  # noqa: F401
+    from jaxgcn.version import __version__  # noqa: F401
 
 # each public name -> the module it comes from
 _FROM = {
+    "__version__": "jaxgcn.version",
     **dict.fromkeys(("BatchResult", "Entry", "entries_for", "fit_runs"), "jaxgcn.batched"),
     "TrainData": "jaxgcn.data",
     **dict.fromkeys(("RawGraph", "load_dataset", "prepare", "synthetic", "with_random_splits"), "jaxgcn.datasets"),
@@ -39,7 +43,7 @@ _FROM = {
     **dict.fromkeys(("FitResult", "TrainConfig", "TrainingDiverged", "fit"), "jaxgcn.train"),
 }
 
-__all__ = ["__version__", *sorted(_FROM)]
+__all__ = ["__version__", *sorted(set(_FROM) - {"__version__"})]
 
 
 def __getattr__(name: str) -> Any:

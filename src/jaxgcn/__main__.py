@@ -1,8 +1,8 @@
-"""``python -m jaxgcn``: the ``jaxgcn`` console script."""
+"""``python -m jaxgcn``: the ``jaxgcn`` console script (:func:`jaxgcn.console.main`)."""
 
 import sys
 
-from jaxgcn.cli import main
+from jaxgcn.console import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,28 +6,39 @@ of arguments to library configs in :mod:`~jaxgcn.cli.config`. :func:`main` is th
 errors become exit codes and messages (one line, or a few short ones:
 :func:`~jaxgcn.cli.parser.error_text`). Parsing imports no command module and no JAX:
 ``--help``, ``--version`` and a mistyped flag answer in a fraction of a second.
+
+Importing this package imports light standard-library modules only (the parser is imported when
+:func:`main` runs): ``python -m jaxgcn.cli`` imports it before :func:`main` installs the Ctrl-C
+handler, and a Ctrl-C in those milliseconds prints a traceback.
 """
 
 from __future__ import annotations
 
-import _thread
 import os
-import signal
 import sys
 import threading
 import time
 import warnings
-from pathlib import Path
-from typing import Any, Callable, Sequence
 
-from jaxgcn.cli.parser import EXIT_USAGE, build_parser, error_text
-from jaxgcn.cli.records import parse_args
+from jaxgcn.interrupt import CtrlC
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~14 ms)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any, Callable, Sequence
 
 EXIT_DIVERGED = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command that Ctrl-C stopped
 _SHOW_WARNING = warnings.showwarning
 
 __all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``jaxgcn`` parser (:func:`jaxgcn.cli.parser.build_parser`)."""
+    from jaxgcn.cli import parser
+
+    return parser.build_parser()
 
 
 def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
@@ -50,9 +61,11 @@ def since_process_start() -> float:
     start time in clock ticks since boot (``/proc/self/stat``) against the seconds since boot
     (``/proc/uptime``); where those are missing, since :mod:`jaxgcn.cli` was imported."""
     try:
-        stat = Path("/proc/self/stat").read_text()
+        with open("/proc/self/stat") as f:
+            stat = f.read()
         ticks = int(stat.rpartition(")")[2].split()[19])  # field 22, starttime; the name may hold spaces
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
         return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
         return time.perf_counter() - _LOADED
@@ -96,62 +109,19 @@ def interrupted(exc: BaseException) -> bool:
     return False
 
 
-class _CtrlC:
-    """Ctrl-C (SIGINT) of the console script. Held while the library and JAX are imported and set
-    up (a KeyboardInterrupt inside jaxlib's import can crash the process at exit) and raised at
-    :meth:`release`; from then on raised at once, and again every half second until :func:`main`
-    has it: Python drops one raised inside a garbage-collector callback (JAX registers one) with an
-    "Exception ignored" message, which is left out, and C++ code may drop one too."""
+def main(argv: Sequence[str] | None = None, *, ctrl_c: CtrlC | None = None) -> int:
+    """Run the command of ``argv`` (None: ``sys.argv[1:]``); returns the exit code. Ctrl-C ends any
+    command with one line on stderr (:func:`interrupted_line`) and exit status 130, as Unix tools do.
 
-    def __init__(self) -> None:
-        self.held, self.pending, self.caught, self.repeating = True, False, False, False
-        self.lock = threading.Lock()
-        self.hook = sys.unraisablehook
-        signal.signal(signal.SIGINT, self.on_signal)
-        sys.unraisablehook = self.on_unraisable
-
-    def on_signal(self, signum: int, frame: Any) -> None:
-        if self.caught:  # main has it: a repeat changes nothing
-            return
-        if self.held:
-            self.pending = True
-            return
-        if not self.repeating:
-            self.repeating = True
-            _thread.start_new_thread(self.repeat, ())  # low-level: Thread.start() waits in Python code
-        raise KeyboardInterrupt
-
-    def repeat(self) -> None:
-        while True:
-            time.sleep(0.5)
-            with self.lock:
-                if self.caught:
-                    return
-                _thread.interrupt_main()
-
-    def on_unraisable(self, unraisable: Any) -> None:
-        if not issubclass(unraisable.exc_type, KeyboardInterrupt):  # a dropped Ctrl-C: repeat() raises it again
-            self.hook(unraisable)
-
-    def release(self) -> None:
-        self.held = False
-        if self.pending:
-            raise KeyboardInterrupt
-
-    def close(self) -> None:
-        with self.lock:
-            self.caught = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # runs a pending repeat first, in on_signal
-        sys.unraisablehook = self.hook
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``jaxgcn`` console script; returns the exit code. Ctrl-C ends any command
-    with one line on stderr (:func:`interrupted_line`) and exit status 130, as Unix tools do."""
+    ``ctrl_c``: the console script's handler, which :func:`jaxgcn.console.main` installed before it
+    imported this package. Without one, ``argv=None`` in the main thread (``python -m jaxgcn.cli``, a
+    script made by an older install) installs it here; a call with ``argv`` (tests, notebooks) keeps
+    the caller's own SIGINT handling.
+    """
     started = time.time()
     parsed: list[Any] = []  # the parsed arguments, once there are any
-    # the console script's own handler; in-process callers (tests, notebooks) keep theirs
-    ctrl_c = _CtrlC() if argv is None and threading.current_thread() is threading.main_thread() else None
+    if ctrl_c is None and argv is None and threading.current_thread() is threading.main_thread():
+        ctrl_c = CtrlC()
     try:
         return _command(argv, parsed, ctrl_c.release if ctrl_c is not None else lambda: None)
     except BaseException as exc:
@@ -168,8 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _command(argv: Sequence[str] | None, parsed: list[Any], release: Callable[[], None]) -> int:
     """Parse ``argv`` (appending the result to ``parsed``) and run its command, calling ``release``
-    just before (:class:`_CtrlC`); errors become exit codes and messages
+    just before (:class:`~jaxgcn.interrupt.CtrlC`); errors become exit codes and messages
     (:func:`~jaxgcn.cli.parser.error_text`)."""
+    from jaxgcn.cli.parser import EXIT_USAGE, error_text
+    from jaxgcn.cli.records import parse_args
+
     from_console = argv is None  # in-process callers keep their own JAX device setup
     try:
         args = parse_args(build_parser(), argv)  # --from-record/--config: defaults from a file

@@ -7,8 +7,9 @@ import argparse
 import copy
 import importlib
 import re
+import sys
 import textwrap
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from jaxgcn import version
 from jaxgcn.cli import records
@@ -86,6 +87,90 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, error_text(f"{message} (see '{self.prog} --help')") + "\n")
+
+
+class KindParser(Parser):
+    """A command whose first argument picks a kind with flags of its own (``jaxgcn plot curves
+    --log F``), as git's and pip's subcommands have: ``KIND --help`` lists that kind's flags and the
+    common ones, ``--help`` the kinds, one line each, and a flag of another kind is a usage error
+    naming the kind that takes it. One parser takes every kind's flags: the defaults that
+    :func:`~jaxgcn.cli.records.parse_args` sets (a checkpoint's data) go to it, and a command line
+    of one kind's flags parses, or fails, as with a single parser of all of them.
+
+    ``kinds``: each kind's line of help; ``add_args(parser, kinds)`` adds the flags of ``kinds`` and
+    those of every kind (for an empty tuple, only those, to an argument group).
+    """
+
+    def __init__(self, *, kinds: dict[str, str], add_args: Callable[[Any, tuple[str, ...]], None],
+                 **kwargs: Any) -> None:
+        super().__init__(add_help=False, **kwargs)
+        self.kinds, self.add_args = kinds, add_args
+        self.helps: dict[str | None, Parser] = {}  # help_parser's, built on first use
+        self.add_argument("-h", "--help", action=_KindHelp, help="show this help message and exit")
+        self.add_argument("kind", choices=tuple(kinds), help="the kind of output")  # help_parser(None) lists them
+        add_args(self, tuple(kinds))
+
+    def help_parser(self, kind: str | None) -> Parser:
+        """The parser whose help ``jaxgcn plot KIND --help`` prints: the kind's own flags and the
+        common ones (its prog ``jaxgcn plot KIND``); for None, the kinds and the common flags."""
+        if kind not in self.helps:
+            if kind is None:
+                usage = f"{self.prog} {{{','.join(self.kinds)}}} [options]"
+                epilog = f"`{self.prog} KIND --help` lists the flags of a kind."
+                made = Parser(prog=self.prog, usage=usage, description=self.description, epilog=epilog,
+                              add_help=False)
+                listing = made.add_argument_group("kinds")  # shown first, then the common flags
+                for name, text in self.kinds.items():
+                    listing.add_argument(name, nargs="?", help=text)  # only shown: this parser parses nothing
+                common = made.add_argument_group("options")
+                common.add_argument("-h", "--help", action="help", help="show this help message and exit")
+                self.add_args(common, ())
+            else:
+                made = Parser(prog=f"{self.prog} {kind}", description=self.kinds[kind])
+                self.add_args(made, (kind,))
+            self.helps[kind] = made
+        return self.helps[kind]
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(given, namespace)
+        if not extras and getattr(parsed, "kind", None) in self.kinds:  # else argparse's own error comes first
+            self.refuse_other_kinds(parsed.kind, given)
+        return parsed, extras
+
+    def refuse_other_kinds(self, kind: str, given: list[str]) -> None:
+        """A usage error for the first flag in ``given`` that ``kind`` does not take, naming the kinds
+        that do (the kind's own parser parses ``given`` exactly as this one, abbreviations included)."""
+        _, foreign = self.help_parser(kind).parse_known_args(given)  # the kind itself is left over too
+        flags = flags_of(self)
+        for token in foreign:
+            name = token.split("=", 1)[0]  # --flag=value
+            matches = [f for f in flags if f == name] or [f for f in flags if f.startswith(name)]  # or an abbreviation
+            if token.startswith("-") and len(matches) == 1:
+                flag = matches[0]
+                takers = [f"`{self.prog} {k}`" for k in self.kinds if flag in flags_of(self.help_parser(k))]
+                self.help_parser(kind).error(f"argument {flag}: `{self.prog} {kind}` takes no {flag}; "
+                                             f"{' and '.join(takers)} {'takes' if len(takers) == 1 else 'take'} it")
+
+
+def flags_of(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string ``parser`` takes (``-h``, ``--help``, ``--out``, ...)."""
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+class _KindHelp(argparse.Action):
+    """``-h``/``--help`` of a :class:`KindParser`: the help of the kind given before it, else the
+    kinds'."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        assert isinstance(parser, KindParser)
+        parser.help_parser(getattr(namespace, "kind", None)).print_help()
+        parser.exit()
 
 
 def command(module: str, name: str = "run") -> Callable[[argparse.Namespace], Any]:
@@ -336,26 +421,41 @@ def _add_partition_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=command("partition"))
 
 
-def _add_plot_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plot", help="PNG figures: training curves (--log), node embeddings (--checkpoint), "
-                       "a sweep heatmap (--sweep-json)")
-    p.add_argument("kind", choices=("curves", "embeddings", "sweep"),
-                   help="curves: loss and accuracy per epoch from --log; embeddings: the nodes' last hidden "
-                        "representation from --checkpoint, in 2-D; sweep: a heatmap of --sweep-json over --x and --y")
+PLOT_KINDS = {  # one line each in `jaxgcn plot --help`
+    "curves": "loss and accuracy per epoch, from a train --log file",
+    "embeddings": "the nodes' last hidden layer in 2-D, from train --save",
+    "sweep": "a heatmap of a sweep --json file over two hyperparameters",
+}
+
+
+def _add_plot_args(p: Any, kinds: tuple[str, ...]) -> None:
+    """The flags of ``jaxgcn plot`` KINDS to the parser ``p`` (an argument group for no kind): --out
+    and --title, and each kind's own (:class:`KindParser`)."""
     p.add_argument("--out", type=v.path, required=True, help="the PNG file to write")
-    p.add_argument("--log", type=v.path, help="curves: a file written by train --log")
-    p.add_argument("--config-id", default=None, help="curves: plot only the runs of this configuration (the "
-                   "config_id of the --log lines) when the file holds several (train --log-append)")
-    p.add_argument("--checkpoint", type=v.path, help="embeddings: a directory written by train --save")
-    p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
-    p.add_argument("--method", choices=("pca", "tsne"), default="pca",
-                   help="embeddings: 2-D projection (tsne needs scikit-learn)")
-    p.add_argument("--sweep-json", type=v.path, help="sweep: a file written by sweep --json")
-    p.add_argument("--x", default="lr", help="sweep: hyperparameter on the x axis")
-    p.add_argument("--y", default="hidden", help="sweep: hyperparameter on the y axis")
+    if "curves" in kinds:
+        p.add_argument("--log", type=v.path, help="a file written by train --log")
+        p.add_argument("--config-id", default=None, help="plot only the runs of this configuration (the "
+                       "config_id of the --log lines) when the file holds several (train --log-append)")
+    if "embeddings" in kinds:
+        p.add_argument("--checkpoint", type=v.path, help="a directory written by train --save")
+        p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
+        p.add_argument("--method", choices=("pca", "tsne"), default="pca",
+                       help="2-D projection (tsne needs scikit-learn)")
+    if "sweep" in kinds:
+        p.add_argument("--sweep-json", type=v.path, help="a file written by sweep --json")
+        p.add_argument("--x", default="lr", help="hyperparameter on the x axis")
+        p.add_argument("--y", default="hidden", help="hyperparameter on the y axis")
     p.add_argument("--title", default=None, help="the figure's title (default: one naming what is plotted)")
-    add_data_args(p)
-    checkpoint_dataset(p)
+    if "embeddings" in kinds:
+        add_data_args(p)
+        checkpoint_dataset(p)
+
+
+def _add_plot_command(sub: argparse._SubParsersAction) -> None:
+    text = "PNG figures: training curves (--log), node embeddings (--checkpoint), a sweep heatmap (--sweep-json)"
+    sub.add_parser("plot", help=text)  # its line in `jaxgcn --help`; the parser is the one below
+    p = sub.choices["plot"] = KindParser(prog="jaxgcn plot", description=text, kinds=PLOT_KINDS,
+                                         add_args=_add_plot_args)
     p.set_defaults(func=command("plot"))
 
 
