@@ -20,9 +20,22 @@ from jaxgcn.csr import csr_from_scipy, kernel_status, spmm
 from jaxgcn.layers import dropout, matmul, sparse_features
 
 
+def sparse_random(n, m, density, seed):
+    """SciPy's ``sp.random`` [n, m] CSR (distinct positions, uniform values). Given an int seed,
+    sp.random draws with a RandomState, which permutes all n * m positions to pick the non-zeros
+    (3.7 s for 3000 x 12000, and tests/test_kernel_build.py runs these tests twice more): past a
+    million positions a NumPy Generator of its own stream (not the tests' ``default_rng(seed)``)
+    draws them instead (0.01 s). Smaller matrices keep the RandomState draws, the values that the
+    finite-difference tolerances below were set against."""
+    draws = seed if n * m <= 10**6 else np.random.default_rng([seed, 1])
+    return sp.random(n, m, density=density, random_state=draws, format="csr", dtype=np.float64)
+
+
 def random_matrix(n, m, density, seed):
-    a = sp.random(n, m, density=density, random_state=seed, format="csr", dtype=np.float64)
-    a = sp.csr_matrix(a.toarray() * (np.random.default_rng(seed).random((n, 1)) > 0.2))  # empty rows
+    keep = np.random.default_rng(seed).random(n) > 0.2  # the other rows are emptied
+    a = sp.csr_matrix(sp.diags(keep.astype(np.float64)) @ sparse_random(n, m, density, seed))
+    a.eliminate_zeros()  # without an [n, m] dense copy (144 MB for 3000 x 6000)
+    a.sort_indices()
     return a
 
 
@@ -306,7 +319,7 @@ def check_kernel_case(n, m, density, runs, h, skip_frac, seed):
         The regime of the V = R call (``_regime``).
     """
     rng = np.random.default_rng(seed)
-    a = sp.random(n, m, density=density, random_state=seed, format="csr", dtype=np.float64)
+    a = sparse_random(n, m, density, seed)
     a.sort_indices()
     width = runs * h
     b = rng.standard_normal((m, width)).astype(np.float32)
@@ -384,7 +397,7 @@ MASK_CASES = {**{f"{shape}-{layout}": (*MASK_SHAPES[shape], MASK_LAYOUTS[layout]
 def test_masked_rows_of_b_are_never_read(case):
     (n, m, density), (prefetch, chunks), (runs, h, path) = MASK_CASES[case]
     rng = np.random.default_rng(n + h)
-    a = sp.random(n, m, density=density, random_state=n, format="csr", dtype=np.float64)
+    a = sparse_random(n, m, density, n)
     a.sort_indices()
     b = rng.standard_normal((m, runs * h)).astype(np.float32)
     mask = rng.random(m) < 0.4
