@@ -42,13 +42,13 @@ instead of 42–54 ms (150 one-op programs of distinct shapes, on a 2-core AMD E
 
 Time: with an empty `HOME` (cold caches) on a 2-core Intel Xeon, family 6 model 167 (AVX-512), the
 README's test command took <!-- fig: tests.readme_command_s -->477 s<!-- /fig -->,
-<!-- fig: tests.suite_s -->427 s<!-- /fig --> of it the tests (`HOME=$(mktemp -d) bash .ci/run` from a
-clean clone at 5b16bde); on a 2-core AMD EPYC, family 25 model 1 (Zen 3, AVX2),
+<!-- fig: tests.suite_s -->427 s<!-- /fig --> of it the tests (from a clean clone at 8d42583, 1,144
+tests); on a 2-core AMD EPYC, family 25 model 1 (Zen 3, AVX2),
 <!-- fig: tests.zen3.readme_command_s -->430 s<!-- /fig --> (at 21b94e0). Most of it is XLA compiling
 some 140 training programs, each configuration the tests train. The same Xeon model runs
-<!-- fig: machine.slow_day_ratio -->1.4-1.5×<!-- /fig --> slower on some days (the tests alone:
-<!-- fig: tests.suite_slow_day_s -->658 s<!-- /fig -->). `python -m pytest -q --durations=20` lists
-the slowest tests; the README gives a <!-- fig: tests.quick_s bare -->40<!-- /fig -->-second subset.
+<!-- fig: machine.slow_day_ratio -->1.4-1.5×<!-- /fig --> slower on some days.
+`python -m pytest -q --durations=20` lists the slowest tests; the README gives a
+<!-- fig: tests.quick_s bare -->40<!-- /fig -->-second subset.
 
 ## The mutation table
 
