@@ -50,6 +50,14 @@ some 140 training programs, each configuration the tests train. The same Xeon mo
 `python -m pytest -q --durations=20` lists the slowest tests; the README gives a
 <!-- fig: tests.quick_s bare -->40<!-- /fig -->-second subset.
 
+What the tests assert bit for bit (a batch and its single runs, a resumed run and the
+uninterrupted one, a layer at some rows and at every row) must hold on every CPU: `.ci/run` runs
+the equivalence files once more with the kernel built for AVX2 and XLA's generated code limited to
+AVX2 (`JAXGCN_KERNEL_ISA=avx2 XLA_FLAGS=--xla_cpu_max_isa=AVX2`, its `avx2` pass). XLA's runtime
+library still picks its code by the CPU it runs on, so where a sum's order follows the CPU
+(several runs' row sums at some rows and at every row) the test asserts a stated tolerance and
+says why.
+
 ## The mutation table
 
 A test suite is only as good as the bugs it catches. `tests/mutants.toml` lists small, realistic

@@ -222,7 +222,16 @@ def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layer
     32 wide: its first layer's gradient takes the transposed pattern (16 wide and less, the
     scatter of g's rows). ``residual`` takes the rows of a layer's input it adds; ``aggregate-first``
     (dense features) the rows of the input aggregated ahead. ``layer-norm`` (and residual): XLA
-    blocks the norm's row sums by the rows' count, so the runs agree to float rounding only."""
+    blocks the norm's row sums by the rows' count, so the runs agree to float rounding only.
+
+    Several runs agree to float rounding only as well: their step sums [rows, R, width] arrays in
+    XLA's CPU runtime, whose order follows the CPU it runs on (its vector width) and the rows'
+    count. On AVX-512 CPUs they came out bit for bit; on AVX2-only CPUs (a Zen 3 EPYC, and a
+    13-core AVX2 host with the kernel built portable and XLA's code limited to SSE4.2, so the
+    order is the runtime's, not the kernel's or the generated code's) 18 of 180 (run, epoch)
+    losses differed by one ulp (at most 2.4e-7) from the first epoch on. One run's products are
+    the kernel's, whose sums go in row order on every ISA, and one run is bit for bit on both
+    CPUs: asserted so."""
     config = TrainConfig(epochs=60, lr=0.1, early_stopping=Kipf(5))
     model = GCNConfig(hidden=hidden, layers=layers, residual=variant in ("residual", "layer-norm"),
                       layer_norm=variant == "layer-norm")
@@ -261,7 +270,7 @@ def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layer
     assert not calls
     for (history, params) in (every_reached, neither):
         assert history.keys() == both[0].keys()
-        if variant == "layer-norm":
+        if variant == "layer-norm" or runs > 1:  # the order of the row sums differs (see above)
             for name in history:
                 np.testing.assert_allclose(history[name], both[0][name], rtol=1e-5, atol=1e-6, err_msg=name)
             for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(both[1])):
