@@ -372,7 +372,7 @@ def _hooks(n_runs: int, log: Callable[[str], None] | None, progress: Any,
            on_checkpoint: Callable[[int, BatchState], None] | None, first: int) -> list[Any]:
     """A batch's hooks: one log line per chunk (the epoch, runs still training, mean validation
     accuracy), the progress display, and its slice's checkpoints (at every chunk, the last
-    included: a resumed job skips a finished slice)."""
+    included: a resumed job skips a finished slice; none once a run of the slice diverged)."""
     def log_runs(_: Any, seen: Chunk) -> None:
         val = seen.history["val_acc"][:, seen.epoch - 1]
         log(runs_line(seen.epoch, int(np.sum(seen.reason == RUNNING)), n_runs,
@@ -382,7 +382,8 @@ def _hooks(n_runs: int, log: Callable[[str], None] | None, progress: Any,
     if progress is not None:
         hooks.append(progress_hook(progress))
     if on_checkpoint is not None:
-        hooks.append(lambda s, seen: on_checkpoint(first, s))
+        # a diverged run's NaN/inf state never replaces the slice's last good checkpoint
+        hooks.append(lambda s, seen: None if np.any(seen.reason == DIVERGED) else on_checkpoint(first, s))
     return hooks
 
 
