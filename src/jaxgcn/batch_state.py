@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxgcn import checkpoint
-from jaxgcn.outputs import remove_stale_temps, write_atomic
+from jaxgcn.outputs import owned_dir, remove_stale_temps, write_atomic
 from jaxgcn.version import __version__
 
 FORMAT = "jaxgcn-batch-state-1"
@@ -43,18 +43,18 @@ def saver(directory: str | Path, *, extra: dict[str, Any], fingerprint: dict[str
                 "slices": dict(previous["slices"]) if previous is not None else {}}
 
     def save(first: int, state: Any) -> None:
-        where.mkdir(parents=True, exist_ok=True)
+        owned_dir(where)  # a real folder: a link planted at batch-state is refused, never written through
         remove_stale_temps(where)
         blob = checkpoint.npz_bytes(checkpoint.state_arrays(state))
         old = manifest["slices"].get(str(first))
         number = 1 if old is None else old["number"] + 1
         name = f"slice-{first:05d}-{number}.npz"
-        write_atomic(where / name, blob)
+        write_atomic(where / name, blob, follow=False)
         reason = np.asarray(state.runs.reason)
         manifest["slices"][str(first)] = {"file": name, "number": number, "bytes": len(blob),
                                           "sha256": hashlib.sha256(blob).hexdigest(), "epoch": int(state.step),
                                           "running": int(np.sum(reason == 0))}
-        write_atomic(where / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        write_atomic(where / MANIFEST, json.dumps(manifest, indent=2) + "\n", follow=False)
         if old is not None and old["file"] != name:
             (where / old["file"]).unlink(missing_ok=True)
     return save
@@ -108,5 +108,9 @@ def slice_state(directory: str | Path, manifest: dict[str, Any], first: int, tem
 
 
 def remove(directory: str | Path) -> None:
-    """Remove a finished batch's state (the final save holds none)."""
-    shutil.rmtree(folder(directory), ignore_errors=True)
+    """Remove a finished batch's state (the final save holds none); a link at its name is removed
+    itself, never followed."""
+    where = folder(directory)
+    if where.is_symlink():
+        where.unlink()
+    shutil.rmtree(where, ignore_errors=True)
