@@ -240,3 +240,53 @@ def test_resume_of_a_damaged_batch_state_names_the_damage(tmp_path, capsys, how,
     assert run_main(["train", "--resume", save]) == 2
     line = error_line(capsys)
     assert re.search(rf"--resume \S+/save: {why}", line) and "no checkpoint.json" not in line, line
+
+
+# --- what a checkpoint's and a batch state's records must hold -----------------------------------------
+
+def test_a_side_file_whose_hash_entry_was_removed_is_refused(tmp_path):
+    ck = tmp_path / "ck"
+    save_small(ck, split=np.array([1, 2, 3], np.int8))
+    meta = json.loads((ck / "checkpoint.json").read_text())
+    del meta["files"]["split-1.npy"]  # then the file edited: without the entry nothing would check it
+    (ck / "checkpoint.json").write_text(json.dumps(meta))
+    np.save(ck / "split-1.npy", np.array([3, 3, 3], np.int8))
+    with pytest.raises(ValueError, match=r"checkpoint \S+/ck/checkpoint\.json: files records no size and SHA-256 "
+                                         r"for the split file split-1\.npy; the file was edited or corrupted"):
+        checkpoint.load(ck)
+    del meta["files"]  # a checkpoint of a jaxgcn before side files were hashed: read as it is
+    (ck / "checkpoint.json").write_text(json.dumps(meta))
+    assert checkpoint.load(ck).split.tolist() == [3, 3, 3]
+
+
+@pytest.fixture(scope="module")
+def batch_left(tmp_path_factory):
+    """A --seeds 2 save whose batch state was kept (its removal skipped), to edit and resume."""
+    from jaxgcn.app import saving
+
+    save = tmp_path_factory.mktemp("batch") / "save"
+    keep = saving.batch_state.remove
+    saving.batch_state.remove = lambda directory: None
+    try:
+        assert run_main([*TRAIN, "--seeds", "2", "--save", save, "--checkpoint-every", "1"]) == 0
+    finally:
+        saving.batch_state.remove = keep
+    return save, json.loads((save / "batch-state" / "state.json").read_text())
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda s: {"\u0660": s["0"]}, r"slice key '\u0660' is not the first run of a slice \(a multiple of 2 below 2\)"),
+    (lambda s: {"9" * 30: s["0"]}, r"slice key '9{20}' is not the first run of a slice"),
+    (lambda s: {"00": s["0"]}, r"slice key '00' is not the first run of a slice"),
+    (lambda s: {**s, "1": s["0"]}, r"slice key '1' is not the first run of a slice"),
+    (lambda s: {"0": {**s["0"], "epoch": 4}}, r"slice 0 is at epoch 4, outside the run's 0-3"),
+    (lambda s: {"0": {**s["0"], "epoch": -1}}, r"slice 0 is at epoch -1, outside the run's 0-3"),
+])
+def test_resume_refuses_edited_slice_keys_and_epochs(batch_left, tmp_path, capsys, edit, why):
+    save = tmp_path / "save"
+    shutil.copytree(batch_left[0], save)
+    manifest = dict(batch_left[1], slices=edit(batch_left[1]["slices"]))
+    (save / "batch-state" / "state.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert run_main(["train", "--resume", save]) == 2
+    assert re.search(rf"--resume \S+/save/batch-state/state\.json: {why}[^;]*; it was edited", error_line(capsys))

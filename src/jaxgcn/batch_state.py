@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -87,6 +88,20 @@ def load(directory: str | Path) -> dict[str, Any]:
         raise _bad(path, f"not a {FORMAT} manifest (format, extra, data_sha256, and per slice its file, number, "
                          "bytes, sha256 and epoch)")
     return manifest
+
+
+def check_slices(directory: str | Path, manifest: dict[str, Any], n_runs: int, per_program: int, epochs: int) -> None:
+    """Each slice key is the first run of one of this batch's slices (``0``, ``per_program``, ...
+    below ``n_runs``, written as jaxgcn writes it) and each slice's epoch is one the run can be at
+    (0 to ``epochs``): an edited key would be ignored or resume runs from another slice's state."""
+    path = folder(directory) / MANIFEST
+    for key, entry in manifest["slices"].items():
+        if not (re.fullmatch(r"[0-9]{1,9}", key) and str(int(key)) == key and int(key) < n_runs
+                and int(key) % per_program == 0):
+            raise _bad(path, f"slice key {key[:20]!r} is not the first run of a slice (a multiple of {per_program} "
+                             f"below {n_runs})")
+        if not 0 <= entry["epoch"] <= epochs:
+            raise _bad(path, f"slice {key} is at epoch {entry['epoch']}, outside the run's 0-{epochs}")
 
 
 def slice_state(directory: str | Path, manifest: dict[str, Any], first: int, template: Any) -> Any:

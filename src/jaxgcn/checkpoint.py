@@ -491,8 +491,8 @@ def _load(directory: Path, text: str) -> Checkpoint:
 
 def _verified(directory: Path, meta: dict[str, Any], key: str, what: str) -> tuple[Path, bytes]:
     """A file's bytes, checked against the size and SHA-256 ``checkpoint.json`` records for it: the
-    params', or a side file's in ``files`` (checkpoints written before side files were hashed record
-    none for them: read as they are)."""
+    params', or a side file's in ``files`` (checkpoints written before side files were hashed have
+    no ``files``: read as they are; one that has it must list every side file it names)."""
     path = directory / meta[key]
     if not path.is_file():
         raise _Moved(f"checkpoint {directory}: {what} file {path.name} is missing")
@@ -502,6 +502,8 @@ def _verified(directory: Path, meta: dict[str, Any], key: str, what: str) -> tup
         raise ValueError(f"checkpoint {path}: cannot be read ({err.strerror}); check its permissions") from None
     recorded = ({"bytes": meta["params_bytes"], "sha256": meta["params_sha256"]} if key == "params_file"
                 else meta.get("files", {}).get(path.name))
+    if recorded is None and "files" in meta:  # an entry removed would let any content through unchecked
+        raise _bad(directory / META, f"files records no size and SHA-256 for the {what} file {path.name}")
     if recorded is not None and (len(blob) != recorded["bytes"]
                                  or hashlib.sha256(blob).hexdigest() != recorded["sha256"]):
         raise _Moved(f"checkpoint {path}: {len(blob)} bytes that do not match the recorded size/SHA-256; the "

@@ -97,6 +97,7 @@ def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config:
     if job.resume is not None:
         manifest = batch_state.load(job.resume)
         checkpoint.check_resumable(manifest, extra, saved_facts["fingerprint"], f"--resume {job.resume}")
+        batch_state.check_slices(job.resume, manifest, job.n_runs, runs_per_program, train_config.epochs)
         epochs = sorted(v["epoch"] for v in manifest["slices"].values())
         say(f"resuming {len(epochs)} slice(s) of runs at epoch {'-'.join(map(str, sorted({epochs[0], epochs[-1]})))} "
             f"of {job.resume}" if epochs else f"resuming {job.resume}: no slice had started")
