@@ -142,7 +142,9 @@ def test_a_resume_on_another_layout_or_batch_is_refused_naming_the_values(tmp_pa
     assert run_main(["train", *base, "--seeds", "3", "--save", tmp_path / "b", "--checkpoint-every", "10"]) == 0
     capsys.readouterr()
     assert run_main(["train", *base, "--seeds", "3", "--resume", tmp_path / "b"]) == 2  # finished: no state
-    assert "holds no batch state to resume" in unwrap(capsys.readouterr().err)
+    # what the folder holds instead (issue 43: it said "no checkpoint.json" when the flags were left out)
+    assert "holds a finished --seeds 3 save (3 runs in runs.json, no batch state): nothing to resume" in unwrap(
+        capsys.readouterr().err)
     # an interrupted batch (its state written, never removed)
     spec = ["--epochs", "40", "--patience", "400"]
     env = _env()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxgcn import checkpoint
-from jaxgcn.outputs import remove_stale_temps, write_atomic
+from jaxgcn.outputs import owned_dir, remove_stale_temps, write_atomic
 from jaxgcn.version import __version__
 
 FORMAT = "jaxgcn-batch-state-1"
@@ -43,18 +44,18 @@ def saver(directory: str | Path, *, extra: dict[str, Any], fingerprint: dict[str
                 "slices": dict(previous["slices"]) if previous is not None else {}}
 
     def save(first: int, state: Any) -> None:
-        where.mkdir(parents=True, exist_ok=True)
+        owned_dir(where)  # a real folder: a link planted at batch-state is refused, never written through
         remove_stale_temps(where)
         blob = checkpoint.npz_bytes(checkpoint.state_arrays(state))
         old = manifest["slices"].get(str(first))
         number = 1 if old is None else old["number"] + 1
         name = f"slice-{first:05d}-{number}.npz"
-        write_atomic(where / name, blob)
+        write_atomic(where / name, blob, follow=False)
         reason = np.asarray(state.runs.reason)
         manifest["slices"][str(first)] = {"file": name, "number": number, "bytes": len(blob),
                                           "sha256": hashlib.sha256(blob).hexdigest(), "epoch": int(state.step),
                                           "running": int(np.sum(reason == 0))}
-        write_atomic(where / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        write_atomic(where / MANIFEST, json.dumps(manifest, indent=2) + "\n", follow=False)
         if old is not None and old["file"] != name:
             (where / old["file"]).unlink(missing_ok=True)
     return save
@@ -89,6 +90,20 @@ def load(directory: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def check_slices(directory: str | Path, manifest: dict[str, Any], n_runs: int, per_program: int, epochs: int) -> None:
+    """Each slice key is the first run of one of this batch's slices (``0``, ``per_program``, ...
+    below ``n_runs``, written as jaxgcn writes it) and each slice's epoch is one the run can be at
+    (0 to ``epochs``): an edited key would be ignored or resume runs from another slice's state."""
+    path = folder(directory) / MANIFEST
+    for key, entry in manifest["slices"].items():
+        if not (re.fullmatch(r"[0-9]{1,9}", key) and str(int(key)) == key and int(key) < n_runs
+                and int(key) % per_program == 0):
+            raise _bad(path, f"slice key {key[:20]!r} is not the first run of a slice (a multiple of {per_program} "
+                             f"below {n_runs})")
+        if not 0 <= entry["epoch"] <= epochs:
+            raise _bad(path, f"slice {key} is at epoch {entry['epoch']}, outside the run's 0-{epochs}")
+
+
 def slice_state(directory: str | Path, manifest: dict[str, Any], first: int, template: Any) -> Any:
     """The saved state of the slice whose first run is ``first``, shaped like ``template``; None
     when the batch was stopped before the slice started."""
@@ -108,5 +123,9 @@ def slice_state(directory: str | Path, manifest: dict[str, Any], first: int, tem
 
 
 def remove(directory: str | Path) -> None:
-    """Remove a finished batch's state (the final save holds none)."""
-    shutil.rmtree(folder(directory), ignore_errors=True)
+    """Remove a finished batch's state (the final save holds none); a link at its name is removed
+    itself, never followed."""
+    where = folder(directory)
+    if where.is_symlink():
+        where.unlink()
+    shutil.rmtree(where, ignore_errors=True)

@@ -10,7 +10,10 @@ split (per input node: 0 none, 1 train, 2 val, 3 test) in ``split-<n>.npy``.
 Writes: each file goes to a temporary name, is fsynced and renamed into place
 (:mod:`jaxgcn.outputs`), and ``checkpoint.json`` is written last: a process killed at any moment
 leaves either the previous checkpoint or the new one, never a mix, and the next save removes the
-temporary files a killed save left. Older files are removed only after the new JSON is in place.
+temporary files a killed save left. Older files are removed only after the new JSON is in place,
+and with them a several-run save's ``runs.json`` and ``run-NNN`` folders (the other layout, which a
+reader would otherwise still take). A name inside the directory is never followed: a link planted
+at ``checkpoint.json`` or a params file is replaced, and the file it points to is left untouched.
 
 Reads (:func:`load`) trust nothing: the JSON is checked against a schema (every key's type, the
 model config valid, class names and feature statistics consistent with the counts, file names
@@ -34,7 +37,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxgcn.checkpoint_runs import RUNS, RUNS_FORMAT, resolve_run, run_dir, save_runs  # noqa: F401 - its face
+from jaxgcn.checkpoint_runs import (RUNS, RUNS_FORMAT, remove_runs, resolve_run, run_dir,  # noqa: F401 - its face
+                                    save_runs)
 from jaxgcn.data import SPLIT_CODES  # noqa: F401 - re-exported for split-<n>.npy readers
 from jaxgcn.validate import check_npy_declared, check_npz_declared, is_json
 from jaxgcn.version import __version__
@@ -216,13 +220,13 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     previous = sorted(directory.glob("params-*.npz"))
     number = 1 + max((int(m[1]) for p in previous if (m := re.fullmatch(r"params-(\d+)\.npz", p.name))), default=0)
     params_path = directory / f"params-{number}.npz"
-    write_atomic(params_path, blob)
+    write_atomic(params_path, blob, follow=False)  # a link planted at a name inside is replaced, never followed
     names: dict[str, str | None] = {"state_file": None, "node_ids_file": None, "split_file": None}
     sides: dict[str, dict[str, Any]] = {}  # each side file's size and SHA-256, as the params'
 
     def side(key: str, name: str, data: bytes) -> None:
         names[key] = name
-        write_atomic(directory / name, data)
+        write_atomic(directory / name, data, follow=False)
         sides[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     if state is not None:
         side("state_file", f"state-{number}.npz", npz_bytes(state_arrays(state)))
@@ -245,12 +249,13 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         "split_file": names["split_file"], "split": info.get("split"),
         "data_sha256": fingerprint, "identity_features": bool(identity_features), "files": sides,
     }
-    write_atomic(directory / META, json.dumps(meta, indent=2) + "\n")
+    write_atomic(directory / META, json.dumps(meta, indent=2) + "\n", follow=False)
     keep = {params_path.name, *filter(None, names.values())}
     for pattern in ("params-*.npz", "node_ids-*.npy", "state-*.npz", "split-*.npy"):
         for old in directory.glob(pattern):
             if old.name not in keep:
-                old.unlink(missing_ok=True)
+                old.unlink(missing_ok=True)  # a link is removed itself: the directory is a real one
+    remove_runs(directory)  # a several-run save that was here: its manifest would still be read first
     return directory / META
 
 
@@ -486,8 +491,8 @@ def _load(directory: Path, text: str) -> Checkpoint:
 
 def _verified(directory: Path, meta: dict[str, Any], key: str, what: str) -> tuple[Path, bytes]:
     """A file's bytes, checked against the size and SHA-256 ``checkpoint.json`` records for it: the
-    params', or a side file's in ``files`` (checkpoints written before side files were hashed record
-    none for them: read as they are)."""
+    params', or a side file's in ``files`` (checkpoints written before side files were hashed have
+    no ``files``: read as they are; one that has it must list every side file it names)."""
     path = directory / meta[key]
     if not path.is_file():
         raise _Moved(f"checkpoint {directory}: {what} file {path.name} is missing")
@@ -497,6 +502,8 @@ def _verified(directory: Path, meta: dict[str, Any], key: str, what: str) -> tup
         raise ValueError(f"checkpoint {path}: cannot be read ({err.strerror}); check its permissions") from None
     recorded = ({"bytes": meta["params_bytes"], "sha256": meta["params_sha256"]} if key == "params_file"
                 else meta.get("files", {}).get(path.name))
+    if recorded is None and "files" in meta:  # an entry removed would let any content through unchecked
+        raise _bad(directory / META, f"files records no size and SHA-256 for the {what} file {path.name}")
     if recorded is not None and (len(blob) != recorded["bytes"]
                                  or hashlib.sha256(blob).hexdigest() != recorded["sha256"]):
         raise _Moved(f"checkpoint {path}: {len(blob)} bytes that do not match the recorded size/SHA-256; the "

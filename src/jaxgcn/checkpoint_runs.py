@@ -5,16 +5,22 @@ their seed, split and accuracies and the best-validation run, which a reader tak
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
-from jaxgcn.outputs import write_atomic
+from jaxgcn.outputs import TEMP, write_atomic
 from jaxgcn.validate import is_json
 from jaxgcn.version import __version__
 
 RUNS = "runs.json"
 RUNS_FORMAT = "jaxgcn-runs-1"
+RUN_DIR = re.compile(r"run-(\d{3,})")
+# what checkpoint.save writes into a checkpoint directory: the only names a clean-up removes
+CHECKPOINT_FILE = re.compile(r"checkpoint\.json|params-\d+\.npz|node_ids-\d+\.npy|state-\d+\.npz|split-\d+\.npy")
 
 
 def run_dir(directory: str | Path, run: int) -> Path:
@@ -31,7 +37,43 @@ def save_runs(directory: str | Path, runs: list[dict[str, Any]]) -> Path:
                 "runs": [{"dir": run_dir(directory, j).name, **{k: r[k] for k in ("seed", "split", "val_acc",
                                                                                    "test_acc")}}
                          for j, r in enumerate(runs)]}
-    return write_atomic(Path(directory) / RUNS, json.dumps(manifest, indent=2) + "\n")
+    path = write_atomic(Path(directory) / RUNS, json.dumps(manifest, indent=2) + "\n", follow=False)
+    remove_runs(directory, keep=len(runs))  # a larger save's extra runs
+    _remove_owned_files(Path(directory), temps=False)  # a one-run save's checkpoint (runs.json is read first)
+    return path
+
+
+def _remove_owned_files(folder: Path, temps: bool = True) -> bool:
+    """Remove what :func:`jaxgcn.checkpoint.save` writes in ``folder`` (links themselves, never
+    their targets) and, with ``temps``, its temporary files (the save folder's own are a live
+    writer's); True when nothing else is left in it."""
+    left = False
+    for entry in os.scandir(folder):
+        if CHECKPOINT_FILE.fullmatch(entry.name) or (temps and TEMP.match(entry.name)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+        else:
+            left = True
+    return not left
+
+
+def remove_runs(directory: str | Path, keep: int = 0) -> None:
+    """Remove a several-run save's runs from ``directory`` (its ``runs.json`` too when ``keep`` is 0):
+    ``run-NNN`` folders numbered ``keep`` or more, only the files jaxgcn wrote in them (a folder that
+    holds others keeps them), and a link at such a name is removed itself, never followed."""
+    directory = Path(directory)
+    if keep == 0:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / RUNS)
+    for entry in os.scandir(directory):
+        m = RUN_DIR.fullmatch(entry.name)
+        if m is None or int(m[1]) < keep:
+            continue
+        if entry.is_symlink():
+            os.unlink(entry.path)
+        elif entry.is_dir(follow_symlinks=False) and _remove_owned_files(Path(entry.path)):
+            with contextlib.suppress(OSError):
+                os.rmdir(entry.path)
 
 
 def _runs_manifest(path: Path) -> dict[str, Any]:
@@ -71,6 +113,7 @@ def resolve_run(directory: str | Path, run: int | None) -> tuple[Path, str | Non
     if run is not None and not 0 <= run < len(runs):
         raise ValueError(f"--run {run}: checkpoint {directory} holds runs 0-{len(runs) - 1}; pick one of them")
     chosen = manifest["best"] if run is None else run
+    _check_recorded(directory, runs, chosen)
     r = runs[chosen]
     why = "the best validation accuracy" if run is None else "--run"
     note = (f"checkpoint {directory}: run {chosen} of {len(runs)} (seed {r['seed']}, split {r['split']}, "
@@ -78,3 +121,26 @@ def resolve_run(directory: str | Path, run: int | None) -> tuple[Path, str | Non
     if run is None:
         note += "; --run I picks another"
     return run_dir(directory, chosen), note
+
+
+def _recorded_run(directory: Path, j: int) -> tuple[Any, Any] | None:
+    """The seed and split that ``run-NNN``'s own checkpoint records (None where it records none or
+    cannot be read: the checkpoint's full load then says what is wrong with it)."""
+    try:
+        extra = json.loads((run_dir(directory, j) / "checkpoint.json").read_text(encoding="utf-8"))["extra"]
+        return extra["seed"], extra["split_index"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+
+
+def _check_recorded(directory: Path, runs: list[dict[str, Any]], chosen: int) -> None:
+    """The run folder a reader takes holds the run ``runs.json`` lists for it: a folder swapped,
+    renamed or copied in from another save would be scored as another seed's or split's model."""
+    have, want = _recorded_run(directory, chosen), (runs[chosen]["seed"], runs[chosen]["split"])
+    if have is None or have == want:
+        return
+    holder = next((run_dir(directory, j).name for j in range(len(runs)) if _recorded_run(directory, j) == want), None)
+    raise ValueError(f"checkpoint {directory}: {run_dir(directory, chosen).name} holds the model of seed {have[0]}, "
+                     f"split {have[1]}, but {RUNS} lists run {chosen} as seed {want[0]}, split {want[1]}"
+                     f"{f' (the model {holder} holds)' if holder else ''}; the run folders were swapped, renamed or "
+                     "copied from another save: save the runs again (jaxgcn train --save)")

@@ -10,10 +10,15 @@ processes that are gone (:func:`remove_stale_temps`).
 
 Targets that are not regular files:
 
-- a symlink is written *through*: the link stays and the file it points to gets the new content
-  (the temporary file is made next to that file, so the rename stays on one filesystem). A user who
-  links ``latest.json`` to a file means that file; replacing the link by a regular file would
-  silently cut it;
+- a symlink the user names (``--json latest.json``) is written *through*: the link stays and the
+  file it points to gets the new content (the temporary file is made next to that file, so the
+  rename stays on one filesystem). A user who links ``latest.json`` to a file means that file;
+  replacing the link by a regular file would silently cut it;
+- a name jaxgcn chooses inside a folder it owns (a checkpoint's files, ``runs.json``, a batch's
+  ``state.json``, a partition's blocks: ``follow=False``) is never followed: a link planted there
+  is replaced by the new file (the rename replaces the link itself), and the file it pointed to,
+  possibly outside the folder, stays untouched. A folder jaxgcn makes inside one it owns
+  (``run-000``, ``batch-state``) must be a real folder (:func:`owned_dir`), never a link;
 - devices (``/dev/full``, ``/dev/null``), named pipes and sockets are refused: renaming over them
   would replace the node with a regular file (what ``--json /dev/full`` used to do), and writing
   into them cannot be made atomic or checked before the run.
@@ -242,12 +247,14 @@ class Staged:
     def __enter__(self) -> "Staged":
         return self
 
-    def add(self, path: str | os.PathLike, data: bytes | str, *, label: str | None = None) -> Path:
-        """Write ``data`` (text as UTF-8) to ``path``'s temporary file; returns ``path``."""
-        target = resolve(path)
+    def add(self, path: str | os.PathLike, data: bytes | str, *, label: str | None = None,
+            follow: bool = True) -> Path:
+        """Write ``data`` (text as UTF-8) to ``path``'s temporary file; returns ``path``.
+        ``follow=False``: ``path`` is a name jaxgcn owns, and a link there is replaced, not followed."""
+        target = resolve(path) if follow else Path(path)
         with contextlib.suppress(FileNotFoundError):
-            mode = os.stat(target).st_mode
-            if not stat.S_ISREG(mode):  # checked before the run too; this guards library callers
+            mode = (os.stat if follow else os.lstat)(target).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):  # checked before the run too; guards library callers
                 raise ValueError(f"{label or path}: is {_kind(mode)}, not a regular file; refusing to replace it")
         remove_stale_temps(target.parent, target.name)
         tmp = temp_path(target)
@@ -277,11 +284,39 @@ class Staged:
                     os.unlink(tmp)
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str, *, label: str | None = None) -> Path:
-    """Write one file atomically (see :class:`Staged`)."""
+def write_atomic(path: str | os.PathLike, data: bytes | str, *, label: str | None = None,
+                 follow: bool = True) -> Path:
+    """Write one file atomically (see :class:`Staged`; ``follow=False``: a name jaxgcn owns, where
+    a planted link is replaced, never written through)."""
     with Staged() as out:
-        out.add(path, data, label=label)
+        out.add(path, data, label=label, follow=follow)
     return Path(path)
+
+
+def owned_dir(path: str | os.PathLike) -> Path:
+    """Create (if needed) a folder jaxgcn makes inside a folder it owns (``run-000``,
+    ``batch-state``) and return it; a link or a file at that name is refused (ValueError): writing
+    into a linked folder would overwrite, and clearing old files delete, files outside the output.
+
+    >>> d = Path(tempfile.mkdtemp()); os.symlink(tempfile.gettempdir(), d / "run-000")
+    >>> owned_dir(d / "run-001").is_dir()
+    True
+    >>> owned_dir(d / "run-000")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: .../run-000: is a link (to ...); jaxgcn writes only into a real folder it made there: remove the link
+    >>> shutil.rmtree(d)
+    """
+    path = Path(path)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path)
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise ValueError(f"{path}: is a link (to {os.readlink(path)}); jaxgcn writes only into a real folder it "
+                         "made there: remove the link")
+    if not stat.S_ISDIR(mode):
+        raise ValueError(f"{path}: is {_kind(mode) if not stat.S_ISREG(mode) else 'a file'}, not a folder; jaxgcn "
+                         "keeps its own folder under that name: remove it or save elsewhere")
+    return path
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jaxgcn import batch_state, checkpoint
+from jaxgcn import batch_state, checkpoint, outputs
 from jaxgcn.app.data import Loaded, Say
 from jaxgcn.app.job import Job, Outcome
 from jaxgcn.batched import unstack_params
@@ -97,6 +97,7 @@ def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config:
     if job.resume is not None:
         manifest = batch_state.load(job.resume)
         checkpoint.check_resumable(manifest, extra, saved_facts["fingerprint"], f"--resume {job.resume}")
+        batch_state.check_slices(job.resume, manifest, job.n_runs, runs_per_program, train_config.epochs)
         epochs = sorted(v["epoch"] for v in manifest["slices"].values())
         say(f"resuming {len(epochs)} slice(s) of runs at epoch {'-'.join(map(str, sorted({epochs[0], epochs[-1]})))} "
             f"of {job.resume}" if epochs else f"resuming {job.resume}: no slice had started")
@@ -116,7 +117,8 @@ def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config:
 def save_models(job: Job, outcome: Outcome, say: Say) -> None:
     """The final model of one run (a checkpoint in ``job.save``), or every run of a batch as an
     ordinary checkpoint (``run-000``, ...) with its own split, then the manifest that names them
-    (:func:`jaxgcn.checkpoint.save_runs`), last; a finished batch's resumable state is removed."""
+    (:func:`jaxgcn.checkpoint.save_runs`), last. The other layout's files go (a one-run save's
+    checkpoint, a larger save's runs, a batch's resumable state): the folder holds this save alone."""
     info = outcome.loaded.prepared.info
     configs: dict[str, Any] = dict(model_config=outcome.model, train_config=outcome.train,
                                    execution=outcome.execution, info=info)
@@ -124,12 +126,14 @@ def save_models(job: Job, outcome: Outcome, say: Say) -> None:
         res = outcome.fitted
         checkpoint.save(job.save, res.params, **configs, epoch=res.epochs_run, metrics=res.metrics,
                         extra={**result_facts(res), **recorded(job)}, **outcome.facts)
+        batch_state.remove(job.save)  # an interrupted batch's state: not this model's
         say(f"saved the model to {job.save}")
         return
     res = outcome.batch
     for j, run in enumerate(outcome.runs):
         per_run = {**outcome.facts, "split": split_codes(outcome.loaded.prepared, run.split)}
-        checkpoint.save(checkpoint.run_dir(job.save, j), unstack_params(res.params, j), **configs,
+        where = outputs.owned_dir(checkpoint.run_dir(job.save, j))  # a link planted at run-NNN is refused
+        checkpoint.save(where, unstack_params(res.params, j), **configs,
                         epoch=run.epochs_run, metrics={k: float(v[j]) for k, v in res.metrics.items()},
                         extra={**result_facts(run), "seed": run.seed, "split_index": run.split, **recorded(job)},
                         **per_run)

@@ -7,6 +7,7 @@ import argparse
 import importlib.util
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -68,11 +69,27 @@ def _check_output(args: argparse.Namespace, flag: str, path: Path, kind: str) ->
         return target
     if kind == "checkpoint":
         # one run's checkpoint, several runs' manifest, or a batch's resumable state
-        return outputs.check_dir(flag, path, marker=("checkpoint.json", "runs.json", "batch-state"),
-                                 what="a checkpoint to replace")
+        target = outputs.check_dir(flag, path, marker=("checkpoint.json", "runs.json", "batch-state"),
+                                   what="a checkpoint to replace")
+        refuse_linked_folders(flag, path, target)
+        return target
     if kind == "partitions":
         return outputs.check_dir(flag, path, marker="partitions.json", what="partitions to replace")
     return outputs.check_dir(flag, path)
+
+
+def refuse_linked_folders(flag: str, path: Path, target: Path) -> None:
+    """A save writes into folders of its own inside ``--save DIR`` (``run-NNN``, ``batch-state``): a
+    link at such a name would send the writes (and the clean-up of old files) outside DIR. Refused
+    before any work, as the save itself refuses it (:func:`jaxgcn.outputs.owned_dir`)."""
+    try:
+        entries = [e for e in os.scandir(target) if e.is_symlink()]
+    except OSError:  # not there yet: nothing planted in it
+        return
+    for entry in entries:
+        if entry.name == "batch-state" or re.fullmatch(r"run-\d{3,}", entry.name):
+            raise ValueError(f"{flag} {path}: {entry.name} is a link (to {os.readlink(entry.path)}); jaxgcn writes "
+                             "only into real folders it made inside its save folder: remove the link")
 
 
 def check_new_log(args: argparse.Namespace, flag: str, path: Path, target: Path) -> None:

@@ -229,10 +229,42 @@ def _resume_defaults(command: argparse.ArgumentParser, args: argparse.Namespace)
     resume = Path(args.resume)
     options = recorded_options(_checkpoint_json(resume, CHECKPOINT_JSON[::-1]))  # a batch's state first
     if options is None:
+        refuse_nothing_to_resume(resume)
         return {}
     kept = {k: v for k, v in options.items()
             if k == "checkpoint_every" or k not in (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS)}
     return {**to_defaults(command, kept, f"--resume {resume}"), "save": args.resume}
+
+
+def refuse_nothing_to_resume(resume: Path) -> None:
+    """``--resume DIR`` whose checkpoint records no options: where DIR holds no ``checkpoint.json``,
+    say what it holds instead (a finished several-run save, a damaged batch state) rather than
+    leave the one-run reader to say it is no checkpoint at all. Readable state of an older jaxgcn
+    (no options recorded) passes: the flags given say what to resume."""
+    flag, state = f"--resume {resume}", resume / CHECKPOINT_JSON[1]
+    if (resume / CHECKPOINT_JSON[0]).exists():  # a one-run checkpoint: its reader names any damage
+        return
+    if state.parent.is_symlink() or (state.parent.exists() and not state.parent.is_dir()):
+        raise ValueError(f"{flag}: {state.parent.name} is {'a link' if state.parent.is_symlink() else 'a file'}, not "
+                         "the folder jaxgcn keeps a batch's state in; nothing to resume: remove it and train again")
+    if state.parent.is_dir():
+        try:
+            manifest = json.loads(state.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            why = "missing" if not state.exists() else getattr(err, "strerror", None) or type(err).__name__
+            raise ValueError(f"{flag}: {CHECKPOINT_JSON[1]} is damaged ({why}), so the batch cannot be resumed; "
+                             "train again") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != "jaxgcn-batch-state-1":
+            raise ValueError(f"{flag}: {CHECKPOINT_JSON[1]} is damaged (not a jaxgcn-batch-state-1 manifest), so the "
+                             "batch cannot be resumed; train again")
+        return
+    runs = _checkpoint_json(resume, ("runs.json",))
+    if runs is not None and isinstance(runs.get("runs"), list):
+        entries = [r for r in runs["runs"] if isinstance(r, dict)]
+        splits = len({r.get("split") for r in entries})
+        how = f"--seeds {len(entries) // max(splits, 1)}" + (f" --splits {splits}" if splits > 1 else "")
+        raise ValueError(f"{flag}: holds a finished {how} save ({len(entries)} runs in runs.json, no batch state): "
+                         f"nothing to resume; score it with `jaxgcn evaluate --checkpoint {resume}`, or train again")
 
 
 def own_files(options: dict[str, Any]) -> str:

@@ -61,14 +61,14 @@ def save_partitions(directory: str | os.PathLike, data: TrainData, n_parts: int,
         np.savez(buf, **{name: np.asarray(leaf)[p] for name, leaf in zip(names, leaves)})
         blob = buf.getvalue()
         name = f"part-{p:05d}.npz"
-        write_atomic(os.path.join(directory, name), blob)
+        write_atomic(os.path.join(directory, name), blob, follow=False)  # a planted link is replaced, not followed
         files.append({"file": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
     info = {k: v for k, v in (info or {}).items() if k != "node_order"}
     meta = {"format": PARTITION_FORMAT, "parts": n_parts, "n_nodes": int(data.graph.n_nodes), "n_pad": int(n_pad),
             "n_edges": int(data.graph.n_edges), "n_features": int(data.x.shape[1]), "exchange": exchange,
             "sparse_features": bool(is_sparse(data.x)), "stats": partition_stats(data.graph, n_parts),
             "files": files, "info": json.loads(json.dumps(info, default=lambda o: np.asarray(o).tolist()))}
-    write_atomic(os.path.join(directory, PARTITION_META), json.dumps(meta, indent=2))  # last: the files are in place
+    write_atomic(os.path.join(directory, PARTITION_META), json.dumps(meta, indent=2), follow=False)  # last
     return meta
 
 
