@@ -98,3 +98,43 @@ def test_cli_trains_shchur_cora_on_its_protocol(gnnbench_mirror, monkeypatch, tm
     assert r["split_sizes"] == {"train": 140, "val": 210, "test": 2358}
     assert r["protocol"] == "per-class-20-30" and r["metric"] == "accuracy"
     assert protocol_info("ogbn-arxiv") == {"protocol": "ogb", "metric": "ogb:acc"} and protocol_info("x") == {}
+
+
+def test_data_request_fractions_default_to_val_10_and_test_20_percent():
+    # the documented defaults (--val-frac 0.1, --test-frac 0.2 with --train-frac), each replaced alone
+    from jaxgcn.app.data import DataRequest
+
+    assert DataRequest("cora", train_frac=0.5).fractions() == (0.5, 0.1, 0.2)
+    assert DataRequest("cora", train_frac=0.5, val_frac=0.3).fractions() == (0.5, 0.3, 0.2)
+    assert DataRequest("cora", train_frac=0.5, test_frac=0.4).fractions() == (0.5, 0.1, 0.4)
+    assert DataRequest("cora", train_frac=0.6, data_seed=3).split_name() == "fractions 0.6/0.1/0.2 (seed 3)"
+
+
+def _load(request):
+    from jaxgcn.app.data import load
+
+    said = []
+    return load(request, said.append, on_device=False).prepared.info, said
+
+
+def test_a_split_given_up_front_replaces_the_datasets_protocol(tmp_path):
+    # a split file or fractions decide the split: the dataset's protocol (Planetoid's public split
+    # for cora, Shchur et al.'s 20/30 per class for shchur-*) is neither used nor reported
+    from jaxgcn.app.data import DataRequest
+
+    for name in ("cora", "Amazon_Photo", "wikics"):
+        assert DataRequest(name).protocol is not None
+        for given in ({"split_file": tmp_path / "s.csv"}, {"train_frac": 0.5}):
+            request = DataRequest(name, **given)
+            assert request.protocol is None and not request.several_protocol_splits and not request.random_splits
+    info, said = _load(DataRequest("cora"))
+    assert info["protocol"] == "planetoid" and info["split_sizes"] == {"train": 140, "val": 500, "test": 1000}
+    info, said = _load(DataRequest("cora", train_frac=0.5))
+    assert info["split"] == "fractions 0.5/0.1/0.2 (seed 0)" and "protocol" not in info
+    assert info["split_sizes"] == {"train": 1354, "val": 272, "test": 542}  # stratified per class: 10% and 20%
+    split = tmp_path / "s.csv"
+    split.write_text("node,split\n" + "".join(f"{i},{('train', 'val', 'test')[i % 3]}\n" for i in range(30)))
+    info, said = _load(DataRequest("cora", split_file=split))
+    assert info["split"] == f"file {split}" and "protocol" not in info
+    assert info["split_sizes"] == {"train": 10, "val": 10, "test": 10}
+    assert f"split file {split}: train 10, val 10, test 10" in said[0]
