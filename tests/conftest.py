@@ -184,19 +184,18 @@ def planetoid_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def gnnbench_mirror(tmp_path_factory):
-    """A local HTTP server laid out as a JAXGCN_MIRROR (``<name>/<filename>``) serving Shchur et
-    al.'s published cora.npz and citeseer.npz as the catalogue's shchur-cora and shchur-citeseer;
-    yields its base URL (set it with ``monkeypatch.setenv("JAXGCN_MIRROR", url)``)."""
-    import shutil
+    """A local HTTP server laid out as a JAXGCN_MIRROR (``<name>/<filename>``) serving a gnn-benchmark
+    file the tests write in the published layout (tests/tiny_datasets.py) as ``tiny-shchur``; yields
+    its base URL (set it with ``monkeypatch.setenv("JAXGCN_MIRROR", url)``) and that file's catalogue
+    row, its size and SHA-256 as published rows carry them (add it with ``monkeypatch.setitem``)."""
     import threading
     from functools import partial
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
+    from tiny_datasets import tiny_row, write_gnnbench
+
     root = tmp_path_factory.mktemp("mirror")
-    for name in ("cora", "citeseer"):
-        src = shared_file("gnn-benchmark", f"{name}.npz")
-        (root / f"shchur-{name}").mkdir()
-        shutil.copy(src, root / f"shchur-{name}" / f"{name}.npz")
+    row = tiny_row(write_gnnbench(root / "tiny-shchur" / "tiny.npz"), "tiny-shchur")
 
     class Quiet(SimpleHTTPRequestHandler):
         def log_message(self, *args):
@@ -205,7 +204,7 @@ def gnnbench_mirror(tmp_path_factory):
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    yield f"http://127.0.0.1:{server.server_address[1]}", row
     server.shutdown()
     server.server_close()
 

@@ -10,7 +10,6 @@ ValueError, nothing else.
 
 from __future__ import annotations
 
-import collections
 import gzip
 import pickle
 import re
@@ -26,6 +25,8 @@ from hypothesis import strategies as st
 from cli_run import unwrap
 
 from jaxgcn.cli import main
+import tiny_datasets
+from tiny_datasets import P_ALLX, P_F, P_TEST, planetoid_parts
 from jaxgcn.datasets import load_raw, prepare
 from jaxgcn.datasets.files import load_files, read_features
 from jaxgcn.datasets.planetoid import safe_load_pickle
@@ -152,31 +153,8 @@ def lying_npz(d: Path) -> None:
 
 # --- a tiny raw Planetoid dataset (ind.tiny.*) -----------------------------------------------------
 
-P_ALLX, P_TEST, P_F = 540, 20, 8  # 560 nodes: train 0..19, val 20..519 (Kipf's fixed 500), test 540..559
-
-
-def planetoid_parts() -> dict[str, Any]:
-    rng = np.random.default_rng(0)
-    n = P_ALLX + P_TEST
-    labels = np.arange(n) % 3
-    onehot = np.eye(3, dtype=np.int64)[labels]
-    x = sp.csr_matrix((rng.random((n, P_F)) < 0.3).astype(np.float32))
-    test = rng.permutation(np.arange(P_ALLX, n))
-    graph = collections.defaultdict(list, {i: [int((i + 1) % n), int((i + 5) % n)] for i in range(n)})
-    return {"x": x[:20], "y": onehot[:20], "allx": x[:P_ALLX], "ally": onehot[:P_ALLX], "tx": x[np.sort(test)],
-            "ty": onehot[np.sort(test)], "graph": graph, "test.index": "\n".join(map(str, test)) + "\n"}
-
-
 def write_planetoid(d: Path, **override: Any) -> None:
-    (d / "planetoid").mkdir()
-    for part, obj in {**planetoid_parts(), **override}.items():
-        path = d / "planetoid" / f"ind.tiny.{part}"
-        if isinstance(obj, bytes):
-            path.write_bytes(obj)
-        elif isinstance(obj, str):
-            path.write_text(obj)
-        else:
-            path.write_bytes(pickle.dumps(obj, protocol=4))
+    tiny_datasets.write_planetoid(d / "planetoid", **override)
 
 
 def planetoid(**override: Any) -> Callable[[Path], None]:

@@ -7,7 +7,6 @@ import collections
 import io
 import os
 import pickle
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +21,7 @@ from jaxgcn.datasets.planetoid import RestrictedUnpickler, safe_load_pickle
 from jaxgcn.layers import matmul
 from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.propagate import propagate
-
-RAW_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
+from tiny_datasets import P_ALLX, P_F, P_TEST, write_planetoid
 
 
 @pytest.fixture(scope="module")
@@ -173,17 +171,21 @@ def test_load_dataset_with_data_dir_reads_raw_files(planetoid_dir):
     assert raw.features.shape == (2708, 1433) and raw.senders.size == 10858
 
 
-def test_load_raw_needs_a_name_when_the_folder_holds_several(planetoid_dir):
+# The tests of how a folder is read (not of the published files' content) read small files in the
+# Planetoid format that they write (tests/tiny_datasets.py: 560 nodes, 8 features), in every clone.
+
+def test_load_raw_needs_a_name_when_the_folder_holds_several(tmp_path):
+    for stem in ("cora", "citeseer"):
+        write_planetoid(tmp_path, stem)
     with pytest.raises(ValueError, match=r"^data_dir=.*: expected exactly one ind\.<name>\.graph file, found "
                                          r"citeseer, cora; pass the dataset name \(e\.g\. name='pubmed'\)"):
-        load_raw(planetoid_dir)
+        load_raw(tmp_path)
 
 
-def test_load_raw_infers_the_only_name(planetoid_dir, tmp_path):
-    for part in RAW_PARTS:
-        shutil.copy(planetoid_dir / f"ind.cora.{part}", tmp_path)
+def test_load_raw_infers_the_only_name(tmp_path):
+    write_planetoid(tmp_path, "cora")
     raw = load_raw(tmp_path)
-    assert raw.name == "cora" and raw.features.shape == (2708, 1433)
+    assert raw.name == "cora" and raw.features.shape == (P_ALLX + P_TEST, P_F)
 
 
 def test_load_raw_names_missing_files(tmp_path):
@@ -229,11 +231,9 @@ def test_restricted_unpickler_refuses_code_execution(tmp_path, kind):
     assert not marker.exists()
 
 
-def test_load_raw_refuses_a_malicious_graph_file(planetoid_dir, tmp_path):
-    for part in RAW_PARTS:
-        shutil.copy(planetoid_dir / f"ind.cora.{part}", tmp_path)
+def test_load_raw_refuses_a_malicious_graph_file(tmp_path):
     marker = tmp_path / "pwned"
-    (tmp_path / "ind.cora.graph").write_bytes(pickle.dumps(_Exploit(os.system, f"touch {marker}")))
+    write_planetoid(tmp_path, "cora", graph=pickle.dumps(_Exploit(os.system, f"touch {marker}")))
     with pytest.raises(ValueError, match=r"ind\.cora\.graph: not a readable Planetoid pickle"):
         load_raw(tmp_path, "cora")
     assert not marker.exists()

@@ -560,9 +560,11 @@ def _repeat_perm(a):
     a["graph/adj/t_perm"] = np.zeros_like(a["graph/adj/t_perm"])
 
 
-def _bad_label(a):
-    a["labels"] = a["labels"].copy()
-    a["labels"][0] = 7
+def _label(value):
+    def edit(a):
+        a["labels"] = a["labels"].copy()
+        a["labels"][0] = value
+    return edit
 
 
 ARRAY_CASES = {
@@ -570,7 +572,10 @@ ARRAY_CASES = {
                                               r"\[0, 300\)"),
     "row pointers past the end": (_swap_pointers, r"graph/adj: indptr decreases at row"),
     "transpose not a permutation": (_repeat_perm, r"graph/adj/t_perm: not a permutation of the \d+ entries"),
-    "label out of range": (_bad_label, r"labels: not 300 class ids in \[-1, 3\)"),
+    "label out of range": (_label(7), r"labels: not 300 class ids in \[-1, 3\)"),
+    # the first id past the last class (3 classes: 0, 1, 2), and the first below "unlabelled" (-1)
+    "label at the class count": (_label(3), r"labels: not 300 class ids in \[-1, 3\)"),
+    "label below unlabelled": (_label(-2), r"labels: not 300 class ids in \[-1, 3\)"),
 }
 
 

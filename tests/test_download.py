@@ -2,11 +2,16 @@
 
 The ``mirror`` fixture (module scope) runs the standard library's ``ThreadingHTTPServer`` with a
 ``SimpleHTTPRequestHandler`` rooted at a temporary folder, in a daemon thread on 127.0.0.1 and a
-free port. The folder is laid out as a ``$JAXGCN_MIRROR`` (``<name>/<filename>``) and holds Shchur
-et al.'s published cora.npz / citeseer.npz (from ``../shared/datasets``) under shchur-cora and
-shchur-citeseer. The handler logs nothing, records every GET path in ``mirror.gets`` (cleared per
-test by ``server``) and, before answering, waits for the event ``mirror.gate`` (set unless a test
-clears it to hold a download open while another client starts). A mirror URL may carry a path
+free port. The folder is laid out as a ``$JAXGCN_MIRROR`` (``<name>/<filename>``) and holds two
+gnn-benchmark files the tests write (tests/tiny_datasets.py: the published layout, 180 nodes) under
+tiny-shchur and tiny-shchur2, catalogue rows that ``server`` adds with their sizes and SHA-256 as
+published rows carry them: so every guard here runs in every clone. Shchur et al.'s published
+cora.npz / citeseer.npz are served under shchur-cora and shchur-citeseer when the shared dataset
+folder is there (``$JAXGCN_TEST_DATA``, conftest.py); the one test of the published file itself
+(``published``) skips, saying where to get it, when it is not. The handler logs nothing, records
+every GET path in ``mirror.gets`` (cleared per test by ``server``) and, before answering, waits for
+the event ``mirror.gate`` (set unless a test clears it to hold a download open while another client
+starts). A mirror URL may carry a path
 prefix (``<url>/bad``): tests that serve altered files put them under their own prefix and leave
 the shared layout alone. Every test uses its own ``tmp_path`` data root and sets ``JAXGCN_MIRROR``
 itself (conftest.py removes it).
@@ -32,6 +37,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from cli_run import run_main, unwrap
+from conftest import SHARED_DATASETS, shared_file
+from tiny_datasets import GB_NODES, tiny_row, write_gnnbench, write_planetoid
 
 import jaxgcn.datasets.gnnbench
 from jaxgcn.datasets import load_dataset
@@ -40,15 +47,8 @@ from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.catalogue import CATALOGUE, Dataset, Source
 from jaxgcn.datasets.download import DownloadError, is_cached
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 CORA_SHA = CATALOGUE["shchur-cora"].sources[0].sha256
-CITESEER_SHA = CATALOGUE["shchur-citeseer"].sources[0].sha256
-
-
-def need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is absent (the shared dataset folder is not beside the repository)")
-    return path
+TINY, TINY2 = "tiny-shchur", "tiny-shchur2"  # rows served from files the mirror writes (tiny_datasets)
 
 
 def sha256(path: Path) -> str:
@@ -63,10 +63,13 @@ def leftovers(folder: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory):
     root = tmp_path_factory.mktemp("mirror")
-    for name in ("cora", "citeseer"):
-        (root / f"shchur-{name}").mkdir()
-        shutil.copy(need(SHARED / "gnn-benchmark" / f"{name}.npz"), root / f"shchur-{name}" / f"{name}.npz")
-    state = SimpleNamespace(root=root, gets=[], gate=threading.Event())
+    tiny, tiny2 = write_gnnbench(root / TINY / "tiny.npz", seed=0), write_gnnbench(root / TINY2 / "tiny2.npz", seed=1)
+    for name in ("cora", "citeseer"):  # the published files, where the shared folder has them
+        if (SHARED_DATASETS / "gnn-benchmark" / f"{name}.npz").is_file():
+            (root / f"shchur-{name}").mkdir()
+            shutil.copy(SHARED_DATASETS / "gnn-benchmark" / f"{name}.npz", root / f"shchur-{name}" / f"{name}.npz")
+    state = SimpleNamespace(root=root, gets=[], gate=threading.Event(), tiny=tiny, rows=(tiny_row(tiny, TINY),
+                                                                                        tiny_row(tiny2, TINY2)))
     state.gate.set()
 
     class Handler(SimpleHTTPRequestHandler):
@@ -88,10 +91,12 @@ def mirror(tmp_path_factory):
 
 @pytest.fixture
 def server(mirror, monkeypatch):
-    """The mirror, set as $JAXGCN_MIRROR, with its request log cleared."""
+    """The mirror, set as $JAXGCN_MIRROR, with its request log cleared and its tiny rows in the catalogue."""
     mirror.gets.clear()
     mirror.gate.set()
     monkeypatch.setenv("JAXGCN_MIRROR", mirror.url)
+    for row in mirror.rows:
+        monkeypatch.setitem(CATALOGUE, row.name, row)
     yield mirror
     mirror.gate.set()
 
@@ -103,22 +108,38 @@ def add_row(monkeypatch, name: str, fmt: str, sources: tuple[Source, ...], stem:
     return entry
 
 
-def test_download_verify_cache_and_load_once(server, tmp_path, monkeypatch):
+@pytest.fixture
+def published(server):
+    """The mirror, which then serves Shchur et al.'s published cora.npz (else the test skips)."""
+    shared_file("gnn-benchmark", "cora.npz")
+    return server
+
+
+def test_the_published_shchur_cora_downloads_and_verifies(published, tmp_path):
     raw = load_dataset("shchur-cora", data_root=tmp_path, progress=False)
     assert raw.labels.size == raw.features.shape[0] == 2708 and raw.features.shape[1] == 1433
-    path = tmp_path / "shchur-cora" / "cora.npz"
-    assert sha256(path) == CORA_SHA
+    assert sha256(tmp_path / "shchur-cora" / "cora.npz") == CORA_SHA
     assert (tmp_path / "shchur-cora" / "cora.npz.sha256").read_text() == f"{CORA_SHA} 540580\n"
-    assert is_cached(CATALOGUE["shchur-cora"], tmp_path)
-    assert server.gets == ["/shchur-cora/cora.npz"]
+    assert is_cached(CATALOGUE["shchur-cora"], tmp_path) and published.gets == ["/shchur-cora/cora.npz"]
+
+
+def test_download_verify_cache_and_load_once(server, tmp_path, monkeypatch):
+    raw = load_dataset(TINY, data_root=tmp_path, progress=False)
+    assert raw.labels.size == raw.features.shape[0] == GB_NODES and raw.features.shape[1] == 12
+    path = tmp_path / TINY / "tiny.npz"
+    assert path.read_bytes() == server.tiny.read_bytes()
+    published_sha = CATALOGUE[TINY].sources[0].sha256
+    assert (tmp_path / TINY / "tiny.npz.sha256").read_text() == f"{published_sha} {server.tiny.stat().st_size}\n"
+    assert is_cached(CATALOGUE[TINY], tmp_path)
+    assert server.gets == [f"/{TINY}/tiny.npz"]
     assert not leftovers(path.parent)
 
     def no_parse(*args, **kwargs):
         raise AssertionError("parsed again")
 
     monkeypatch.setattr(jaxgcn.datasets.gnnbench, "load_gnnbench", no_parse)
-    again = load_dataset("shchur-cora", data_root=tmp_path, progress=False)
-    assert server.gets == ["/shchur-cora/cora.npz"]  # no second request
+    again = load_dataset(TINY, data_root=tmp_path, progress=False)
+    assert server.gets == [f"/{TINY}/tiny.npz"]  # no second request
     for field in ("senders", "receivers", "labels"):
         assert np.array_equal(getattr(raw, field), getattr(again, field)), field
     assert (raw.features != again.features).nnz == 0
@@ -126,34 +147,31 @@ def test_download_verify_cache_and_load_once(server, tmp_path, monkeypatch):
 
 
 def test_planetoid_row_records_first_hashes_and_refuses_a_changed_file(server, tmp_path, monkeypatch):
-    served = server.root / "planetoid" / "test-planetoid"
-    served.mkdir(parents=True, exist_ok=True)
-    for part in catalogue.PLANETOID_PARTS:
-        shutil.copy(need(SHARED / "planetoid" / f"ind.cora.{part}"), served / f"ind.cora.{part}")
+    served = write_planetoid(server.root / "planetoid" / "test-planetoid", "tiny")
     monkeypatch.setenv("JAXGCN_MIRROR", f"{server.url}/planetoid")
-    entry = add_row(monkeypatch, "test-planetoid", "planetoid", catalogue._planetoid("cora"), "cora")
+    entry = add_row(monkeypatch, "test-planetoid", "planetoid", catalogue._planetoid("tiny"), "tiny")
     assert all(s.sha256 is None for s in entry.sources)
 
     raw = load_dataset("test-planetoid", data_root=tmp_path, progress=False)
-    assert raw.labels.size == 2708 and raw.name == "test-planetoid"
-    assert [raw.splits[k].size for k in ("train", "val", "test")] == [140, 500, 1000]
+    assert raw.labels.size == 560 and raw.name == "test-planetoid"
+    assert [raw.splits[k].size for k in ("train", "val", "test")] == [20, 500, 20]
     assert len(server.gets) == 8
     folder = tmp_path / "test-planetoid"
     for part in catalogue.PLANETOID_PARTS:
-        name = f"ind.cora.{part}"
+        name = f"ind.tiny.{part}"
         digest, size = (folder / f"{name}.sha256").read_text().split()
         assert digest == sha256(served / name) and int(size) == (served / name).stat().st_size
 
-    (served / "ind.cora.y").write_bytes(b"not the file that was first downloaded")
-    (folder / "ind.cora.y").unlink()
+    (served / "ind.tiny.y").write_bytes(b"not the file that was first downloaded")
+    (folder / "ind.tiny.y").unlink()
     assert not is_cached(entry, tmp_path)
     monkeypatch.setattr(download, "RETRIES", 1)  # a mismatch is retried once, then refused
-    with pytest.raises(DownloadError, match=r"ind\.cora\.y downloaded a file whose SHA-256 differs from the first "
+    with pytest.raises(DownloadError, match=r"ind\.tiny\.y downloaded a file whose SHA-256 differs from the first "
                                             r"download's .*nothing was kept"):
         load_dataset("test-planetoid", data_root=tmp_path, progress=False)
-    assert not (folder / "ind.cora.y").exists() and (folder / "ind.cora.y.sha256").is_file()
+    assert not (folder / "ind.tiny.y").exists() and (folder / "ind.tiny.y.sha256").is_file()
     assert not leftovers(folder)
-    assert server.gets[8:] == ["/planetoid/test-planetoid/ind.cora.y"] * 2
+    assert server.gets[8:] == ["/planetoid/test-planetoid/ind.tiny.y"] * 2
 
 
 def test_a_corrupted_download_of_a_published_file_keeps_nothing(server, tmp_path, monkeypatch):
@@ -192,7 +210,7 @@ def test_a_bad_first_download_is_never_recorded_and_the_next_one_succeeds(server
     bad.mkdir(parents=True, exist_ok=True)
     (bad / "cora.npz").write_bytes(first)
     (server.root / "test-nohash").mkdir(exist_ok=True)
-    shutil.copy(need(SHARED / "gnn-benchmark" / "cora.npz"), server.root / "test-nohash" / "cora.npz")
+    shutil.copy(server.tiny, server.root / "test-nohash" / "cora.npz")
     monkeypatch.setenv("JAXGCN_MIRROR", f"{server.url}/first")
     monkeypatch.setattr(download, "RETRIES", 0)
     with pytest.raises(DownloadError, match=message):
@@ -200,15 +218,51 @@ def test_a_bad_first_download_is_never_recorded_and_the_next_one_succeeds(server
     folder = tmp_path / "test-nohash"
     assert sorted(p.name for p in folder.iterdir()) == [".lock"]  # no file, no record, no temp, no parse cache
     monkeypatch.setenv("JAXGCN_MIRROR", server.url)
-    assert load_dataset("test-nohash", data_root=tmp_path, progress=False).labels.size == 2708
-    assert (folder / "cora.npz.sha256").read_text().split()[0] == CORA_SHA and is_cached(entry, tmp_path)
+    assert load_dataset("test-nohash", data_root=tmp_path, progress=False).labels.size == GB_NODES
+    assert (folder / "cora.npz.sha256").read_text().split()[0] == sha256(server.tiny) and is_cached(entry, tmp_path)
+
+
+@pytest.mark.parametrize("hashed", ["published", "recorded"])
+def test_a_cached_file_cut_short_after_its_record_is_fetched_again_or_refused(server, tmp_path, monkeypatch, capsys,
+                                                                            hashed):
+    # the record (<file>.sha256: hash and size) was written when the file verified; a file cut short
+    # since (a full disk, an interrupted copy of the cache) is not cached any more: offline it is
+    # refused in one line, never parsed; online it is downloaded again and verified (against the
+    # published hash, or the one recorded at the first download)
+    if hashed == "published":
+        name, filename, entry = TINY, "tiny.npz", CATALOGUE[TINY]
+    else:
+        name, filename, entry = "test-nohash", "cora.npz", unhashed_row(monkeypatch, "test-nohash")
+        (server.root / name).mkdir(exist_ok=True)
+        shutil.copy(server.tiny, server.root / name / filename)
+    assert run_main(["download", name, "--data-root", tmp_path, "--quiet"]) == 0
+    path, full = tmp_path / name / filename, server.tiny.read_bytes()
+    record = (tmp_path / name / f"{filename}.sha256").read_text()
+    path.write_bytes(full[: len(full) // 2])
+    assert not is_cached(entry, tmp_path)
+    capsys.readouterr()
+    assert run_main(["datasets", "--data-root", tmp_path]) == 0
+    assert status_of(capsys.readouterr().out, name).startswith("download")
+
+    monkeypatch.setenv("JAXGCN_MIRROR", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setattr(download, "RETRIES", 0)
+    assert run_main(["train", "--dataset", name, "--data-root", tmp_path, "--epochs", "1", "--quiet"]) == 2
+    err = unwrap(capsys.readouterr().err)
+    assert err.startswith(f"jaxgcn: error: dataset {name}: could not download") and err.count("\n") == 1, err
+
+    monkeypatch.setenv("JAXGCN_MIRROR", server.url)
+    assert run_main(["download", name, "--data-root", tmp_path, "--quiet"]) == 0
+    assert f"{name}: downloaded and verified, {GB_NODES} nodes" in capsys.readouterr().out
+    assert path.read_bytes() == full and is_cached(entry, tmp_path)
+    assert (tmp_path / name / f"{filename}.sha256").read_text() == record
+    assert server.gets == [f"/{name}/{filename}"] * 2 and not leftovers(path.parent)
 
 
 def test_a_killed_download_leaves_no_partial_file_behind(server, tmp_path, monkeypatch):
     # pooch streams into tmpXXXXXXXX in the folder; a process killed mid-transfer left it forever
     unhashed_row(monkeypatch, "test-nohash")
     (server.root / "test-nohash").mkdir(exist_ok=True)
-    shutil.copy(need(SHARED / "gnn-benchmark" / "cora.npz"), server.root / "test-nohash" / "cora.npz")
+    shutil.copy(server.tiny, server.root / "test-nohash" / "cora.npz")
     folder = tmp_path / "test-nohash"
     folder.mkdir(parents=True)
     (folder / "tmpab12_xyz").write_bytes(b"half a download")
@@ -240,38 +294,42 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_offline_error_says_what_to_fetch_and_where(tmp_path, monkeypatch, capsys):
+def test_offline_error_says_what_to_fetch_and_where(server, tmp_path, monkeypatch, capsys):
     port = closed_port()
     monkeypatch.setenv("JAXGCN_MIRROR", f"http://127.0.0.1:{port}")
     monkeypatch.setattr(download, "RETRIES", 0)
     lib = tmp_path / "lib"
     with pytest.raises(DownloadError) as err:
-        load_dataset("shchur-cora", data_root=lib, progress=False)
+        load_dataset(TINY, data_root=lib, progress=False)
     message = str(err.value)
-    assert f"could not download http://127.0.0.1:{port}/shchur-cora/cora.npz (ConnectionError" in message
-    assert f"-> {lib / 'shchur-cora' / 'cora.npz'}" in message and "`jaxgcn download shchur-cora`" in message
-    assert not (lib / "shchur-cora" / "cora.npz").exists() and not leftovers(lib / "shchur-cora")
+    assert f"could not download http://127.0.0.1:{port}/{TINY}/tiny.npz (ConnectionError" in message
+    assert f"-> {lib / TINY / 'tiny.npz'}" in message and f"`jaxgcn download {TINY}`" in message
+    assert not (lib / TINY / "tiny.npz").exists() and not leftovers(lib / TINY)
     # as the message says, a file put in place by hand is verified and used without the network
-    shutil.copy(need(SHARED / "gnn-benchmark" / "cora.npz"), lib / "shchur-cora" / "cora.npz")
-    assert load_dataset("shchur-cora", data_root=lib, progress=False).labels.size == 2708
-    assert is_cached(CATALOGUE["shchur-cora"], lib)
+    shutil.copy(server.tiny, lib / TINY / "tiny.npz")
+    assert load_dataset(TINY, data_root=lib, progress=False).labels.size == GB_NODES
+    assert is_cached(CATALOGUE[TINY], lib)
 
     root = tmp_path / "cli"
     monkeypatch.chdir(tmp_path)
-    code = run_main(["train", "--dataset", "shchur-cora", "--data-root", root, "--epochs", "1", "--quiet"])
+    code = run_main(["train", "--dataset", TINY, "--data-root", root, "--epochs", "1", "--quiet"])
     out, err_text = capsys.readouterr()
     assert code == 2
     err_text = unwrap(err_text)  # one message, printed as short lines
-    assert err_text.startswith("jaxgcn: error: dataset shchur-cora: could not download") and err_text.count("\n") == 1
-    assert "`jaxgcn download shchur-cora`" in err_text
+    assert err_text.startswith(f"jaxgcn: error: dataset {TINY}: could not download") and err_text.count("\n") == 1
+    assert f"`jaxgcn download {TINY}`" in err_text
     # nothing under the data root but the (empty) dataset folder and its lock file
     written = {p.relative_to(root).as_posix() for p in root.rglob("*")}
-    assert written <= {"shchur-cora", "shchur-cora/.lock"}, written
+    assert written <= {TINY, f"{TINY}/.lock"}, written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cli", "lib"]  # no run folder written in the cwd either
 
 
-SCRIPT = ("import sys; from jaxgcn.datasets import load_dataset; print('ready', flush=True); "
-          "print(load_dataset('shchur-citeseer', data_root=sys.argv[1], progress=False).labels.size)")
+# the catalogue row is the test's: each process adds it (as tiny_datasets.tiny_row), its SHA-256 in argv[2]
+SCRIPT = ("import sys; from jaxgcn.datasets import load_dataset; from jaxgcn.datasets.catalogue import CATALOGUE, "
+          f"Dataset, Source; CATALOGUE['{TINY2}'] = Dataset('{TINY2}', 'gnnbench', (Source('https://upstream.invalid/"
+          "tiny2.npz', 'tiny2.npz', None, sys.argv[2]),), 180, 0, 12, 3, 'per-class-20-30', 'test', 'test', "
+          f"stem='tiny2'); print('ready', flush=True); print(load_dataset('{TINY2}', data_root=sys.argv[1], "
+          "progress=False).labels.size)")
 
 
 def test_two_processes_download_once(server, tmp_path):
@@ -279,7 +337,8 @@ def test_two_processes_download_once(server, tmp_path):
     second one certainly finds the download in progress: it must wait on the lock, not fetch too."""
     server.gate.clear()
     env = {**os.environ, "JAXGCN_MIRROR": server.url, "JAX_PLATFORMS": "cpu"}
-    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+    digest = CATALOGUE[TINY2].sources[0].sha256
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path), digest], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     try:
         for proc in procs:
@@ -293,10 +352,10 @@ def test_two_processes_download_once(server, tmp_path):
     results = [p.communicate(timeout=180) for p in procs]
     for proc, (out, err) in zip(procs, results):
         assert proc.returncode == 0, err
-        assert out.split() == ["3312"]
-    assert server.gets == ["/shchur-citeseer/citeseer.npz"]
-    folder = tmp_path / "shchur-citeseer"
-    assert sha256(folder / "citeseer.npz") == CITESEER_SHA and not leftovers(folder)
+        assert out.split() == [str(GB_NODES)]
+    assert server.gets == [f"/{TINY2}/tiny2.npz"]
+    folder = tmp_path / TINY2
+    assert sha256(folder / "tiny2.npz") == digest and not leftovers(folder)
 
 
 # ----------------------------------------------------------------------------- OGB zips, both layouts
@@ -557,17 +616,17 @@ def status_of(listing: str, name: str) -> str:
 
 
 def test_cli_download_then_list(server, tmp_path, capsys):
-    assert run_main(["download", "shchur-cora", "--data-root", tmp_path, "--quiet"]) == 0
+    assert run_main(["download", TINY, "--data-root", tmp_path, "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert (f"shchur-cora: downloaded and verified, 2,708 nodes ready in {tmp_path / 'shchur-cora'}") in out
-    assert run_main(["download", "shchur-cora", "--data-root", tmp_path, "--quiet"]) == 0
+    assert (f"{TINY}: downloaded and verified, 180 nodes ready in {tmp_path / TINY}") in out
+    assert run_main(["download", TINY, "--data-root", tmp_path, "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert out.strip() == f"shchur-cora: already cached, 2,708 nodes ready in {tmp_path / 'shchur-cora'}"
-    assert server.gets == ["/shchur-cora/cora.npz"]
+    assert out.strip() == f"{TINY}: already cached, 180 nodes ready in {tmp_path / TINY}"
+    assert server.gets == [f"/{TINY}/tiny.npz"]
 
     assert run_main(["datasets", "--data-root", tmp_path]) == 0
     listing = capsys.readouterr().out
-    assert status_of(listing, "shchur-cora").startswith("cached")
+    assert status_of(listing, TINY).startswith("cached") and status_of(listing, TINY2).startswith("download")
     assert status_of(listing, "cora").startswith("bundled")
     assert status_of(listing, "pubmed") == "download 8.7 MB"  # the eight raw files' published sizes
     assert status_of(listing, "shchur-citeseer") == "download 1.3 MB"
@@ -589,20 +648,20 @@ def test_an_approximate_published_size_is_shown_as_such_and_never_refuses_a_down
     # OGB's rows carry a size rounded from what OGB's downloader printed: a file of another size is
     # still downloaded (its SHA-256, recorded or published, is what verifies it)
     (server.root / "test-approx").mkdir(exist_ok=True)
-    shutil.copy(need(SHARED / "gnn-benchmark" / "cora.npz"), server.root / "test-approx" / "cora.npz")
+    shutil.copy(server.tiny, server.root / "test-approx" / "cora.npz")
     entry = add_row(monkeypatch, "test-approx", "gnnbench",
                     (Source("https://upstream.invalid/cora.npz", "cora.npz", 2 * 10**9, approx=True),), "cora")
     assert entry.download_bytes == 2 * 10**9 and entry.download_approx
     assert run_main(["download", "test-approx", "--data-root", tmp_path, "--quiet"]) == 0
     out = capsys.readouterr().out
     assert f"test-approx: downloading ~2.0 GB into {tmp_path / 'test-approx'}" in out
-    assert "test-approx: downloaded and verified, 2,708 nodes" in out
+    assert "test-approx: downloaded and verified, 180 nodes" in out
     assert is_cached(entry, tmp_path) and server.gets == ["/test-approx/cora.npz"]
 
 
 def test_four_lines_of_python_reproduce_a_protocol_batch_of_the_command_line(server, tmp_path, monkeypatch):
-    # `jaxgcn train --dataset shchur-cora --splits 3 --seeds 2` and load_protocol + fit_runs (the lines of
-    # load_protocol's docstring, with amazon-photo's row served here by shchur-cora's): the same runs.
+    # `jaxgcn train --dataset tiny-shchur --splits 3 --seeds 2` and load_protocol + fit_runs (the lines of
+    # load_protocol's docstring, with amazon-photo's row served here by tiny-shchur's): the same runs.
     import json
 
     from jaxgcn import datasets, entries_for, fit_runs
@@ -610,13 +669,13 @@ def test_four_lines_of_python_reproduce_a_protocol_batch_of_the_command_line(ser
 
     monkeypatch.setenv("JAXGCN_DATA", str(tmp_path))
     out = tmp_path / "cli.json"
-    assert run_main(["train", "--dataset", "shchur-cora", "--splits", "3", "--seeds", "2", "--epochs", "30",
+    assert run_main(["train", "--dataset", TINY, "--splits", "3", "--seeds", "2", "--epochs", "30",
                      "--quiet", "--json", out]) == 0
     cli = json.loads(out.read_text())
-    p = datasets.load_protocol("shchur-cora", splits=3)
+    p = datasets.load_protocol(TINY, splits=3)
     res = fit_runs(p.data, p.n_classes, entries_for([0, 1], config=TrainConfig(epochs=30), splits=3))
     assert p.info["split"] == cli["split"] == "20/30 per class, rest test (seed 0..2)"
-    assert p.info["protocol"] == "per-class-20-30" and p.info["split_sizes"]["train"] == 140
+    assert p.info["protocol"] == "per-class-20-30" and p.info["split_sizes"]["train"] == 60  # 3 classes
     assert res.metrics["test_acc"].tolist() == cli["test_acc"] and len(cli["test_acc"]) == 6
     assert len(set(cli["test_acc"])) > 1  # three splits, two seeds: not one run six times
     with pytest.raises(ValueError, match=r"splits=2: dataset cora ships one split \(planetoid protocol\)"):

@@ -96,3 +96,23 @@ def test_a_deep_model_is_announced_before_it_compiles(graphs):
     notes.clear()
     app_plan(loaded, GCNConfig(layers=3), Execution(), 1, notes.append)
     assert not any("layers: compiling" in n for n in notes)
+
+
+def test_the_deep_model_note_starts_at_its_depth_and_scales_with_it():
+    # plan.DEEP_LAYERS: "from this depth on" the note is printed; one layer less is the usual case
+    assert plan.DEEP_LAYERS == 32
+    assert plan.compile_note(GCNConfig(layers=31)) is None
+    assert plan.compile_note(GCNConfig(layers=32)) == (
+        "note: 32 layers: compiling takes about 5 s or more (0.15 s per layer on a 2-core CPU; each layer's ops are "
+        "compiled), before the first epoch")
+    assert plan.compile_note(GCNConfig(layers=100)).startswith("note: 100 layers: compiling takes about 15 s ")
+
+
+@pytest.mark.parametrize(("halo", "all_gather", "chosen"), [(7, 8, "halo"), (8, 8, "all_gather"), (9, 8, "all_gather")])
+def test_auto_exchange_takes_the_halo_only_when_it_receives_fewer_rows(halo, all_gather, chosen):
+    # docs/distributed.md: "`auto`: `halo` when it receives fewer rows". On a tie all_gather is kept:
+    # the same rows received, and no send lists to build or index
+    stats = {"halo_rows": halo, "all_gather_rows": all_gather}
+    assert plan.exchange_for("auto", stats) == chosen
+    for given in ("halo", "all_gather"):  # a named exchange is taken as named, whatever the rows
+        assert plan.exchange_for(given, stats) == given

@@ -202,3 +202,31 @@ def test_a_named_dataset_and_own_files_together_are_refused(tmp_path, recorded, 
                          r"your own graph\); give one of them", err), err
         assert len(err.strip().splitlines()) == 1
 
+
+
+# where the original run wrote: a re-run of its record must write none of these unless given again
+WRITES = {"json": "a.json", "save": "model-a", "save_split": "split-a.npz", "log": "a.log",
+          "tensorboard": "tb-a", "checkpoint_every": 10}
+
+
+def test_config_wins_over_the_record_flags_over_both_and_the_record_writes_nothing(tmp_path):
+    # docs/reproducibility.md: the config's values win over the record's, flags given win over both,
+    # and the options that say where a run writes are never taken over from the record (a re-run
+    # would overwrite the original's model, report and log)
+    record = tmp_path / "a.json"
+    record.write_text(json.dumps({"record": {"command": "train", "options": {
+        "dataset": "cora", "lr": 0.05, "hidden": 32, "seeds": 4, "epochs": 70, "dropout": 0.3, "csv": "a.csv",
+        **WRITES}}}))
+    config = tmp_path / "c.toml"
+    config.write_text('dataset = "citeseer"\nlr = 0.02\nhidden = 64\n')
+    both = ["train", "--from-record", record, "--config", config]
+    got = _parsed([*both, "--hidden", "8"])
+    assert (got["dataset"], got["lr"], got["hidden"], got["seeds"], got["epochs"], got["dropout"]) == \
+        ("citeseer", 0.02, 8, 4, 70, 0.3)
+    defaults = _parsed(["train"])
+    assert {k: got[k] for k in WRITES} == {k: defaults[k] for k in WRITES} == dict.fromkeys(WRITES)
+    args = parse_args(build_parser(), [str(a) for a in both])
+    assert args.dataset_origin == f"--config {config}" and args.hidden == 64
+    alone = _parsed(["train", "--from-record", record, "--save", tmp_path / "model-b"])
+    assert (alone["dataset"], alone["lr"], alone["hidden"]) == ("cora", 0.05, 32)
+    assert alone["save"] == tmp_path / "model-b" and alone["json"] is None

@@ -73,7 +73,10 @@ def estimate(
     if backend == "dense":
         adjacency = n_nodes * n_nodes * f4
     elif backend == "csr":
-        adjacency = (n_nodes + 1) * f4 + n_edges * 2 * f4 + n_nodes * f4 + (0 if symmetric else n_edges * 3 * f4)
+        # row pointers, columns, values, self-weights; a directed graph adds its transposed pattern
+        # (pointers, rows, permutation) and the values gathered into that order by the backward pass
+        transposed = (n_nodes + 1) * f4 + n_edges * 3 * f4
+        adjacency = (n_nodes + 1) * f4 + n_edges * 2 * f4 + n_nodes * f4 + (0 if symmetric else transposed)
     else:
         adjacency = n_edges * 3 * f4 + n_nodes * f4
     widest = max(widths[1:]) * runs
