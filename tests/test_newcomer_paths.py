@@ -132,6 +132,18 @@ def test_one_cache_root_holds_the_kernel_the_compile_cache_and_the_datasets(home
     assert download.data_root() == home / "data" and caches.root() == home / "caches"
 
 
+def test_a_cache_dir_that_cannot_hold_the_compile_cache_is_one_note_naming_the_variable(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # the suite's own cache
+    env.update(JAXGCN_CACHE_DIR=str(tmp_path / "file"), JAXGCN_DATA=str(tmp_path / "data"))
+    cmd = [sys.executable, "-m", "jaxgcn", "train", *TINY, "--nodes", "200", "--epochs", "2", "--backend", "segment"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("test accuracy "), proc.stderr[-2000:]  # the run goes on
+    assert proc.stderr == (f"jaxgcn: note: JAXGCN_CACHE_DIR={tmp_path / 'file'}: {tmp_path / 'file' / 'xla'} cannot "
+                           "hold JAX's compilation cache (Not a directory); compiling without it: set JAXGCN_CACHE_DIR "
+                           "to a writable folder, or pass --no-compile-cache\n")
+
+
 def interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
