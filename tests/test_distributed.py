@@ -392,6 +392,41 @@ def test_cli_distributed_arguments_are_checked(capsys, args, message):
     assert re.search(message, unwrap(capsys.readouterr().err))
 
 
+BAD_COORDINATORS = [
+    ("nohost:notaport", "port 'notaport' is not an integer from 1 to 65535"),  # gRPC crashed on it (rc -11)
+    ("nohost:0", "port '0' is not an integer from 1 to 65535"),
+    ("nohost:65536", "port '65536' is not an integer from 1 to 65535"),
+    ("nohost:+80", "port '+80' is not an integer from 1 to 65535"),  # int() would take it
+    ("nohost:\uff18\uff10", "port '\uff18\uff10' is not an integer from 1 to 65535"),  # fullwidth: int() takes
+    (":1234", "is not HOST:PORT"),
+    ("nohost", "is not HOST:PORT"),
+    ("no host:80", "is not HOST:PORT"),
+]
+
+
+@pytest.mark.parametrize("value, problem", BAD_COORDINATORS)
+def test_coordinator_is_host_and_port(capsys, value, problem):
+    # without --num-processes/--process-id: were the value let through, the job would be refused for
+    # those, not joined (a test process that joins a job it cannot form exits)
+    argv = ["train", "--dataset", "cora", "--distributed", "--coordinator", value]
+    assert run_main(argv) == 2
+    assert unwrap(capsys.readouterr().err) == (
+        f"jaxgcn: error: argument --coordinator: {value!r}{'' if problem.startswith('is') else ':'} {problem}; give "
+        "process 0's address as HOST:PORT, e.g. 10.0.0.1:1234 (see 'jaxgcn train --help')\n")
+
+
+def test_a_bad_coordinator_is_refused_before_jax_is_imported_and_a_good_one_is_kept():
+    from jaxgcn.cli import build_parser
+
+    code = ("import sys\nfrom jaxgcn.cli import main\n"
+            "code = main(['train', '--distributed', '--coordinator', 'nohost:notaport'])\n"
+            "print(code, 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout == "2 False\n", out.stderr
+    for good in ("10.0.0.1:1234", "[::1]:8476", "node-7.cluster:65535", "h:1"):
+        assert build_parser().parse_args(["train", "--coordinator", good]).coordinator == good
+
+
 def test_halo_blocks_reproduce_the_adjacency_product_on_the_host():
     # The halo remap emulated with NumPy: every device's sources (own rows, then H rows from each
     # device as its send lists say) times its block equals the rows of Â x.

@@ -189,6 +189,44 @@ def test_an_empty_log_or_a_resumed_run_needs_no_log_append(tmp_path):
         check_new_log(Namespace(log_append=False, resume=None), "--log", log, log)
 
 
+LOG = ('{"config_id": "0a1b2c3d", "settings": {"lr": 0.01, "hidden": [16]}}\n'
+       '{"run": 0, "seed": 0, "epoch": 1, "loss": 1.09, "train_acc": 0.4, "val_loss": null, "val_acc": 0.3, '
+       '"elapsed": 0.1, "config_id": "0a1b2c3d"}\n'
+       '{"run": 0, "seed": 0, "stopped_early_at": 1}\n')
+
+
+@pytest.mark.parametrize("content, line, problem", [
+    ("epoch,loss\n1,0.5\n", 1, "Expecting value: line 1 column 1 (char 0)"),  # a CSV
+    ('{"name": "results"}\n', 1, "no run number"),  # another program's JSON lines
+    ("[1, 2]\n", 1, "not a JSON object"),
+    (LOG + '{"run": 0, "epoch": "2"}\n', 4, "no epoch"),
+    (LOG + '{"run": 0, "epoch": 2, "loss": "low"}\n', 4, "loss not a number"),
+    (LOG + '{"run": true, "epoch": 2}\n', 4, "no run number"),
+    ('{"settings": {}}\n', 1, "settings without a config_id"),
+    ('{"run": 0, "stopped_early_at": 1.5}\n', 1, "stopped_early_at is not an epoch"),
+    ('{"run": 0, "epoch": 1, "x": ' + "[" * 33 + "]" * 33 + "}\n", 1, "nested deeper than 32 levels"),
+    ("\n\xe9t\xe9\n", 2, "not UTF-8 text"),
+])
+def test_log_append_adds_only_to_a_jaxgcn_log(tmp_path, capsys, content, line, problem):
+    log = tmp_path / "notes.txt"
+    log.write_bytes(content.encode("latin-1" if "not UTF-8" in problem else "utf-8"))
+    before = log.read_bytes()
+    assert run_main(["train", *TINY, "--quiet", "--log", log, "--log-append"]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert err.startswith(f"jaxgcn: error: --log {log}, line {line}: not a jaxgcn --log line ({problem}: "), err
+    assert err.endswith("only a log that `jaxgcn train --log` wrote is added to: give a new path for this run's log")
+    assert log.read_bytes() == before
+
+
+def test_log_append_accepts_every_kind_of_log_line(tmp_path):
+    from jaxgcn.progress import check_log
+
+    log = tmp_path / "l.jsonl"
+    log.write_text(LOG + "\n" + '{"run": 1, "epoch": 2, "loss": 1, "val_acc": null}\n')  # older lines: no config_id
+    check_log(log, "--log")
+    check_log(tmp_path / "none.jsonl", "--log")  # a new file
+
+
 def test_a_logs_config_id_names_what_trains_not_how_it_is_shown_or_joined():
     from jaxgcn.cli import build_parser
     from jaxgcn.cli.records import parse_args

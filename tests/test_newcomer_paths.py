@@ -25,11 +25,11 @@ import scipy.sparse as sp
 from cli_run import run_main, unwrap
 
 import jaxgcn.app.train
-from jaxgcn import checkpoint
+from jaxgcn import batch_state, checkpoint
 from jaxgcn.app.saving import resumable_since
 from jaxgcn.cli.parser import ERROR_WIDTH, error_text
 from jaxgcn.datasets import download, load_dataset
-from jaxgcn.interrupt import CtrlC
+from jaxgcn.interrupt import CtrlC, Terminated
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 30  # nodes of the tiny graphs below: 3 classes of 10
@@ -132,6 +132,18 @@ def test_one_cache_root_holds_the_kernel_the_compile_cache_and_the_datasets(home
     assert download.data_root() == home / "data" and caches.root() == home / "caches"
 
 
+def test_a_cache_dir_that_cannot_hold_the_compile_cache_is_one_note_naming_the_variable(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # the suite's own cache
+    env.update(JAXGCN_CACHE_DIR=str(tmp_path / "file"), JAXGCN_DATA=str(tmp_path / "data"))
+    cmd = [sys.executable, "-m", "jaxgcn", "train", *TINY, "--nodes", "200", "--epochs", "2", "--backend", "segment"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("test accuracy "), proc.stderr[-2000:]  # the run goes on
+    assert proc.stderr == (f"jaxgcn: note: JAXGCN_CACHE_DIR={tmp_path / 'file'}: {tmp_path / 'file' / 'xla'} cannot "
+                           "hold JAX's compilation cache (Not a directory); compiling without it: set JAXGCN_CACHE_DIR "
+                           "to a writable folder, or pass --no-compile-cache\n")
+
+
 def interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
@@ -219,29 +231,91 @@ def test_the_console_handler_holds_ctrl_c_then_raises_it_until_main_has_it():
         ctrl_c.close()
 
 
+def signalled(cmd: list[str], env: dict, cwd: Path, written: Path, signum: int, after: float = 0.0) -> tuple[int, str]:
+    """Run ``cmd``, send it ``signum`` once it has written ``written`` (and ``after`` seconds more):
+    its exit status and stderr."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    try:
+        deadline = time.monotonic() + 240
+        while not written.is_file():  # training has started and written a checkpoint
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.05)
+        time.sleep(after)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
 def test_sigint_during_training_ends_with_one_line_and_status_130(tmp_path):
     ck = tmp_path / "ck"
     env = {**os.environ, "JAXGCN_DATA": str(tmp_path / "data")}
     cmd = [sys.executable, "-m", "jaxgcn", "train", *TINY, "--nodes", "200", "--epochs", "1000000",
            "--early-stopping", "none", "--save", str(ck), "--checkpoint-every", "5", "--log-every", "5",
            "--log", str(tmp_path / "log.jsonl")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 240
-        while not (ck / "checkpoint.json").is_file():  # training has started and written a checkpoint
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+    returncode, err = signalled(cmd, env, tmp_path, ck / "checkpoint.json", signal.SIGINT)
     lines = [line for line in err.splitlines() if line.strip()]
-    assert proc.returncode == 130, err[-2000:]
+    assert returncode == 130, err[-2000:]
     assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
     epoch = checkpoint.load(ck).meta["epoch"]
     assert lines[0] == f"jaxgcn: interrupted; the last checkpoint is in {ck} (epoch {epoch}): resume with --resume {ck}"
     for line in (tmp_path / "log.jsonl").read_text().splitlines():
         json.loads(line)  # every logged line whole
+
+
+def test_the_console_handler_raises_sigterm_as_terminated_and_restores_the_default():
+    ctrl_c = CtrlC()
+    try:
+        signal.raise_signal(signal.SIGTERM)  # while JAX is imported: held, as Ctrl-C is
+        time.sleep(0.01)
+        with pytest.raises(Terminated):
+            ctrl_c.release()
+    finally:
+        ctrl_c.close()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_sigterm_between_a_slice_and_its_manifest_leaves_the_previous_state_whole(tmp_path, monkeypatch, capsys):
+    real, manifests = batch_state.write_atomic, []
+
+    def terminated_at_the_second_manifest(path, data):
+        if Path(path).name == batch_state.MANIFEST:
+            manifests.append(data)
+            if len(manifests) == 2:
+                raise Terminated
+        return real(path, data)
+    monkeypatch.setattr(batch_state, "write_atomic", terminated_at_the_second_manifest)
+    ck = tmp_path / "ck"
+    argv = ["train", *TINY, "--seeds", "2", "--epochs", "9", "--early-stopping", "none", "--save", ck,
+            "--checkpoint-every", "3"]
+    assert run_main(argv) == 143
+    assert capsys.readouterr().err == (f"jaxgcn: terminated (SIGTERM); the last checkpoint is in {ck} (epoch 3): "
+                                       f"resume with --resume {ck}\n")
+    manifest = batch_state.load(ck)
+    assert sorted(os.listdir(ck / "batch-state")) == ["slice-00000-1.npz", "state.json"]  # not slice-00000-2
+    assert [v["epoch"] for v in manifest["slices"].values()] == [3]
+
+
+def test_sigterm_during_a_batch_ends_with_one_line_and_status_143(tmp_path):
+    # SLURM and Kubernetes stop a job with SIGTERM: it ends as Ctrl-C does, its temporaries removed
+    ck = tmp_path / "ck"
+    env = {**os.environ, "JAXGCN_DATA": str(tmp_path / "data")}
+    cmd = [sys.executable, "-m", "jaxgcn", "train", *TINY, "--nodes", "200", "--seeds", "2", "--epochs", "1000000",
+           "--early-stopping", "none", "--save", str(ck), "--checkpoint-every", "1"]
+    # a few checkpoints after the first slice state: the signal lands amid the writes of one
+    returncode, err = signalled(cmd, env, tmp_path, ck / "batch-state" / "state.json", signal.SIGTERM, after=0.5)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert returncode == 143, err[-2000:]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    manifest = batch_state.load(ck)
+    epochs = sorted({v["epoch"] for v in manifest["slices"].values()})
+    where = f"epoch {epochs[0]}" if len(epochs) == 1 else f"epochs {epochs[0]}-{epochs[-1]}"
+    assert lines[0] == (f"jaxgcn: terminated (SIGTERM); the last checkpoint is in {ck} ({where}): "
+                        f"resume with --resume {ck}")
+    named = sorted(v["file"] for v in manifest["slices"].values())
+    assert sorted(os.listdir(ck / "batch-state")) == [*named, "state.json"]  # no temporary, no unrecorded slice
+    assert sorted(os.listdir(ck)) == [".jaxgcn.lock", "batch-state"]  # the folder's lock file stays, as after any run
 
 
 # `python -m jaxgcn ARGS` (what runpy does for -m), with a finder in front of the others that says

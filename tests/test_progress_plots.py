@@ -270,6 +270,18 @@ def test_plot_library_errors_name_the_parameter(tmp_path):
         read_log(tmp_path / "empty.jsonl")
 
 
+@pytest.mark.parametrize("depth", [33, 100_000])  # past the bound; past what json.loads can recurse
+def test_plot_curves_refuses_a_deeply_nested_line_naming_it(tmp_path, capsys, depth):
+    log = tmp_path / "deep.jsonl"
+    deep = '{"run": 0, "epoch": 2, "x": ' + "[" * depth + "]" * depth + "}"
+    log.write_text('{"run": 0, "epoch": 1, "loss": 1.0}\n' + deep + "\n")
+    assert run_main(["plot", "curves", "--log", log, "--out", tmp_path / "c.png"]) == 2
+    assert unwrap(capsys.readouterr().err) == (
+        f"jaxgcn: error: {log}, line 2: not a jaxgcn training-log record (nested deeper than 32 levels: "
+        f"{deep[:60]!r}); give the JSON-lines file that Progress(log_file=...) writes\n")
+    assert not (tmp_path / "c.png").exists()
+
+
 def test_sweep_heatmap_png(trained, tmp_path):
     out = tmp_path / "sweep.png"
     assert run_main(["plot", "sweep", "--sweep-json", str(trained / "sweep.json"), "--x", "lr", "--y", "hidden",

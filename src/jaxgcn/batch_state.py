@@ -50,14 +50,19 @@ def saver(directory: str | Path, *, extra: dict[str, Any], fingerprint: dict[str
         old = manifest["slices"].get(str(first))
         number = 1 if old is None else old["number"] + 1
         name = f"slice-{first:05d}-{number}.npz"
-        write_atomic(where / name, blob, follow=False)
         reason = np.asarray(state.runs.reason)
-        manifest["slices"][str(first)] = {"file": name, "number": number, "bytes": len(blob),
-                                          "sha256": hashlib.sha256(blob).hexdigest(), "epoch": int(state.step),
-                                          "running": int(np.sum(reason == 0))}
-        write_atomic(where / MANIFEST, json.dumps(manifest, indent=2) + "\n", follow=False)
-        if old is not None and old["file"] != name:
-            (where / old["file"]).unlink(missing_ok=True)
+        entry = {"file": name, "number": number, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+                 "epoch": int(state.step), "running": int(np.sum(reason == 0))}
+        recorded = False
+        try:
+            write_atomic(where / name, blob, follow=False)
+            write_atomic(where / MANIFEST, json.dumps({**manifest, "slices": {**manifest["slices"], str(first): entry}},
+                                                      indent=2) + "\n", follow=False)
+            manifest["slices"][str(first)], recorded = entry, True
+        finally:  # Ctrl-C/SIGTERM between the two writes: the new slice file, which no manifest names, goes
+            unused = name if not recorded else old["file"] if old is not None else None
+            if unused is not None:
+                (where / unused).unlink(missing_ok=True)
     return save
 
 

@@ -1,7 +1,8 @@
-"""Ctrl-C (SIGINT) of the ``jaxgcn`` console script: held while the package is imported, then raised.
+"""Ctrl-C (SIGINT) and SIGTERM of the ``jaxgcn`` console script: held while the package is imported, then raised.
 
 :mod:`jaxgcn.console` installs :class:`CtrlC` before it imports anything else of the package, and
-:func:`jaxgcn.cli.main` ends a command that Ctrl-C stopped with one line and exit status 130. This
+:func:`jaxgcn.cli.main` ends a command that Ctrl-C stopped with one line and exit status 130; SIGTERM
+(what SLURM, Kubernetes and ``kill`` send) the same way, as :class:`Terminated`, with status 143. This
 module is loaded in the few milliseconds between the interpreter's start and the handler, where a
 Ctrl-C still prints a traceback, so it imports built-in modules only: ``_signal`` and ``_thread``,
 which :mod:`signal` and :mod:`threading` wrap (those two import :mod:`enum` and :mod:`functools`,
@@ -20,8 +21,13 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is: every ``finally`` and ``except KeyboardInterrupt`` that cleans up
+    after Ctrl-C (temporary files, a half-written slice) runs for it too."""
+
+
 class CtrlC:
-    """Ctrl-C (SIGINT) of the console script. Held while the library and JAX are imported and set
+    """Ctrl-C (SIGINT) and SIGTERM of the console script. Held while the library and JAX are imported and set
     up (a KeyboardInterrupt inside jaxlib's import can crash the process at exit) and raised at
     :meth:`release`; from then on raised at once, and again every half second until
     :func:`jaxgcn.cli.main` has it: Python drops one raised inside a garbage-collector callback (JAX
@@ -30,21 +36,27 @@ class CtrlC:
 
     def __init__(self) -> None:
         self.held, self.pending, self.caught, self.repeating = True, False, False, False
+        self.signum = 0  # the first signal that came: the one raised, repeated and reported
         self.lock = _thread.allocate_lock()  # threading.Lock
         self.hook = sys.unraisablehook
         _signal.signal(_signal.SIGINT, self.on_signal)
+        _signal.signal(_signal.SIGTERM, self.on_signal)
         sys.unraisablehook = self.on_unraisable
 
     def on_signal(self, signum: int, frame: object) -> None:
         if self.caught:  # main has it: a repeat changes nothing
             return
+        self.signum = self.signum or signum
         if self.held:
             self.pending = True
             return
         if not self.repeating:
             self.repeating = True
             _thread.start_new_thread(self.repeat, ())  # low-level: Thread.start() waits in Python code
-        raise KeyboardInterrupt
+        self.raise_it()
+
+    def raise_it(self) -> None:
+        raise Terminated if self.signum == _signal.SIGTERM else KeyboardInterrupt
 
     def repeat(self) -> None:
         while True:
@@ -52,7 +64,7 @@ class CtrlC:
             with self.lock:
                 if self.caught:
                     return
-                _thread.interrupt_main()
+                _thread.interrupt_main(self.signum)  # runs on_signal again, with the first signal
 
     def on_unraisable(self, unraisable: Any) -> None:  # a sys.UnraisableHookArgs
         if not issubclass(unraisable.exc_type, KeyboardInterrupt):  # a dropped Ctrl-C: repeat() raises it again
@@ -61,10 +73,11 @@ class CtrlC:
     def release(self) -> None:
         self.held = False
         if self.pending:
-            raise KeyboardInterrupt
+            self.raise_it()
 
     def close(self) -> None:
         with self.lock:
             self.caught = True
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # runs a pending repeat first, in on_signal
+        _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
         sys.unraisablehook = self.hook

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxgcn.progress import TooDeep, log_record
+
 DPI = 100
 
 
@@ -78,7 +80,7 @@ def read_log(path: str | os.PathLike, config_id: str | None = None) -> dict[int,
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = log_record(line)
                 tag = rec.get("config_id")
                 if "settings" in rec:
                     settings[tag] = rec["settings"]
@@ -91,9 +93,11 @@ def read_log(path: str | os.PathLike, config_id: str | None = None) -> dict[int,
                     stops[int(rec["run"])] = int(rec["stopped_early_at"])
                     continue
                 run, epoch = int(rec["run"]), int(rec["epoch"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-                raise ValueError(f"{path}, line {number}: not a jaxgcn training-log record ({line.strip()[:60]!r}); "
-                                 "give the JSON-lines file that Progress(log_file=...) writes") from None
+            except (KeyError, TypeError, ValueError, AttributeError) as err:  # JSONDecodeError is a ValueError
+                why = f"{err}: " if isinstance(err, TooDeep) else ""
+                raise ValueError(f"{path}, line {number}: not a jaxgcn training-log record ({why}"
+                                 f"{line.strip()[:60]!r}); give the JSON-lines file that Progress(log_file=...) "
+                                 "writes") from None
             rows = runs.setdefault(run, [])
             if rows and epoch <= rows[-1]["epoch"]:
                 rows.clear()  # a new training appended to the same file

@@ -67,6 +67,89 @@ def _clean(value: float) -> float | None:
     return None if not math.isfinite(value) else round(float(value), 6)
 
 
+# --- reading a --log file back -------------------------------------------------------------------
+
+MAX_NESTING = 32  # a log line's settings are a few levels deep; json.loads fails (RecursionError) near 1,000
+
+
+class TooDeep(ValueError):
+    """A ``--log`` line nested deeper than :data:`MAX_NESTING` levels."""
+
+
+def nesting(value: Any) -> int:
+    """How deeply lists and dicts nest in ``value`` (0 for a number), counted without recursion.
+
+    >>> nesting(1), nesting({"a": [1, {"b": 2}]})
+    (0, 3)
+    """
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def log_record(line: str) -> Any:
+    """One JSON line of a ``--log`` file, its nesting bounded (:data:`MAX_NESTING`): :class:`TooDeep`,
+    never a RecursionError; a ValueError (JSONDecodeError) for a line that is not JSON."""
+    try:
+        rec = json.loads(line)
+    except RecursionError:
+        rec = None
+    else:
+        if nesting(rec) <= MAX_NESTING:
+            return rec
+    raise TooDeep(f"nested deeper than {MAX_NESTING} levels")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def log_line_problem(line: str) -> str | None:
+    """Why ``line`` is not one that :class:`Progress` writes to a ``--log`` (a run's settings, an
+    epoch's metrics, a run's early stop), or None when it is one."""
+    try:
+        rec = log_record(line)
+    except ValueError as err:
+        return str(err)
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    if "settings" in rec:
+        return None if isinstance(rec.get("config_id"), str) else "settings without a config_id"
+    if not _is_int(rec.get("run")):
+        return "no run number"
+    if "stopped_early_at" in rec:
+        return None if _is_int(rec["stopped_early_at"]) else "stopped_early_at is not an epoch"
+    if not _is_int(rec.get("epoch")):
+        return "no epoch"
+    bad = [k for k in KEYS if k in rec and not (rec[k] is None or _is_int(rec[k]) or isinstance(rec[k], float))]
+    return f"{', '.join(bad)} not a number" if bad else None
+
+
+def check_log(path: str | os.PathLike, shown: str) -> None:
+    """Refuse a file to append to that holds a line :class:`Progress` does not write (``shown``: how
+    the error names the file): appended to another kind of file, the runs would be lost to
+    ``jaxgcn plot curves`` and the file damaged. A missing or empty file passes."""
+    try:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    problem: str | None = "not UTF-8 text"
+                else:
+                    problem = log_line_problem(line) if line.strip() else None
+                if problem is not None:
+                    raise ValueError(f"{shown}, line {number}: not a jaxgcn --log line ({problem}: "
+                                     f"{raw.strip()[:40].decode('utf-8', 'replace')!r}); only a log that "
+                                     "`jaxgcn train --log` wrote is added to: give a new path for this run's log")
+    except OSError:  # not there yet, or unreadable: the output check says what is wrong with it
+        return
+
+
 class Progress:
     """Progress display plus the metrics log of one or several runs (see the module docstring).
 

@@ -20,7 +20,7 @@ import threading
 import time
 import warnings
 
-from jaxgcn.interrupt import CtrlC
+from jaxgcn.interrupt import CtrlC, Terminated
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~14 ms)
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 EXIT_DIVERGED = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command that Ctrl-C stopped
+EXIT_TERMINATED = 143  # 128 + SIGTERM: what SLURM, Kubernetes and `kill` send, reported as a shell would
 _SHOW_WARNING = warnings.showwarning
 
 __all__ = ["build_parser", "main"]
@@ -80,38 +81,41 @@ def phases() -> dict[str, float]:
     return dict(_PHASES)
 
 
-def interrupted_line(args: Any, started: float) -> str:
-    """The one line Ctrl-C ends a command with; after a ``--checkpoint-every`` run wrote a checkpoint
-    (since ``started``, a :func:`time.time`), where it is and how to resume from it."""
+def interrupted_line(args: Any, started: float, how: str = "interrupted") -> str:
+    """The one line Ctrl-C (``how``: "interrupted") or SIGTERM ("terminated (SIGTERM)") ends a command
+    with; after a ``--checkpoint-every`` run wrote a checkpoint (since ``started``, a :func:`time.time`),
+    where it is and how to resume from it."""
     save, every = getattr(args, "save", None), getattr(args, "checkpoint_every", None)
     # without jaxgcn.app.saving loaded this process wrote no checkpoint (and importing it starts JAX)
     if save is None or every is None or "jaxgcn.app.saving" not in sys.modules:
-        return "jaxgcn: interrupted"
+        return f"jaxgcn: {how}"
     from jaxgcn.app.saving import resumable_since
 
     where = resumable_since(save, started)
     if where is None:
-        return f"jaxgcn: interrupted before the first checkpoint (--checkpoint-every {every}); nothing to resume"
-    return f"jaxgcn: interrupted; the last checkpoint is in {save} ({where}): resume with --resume {save}"
+        return f"jaxgcn: {how} before the first checkpoint (--checkpoint-every {every}); nothing to resume"
+    return f"jaxgcn: {how}; the last checkpoint is in {save} ({where}): resume with --resume {save}"
 
 
-def interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` is Ctrl-C (KeyboardInterrupt), or an error it caused or interrupted: raised
-    inside a Python method that C code called, it becomes ``SystemError: ... returned a result with
-    an exception set``, its cause the KeyboardInterrupt."""
+def interrupted(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (KeyboardInterrupt; SIGTERM: its subclass :class:`~jaxgcn.interrupt.Terminated`)
+    that ``exc`` is, or that caused or interrupted it: raised inside a Python method that C code
+    called, it becomes ``SystemError: ... returned a result with an exception set``, its cause the
+    KeyboardInterrupt. None for any other error."""
     seen: BaseException | None = exc
     for _ in range(100):  # a chain, not a cycle
         if seen is None:
-            return False
+            return None
         if isinstance(seen, KeyboardInterrupt):
-            return True
+            return seen
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
 
 
 def main(argv: Sequence[str] | None = None, *, ctrl_c: CtrlC | None = None) -> int:
     """Run the command of ``argv`` (None: ``sys.argv[1:]``); returns the exit code. Ctrl-C ends any
-    command with one line on stderr (:func:`interrupted_line`) and exit status 130, as Unix tools do.
+    command with one line on stderr (:func:`interrupted_line`) and exit status 130, as Unix tools do;
+    SIGTERM (under the console script's handler) the same way, with status 143.
 
     ``ctrl_c``: the console script's handler, which :func:`jaxgcn.console.main` installed before it
     imported this package. Without one, ``argv=None`` in the main thread (``python -m jaxgcn.cli``, a
@@ -125,12 +129,15 @@ def main(argv: Sequence[str] | None = None, *, ctrl_c: CtrlC | None = None) -> i
     try:
         return _command(argv, parsed, ctrl_c.release if ctrl_c is not None else lambda: None)
     except BaseException as exc:
-        if not interrupted(exc):
+        stop = interrupted(exc)
+        if stop is None:
             raise
         if ctrl_c is not None:
             ctrl_c.close()
-        print(interrupted_line(parsed[0] if parsed else None, started), file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+        terminated = isinstance(stop, Terminated)
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(interrupted_line(parsed[0] if parsed else None, started, how), file=sys.stderr, flush=True)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     finally:
         if ctrl_c is not None:
             ctrl_c.close()

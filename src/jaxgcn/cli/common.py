@@ -16,6 +16,7 @@ from jaxgcn import outputs
 from jaxgcn.cli.data import request
 from jaxgcn.cli.runtime import is_writer
 from jaxgcn.cli.values import INT32_MAX, STDOUT
+from jaxgcn.progress import check_log
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
 # checkpoint/partitions: a directory jaxgcn owns (replaced only when it holds that kind of output); dir: any.
@@ -95,8 +96,10 @@ def refuse_linked_folders(flag: str, path: Path, target: Path) -> None:
 def check_new_log(args: argparse.Namespace, flag: str, path: Path, target: Path) -> None:
     """``--log`` adds to its file: one that already holds lines is another run's (every ``train`` is a
     run of its own) and is refused unless ``--log-append`` says to add to it, or ``--resume``
-    continues the run that wrote it (`jaxgcn plot curves` would otherwise draw both as one)."""
+    continues the run that wrote it (`jaxgcn plot curves` would otherwise draw both as one); a file
+    added to must hold ``--log`` lines only."""
     if getattr(args, "log_append", False) or getattr(args, "resume", None) is not None:
+        check_log(target, f"{flag} {path}")  # added to: it must be a log, not any file
         return
     try:
         with open(target, "rb") as f:

@@ -366,7 +366,7 @@ def _add_job_args(g: argparse._ArgumentGroup, grid: bool) -> None:
     g.add_argument("--distributed", action="store_true",
                    help="join a multi-process job (jax.distributed); train shards the graph's rows over "
                         "every device of every process, sweep shares the runs out; only process 0 writes")
-    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+    g.add_argument("--coordinator", type=v.host_port, default=None, metavar="HOST:PORT",
                    help="with --distributed: process 0's address (default: detected, e.g. from SLURM)")
     g.add_argument("--num-processes", type=v.positive_int, default=None,
                    help="with --distributed: processes in the job (default: detected)")

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import warnings
+from pathlib import Path
 
 import jax
 
 from jaxgcn import caches
+from jaxgcn.datasets.parsed import CacheNote
 from jaxgcn.plan import cpu_devices
 
 
@@ -35,9 +38,27 @@ def enable_compile_cache() -> None:
     caller's ``jax.config``): then that one is kept (the test suite keeps its own)."""
     if jax.config.jax_compilation_cache_dir:
         return
-    jax.config.update("jax_compilation_cache_dir", str(caches.root() / "xla"))
+    folder = caches.root() / "xla"
+    problem = _unwritable(folder)
+    if problem is not None:  # JAX would warn on every compile with its own multi-line UserWarning
+        given = os.environ.get(caches.ENV)
+        where = f"{caches.ENV}={given}" if given else f"the cache folder {caches.root()}"
+        warnings.warn(f"{where}: {folder} cannot hold JAX's compilation cache ({problem}); compiling without it: "
+                      f"set {caches.ENV} to a writable folder, or pass --no-compile-cache", CacheNote)
+        return
+    jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created or written (its path runs through a file, a read-only or
+    missing mount), or None."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    return None if os.access(folder, os.W_OK | os.X_OK) else "not writable"
 
 
 def _cpu_devices(count: int) -> None:

@@ -102,3 +102,20 @@ def byte_size(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
+
+
+def host_port(text: str) -> str:
+    """``--coordinator``: ``HOST:PORT`` with a host and a port from 1 to 65535, checked before JAX
+    starts (gRPC crashed the process, status -11, on ``nohost:notaport``). An IPv6 host is bracketed:
+    ``[::1]:1234``.
+
+    >>> host_port("10.0.0.1:1234"), host_port("[::1]:8476")
+    ('10.0.0.1:1234', '[::1]:8476')
+    """
+    host, sep, port = text.rpartition(":")
+    fix = "give process 0's address as HOST:PORT, e.g. 10.0.0.1:1234"
+    if not sep or not host.strip() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT; {fix}")
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r}: port {port!r} is not an integer from 1 to 65535; {fix}")
+    return text

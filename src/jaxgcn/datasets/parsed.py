@@ -37,7 +37,8 @@ SAMPLES, SAMPLE_BYTES = 16, 1 << 20  # larger ones: 16 blocks of 1 MiB spread ov
 
 
 class CacheNote(UserWarning):
-    """A parse cache file was discarded (damaged, truncated, edited) and the sources parsed again."""
+    """A parse cache file was discarded (damaged, truncated, edited) and the sources parsed again; or
+    a cache folder cannot be used (the command line shows it as one ``jaxgcn: note:`` line)."""
 
 
 class DamagedCache(ValueError):
