@@ -168,7 +168,7 @@ def test_each_plot_kind_lists_its_own_flags_and_plot_lists_the_kinds(capsys, mon
     curves, embeddings, sweep = (set(entries(help_of(f"plot {kind}", capsys))) for kind in ("curves", "embeddings",
                                                                                             "sweep"))
     assert curves == COMMON | {"--log", "--config-id"}
-    assert sweep == COMMON | {"--sweep-json", "--x", "--y"}
+    assert sweep == COMMON | {"--sweep-json", "--x", "--y", "--fix"}
     assert embeddings >= COMMON | {"--checkpoint", "--run", "--method", "--dataset", "--edges", "--split", "--nodes"}
     assert not embeddings & (curves | sweep) - COMMON
     assert curves | embeddings | sweep == options(COMMANDS["plot"])  # every flag the parser takes, in a help

@@ -304,3 +304,53 @@ def test_plot_errors_name_the_argument(tmp_path, capsys, trained, args, message)
     assert run_main(argv) == 2
     assert re.search(message, unwrap(capsys.readouterr().err))
     assert not (tmp_path / "x.png").exists()
+
+
+def _three_way_sweep(tmp_path):
+    """A sweep --json of lr x hidden x dropout whose best dropout differs between cells."""
+    configurations = []
+    for lr in (0.01, 0.05):
+        for hidden in (8, 16):
+            for dropout in (0.3, 0.5):
+                acc = 0.5 + lr + hidden / 100 + (0.2 if (dropout == 0.3) == (hidden == 8) else 0.0)
+                configurations.append({"lr": lr, "weight_decay": 5e-4, "dropout": dropout, "hidden": hidden,
+                                       "layers": 2, "optimizer": "adam", "val_acc_mean": acc})
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"configurations": configurations}))
+    return configurations, path
+
+
+def test_plot_sweep_says_what_a_cell_takes_the_best_over_or_holds_it_with_fix(tmp_path, capsys):
+    """A third swept setting: each cell is the best over it and the note names it with its values;
+    --fix holds it, and each cell is then that configuration's own figure."""
+    pytest.importorskip("matplotlib")
+    from jaxgcn.plots import sweep_cells
+
+    configurations, path = _three_way_sweep(tmp_path)
+    kept, over = sweep_cells(configurations, "lr", "hidden")
+    assert kept == configurations and over == {"dropout": [0.3, 0.5]}
+    kept, over = sweep_cells(configurations, "lr", "hidden", {"dropout": "0.5"})
+    assert over == {} and [c["dropout"] for c in kept] == [0.5] * 4
+    assert {(c["lr"], c["hidden"]): round(c["val_acc_mean"], 4) for c in kept} == {
+        (0.01, 8): 0.59, (0.01, 16): 0.87, (0.05, 8): 0.63, (0.05, 16): 0.91}
+    assert run_main(["plot", "sweep", "--sweep-json", path, "--out", tmp_path / "a.png"]) == 0
+    assert capsys.readouterr().err == ("jaxgcn: note: each cell is the best val_acc_mean over dropout (0.3, 0.5); "
+                                       "hold one with --fix dropout=VALUE\n")
+    assert run_main(["plot", "sweep", "--sweep-json", path, "--out", tmp_path / "b.png", "--fix", "dropout=0.5"]) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and out.out == f"wrote {tmp_path / 'b.png'}\n"
+    assert png_size(tmp_path / "b.png") == (700, 500)
+
+
+@pytest.mark.parametrize("fix, message", [
+    ("dropout=0.9", "--fix: fix=dropout=0.9: the sweep has no configuration with dropout 0.9; its values: 0.3, 0.5"),
+    ("lr=0.01", "--fix: fix=lr=0.01: 'lr' is not a swept hyperparameter off the axes; choose from ['weight_decay', "
+                "'dropout', 'layers', 'optimizer']"),
+    ("momentum=1", "--fix: fix=momentum=1: 'momentum' is not a swept hyperparameter off the axes"),
+    ("dropout", "argument --fix: 'dropout' is not NAME=VALUE, e.g. dropout=0.5"),
+])
+def test_plot_sweep_fix_errors_name_the_value(tmp_path, capsys, fix, message):
+    _, path = _three_way_sweep(tmp_path)
+    assert run_main(["plot", "sweep", "--sweep-json", path, "--out", tmp_path / "a.png", "--fix", fix]) == 2
+    assert message in unwrap(capsys.readouterr().err)
+    assert not (tmp_path / "a.png").exists()

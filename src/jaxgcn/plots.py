@@ -4,7 +4,8 @@
   early-stopping epoch marked, mean ± one standard deviation over runs when there are several;
 - :func:`embeddings`: the learned node embeddings (the last hidden layer) in 2-D, PCA by default
   or t-SNE with scikit-learn installed, coloured by class — the classic GCN picture;
-- :func:`sweep_heatmap`: mean validation accuracy over two hyperparameters of a sweep JSON.
+- :func:`sweep_heatmap`: mean validation accuracy over two hyperparameters of a sweep JSON, the
+  other swept ones held at a value (``fix``) or the best taken over them, which the title says.
 
 Every figure is written atomically (a temporary file renamed into place) at a fixed pixel size
 (``size`` inches × 100 dpi).
@@ -207,18 +208,72 @@ def embeddings(h: np.ndarray, labels: np.ndarray, out: str | os.PathLike, *, cla
     return path
 
 
-def sweep_heatmap(configurations: list[dict[str, Any]], x: str, y: str, out: str | os.PathLike, *,
-                  metric: str = "val_acc_mean", title: str | None = None,
-                  size: tuple[float, float] = (7, 5)) -> Path:
-    """Mean of ``metric`` over the sweep's configurations for each (``x``, ``y``) pair (the best over
-    the other hyperparameters), as an annotated heatmap."""
-    plt = _pyplot()
+SWEPT = ("lr", "weight_decay", "dropout", "hidden", "layers", "optimizer")  # jaxgcn.sweep.GRID_KEYS
+
+
+def _swept_value(configurations: list[dict[str, Any]], key: str, text: str) -> Any:
+    """The value of ``key`` among the configurations that ``text`` names (``--fix key=text``)."""
+    values = sorted({c[key] for c in configurations}, key=str)
+    for value in values:
+        if str(value) == text or (not isinstance(value, str) and _number(text) == value):
+            return value
+    shown = ", ".join(f"{v:g}" if not isinstance(v, str) else v for v in values)
+    raise ValueError(f"fix={key}={text}: the sweep has no configuration with {key} {text}; its values: {shown}")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def sweep_cells(configurations: list[dict[str, Any]], x: str, y: str,
+                fix: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], dict[str, list[Any]]]:
+    """The configurations a (``x``, ``y``) heatmap of a sweep draws, and what each cell is the best over.
+
+    Args:
+        configurations: the ``configurations`` of a ``jaxgcn sweep --json`` file.
+        x, y: the swept hyperparameters on the axes.
+        fix: ``{name: value}`` of other swept hyperparameters to hold (``plot sweep --fix name=value``).
+
+    Returns:
+        the configurations kept, and ``{name: values}`` of the other swept hyperparameters that
+        still take several values among them: a cell is the best of its configurations over those.
+    """
     if not configurations:
         raise ValueError("the sweep has no configurations")
+    known = [k for k in SWEPT if k in configurations[0]]
     for param, key in (("x", x), ("y", y)):
         if key not in configurations[0]:
-            known = [k for k in configurations[0] if k in ("lr", "weight_decay", "dropout", "hidden", "layers")]
             raise ValueError(f"{param}={key!r} is not a swept hyperparameter; choose from {known}")
+    kept = configurations
+    for key, text in (fix or {}).items():
+        if key not in known or key in (x, y):
+            raise ValueError(f"fix={key}={text}: {key!r} is not a swept hyperparameter off the axes; "
+                             f"choose from {[k for k in known if k not in (x, y)]}")
+        value = _swept_value(configurations, key, text)
+        kept = [c for c in kept if c[key] == value]
+    over = {k: sorted({c[k] for c in kept}, key=str) for k in known if k not in (x, y)}
+    return kept, {k: v for k, v in over.items() if len(v) > 1}
+
+
+def best_over_text(over: dict[str, list[Any]]) -> str:
+    """``"dropout (0.3, 0.5)"``: the hyperparameters a heatmap cell takes the best over, with their values."""
+    return " and ".join(f"{k} ({', '.join(f'{v:g}' if not isinstance(v, str) else v for v in vals)})"
+                        for k, vals in over.items())
+
+
+def sweep_heatmap(configurations: list[dict[str, Any]], x: str, y: str, out: str | os.PathLike, *,
+                  metric: str = "val_acc_mean", title: str | None = None, fix: dict[str, str] | None = None,
+                  size: tuple[float, float] = (7, 5)) -> Path:
+    """``metric`` of the sweep's configurations for each (``x``, ``y``) pair, as an annotated heatmap.
+
+    Configurations that other swept hyperparameters tell apart are held to ``fix`` (``{name:
+    value}``); where some still vary a cell is the best of its configurations, and the title says
+    over what (:func:`sweep_cells`)."""
+    plt = _pyplot()
+    configurations, over = sweep_cells(configurations, x, y, fix)
     xs = sorted({c[x] for c in configurations})
     ys = sorted({c[y] for c in configurations})
     grid = np.full((len(ys), len(xs)), np.nan)
@@ -237,7 +292,9 @@ def sweep_heatmap(configurations: list[dict[str, Any]], x: str, y: str, out: str
                 ax.text(j, i, f"{grid[i, j]:.3f}", ha="center", va="center", fontsize=8,
                         color="white" if grid[i, j] < np.nanmean(grid) else "black")
     fig.colorbar(im, ax=ax, label=metric.replace("_", " "))
-    ax.set_title(title or f"{metric.replace('_', ' ')} by {x} and {y}")
+    held = ", ".join(f"{k}={v}" for k, v in (fix or {}).items())
+    ax.set_title(title or f"{metric.replace('_', ' ')} by {x} and {y}" + (f", {held}" if held else "")
+                 + (f"\n(best over {best_over_text(over)})" if over else ""), fontsize=10)
     fig.tight_layout()
     path = _save(fig, out)
     plt.close(fig)

@@ -24,8 +24,9 @@ FLAGS = {
     "clip_norm": "--clip-norm", "optimizer": "--optimizer",
     "n_devices": "--devices", "memory_budget": "--memory-budget", "n_splits": "--splits",
     # load_raw's data_dir; load_ogb's split (the OGB split folder: the CLI's --split is public/random,
-    # which no library parameter of that name takes); plots' project_2d method and sweep_heatmap axes
+    # which no library parameter of that name takes); plots' project_2d method, sweep_heatmap axes and held values
     "data_dir": "--data-dir", "split": "--ogb-split", "method": "--method", "x": "--x", "y": "--y",
+    "fix": "--fix",
 }
 SWEPT = ("hidden", "layers", "dropout", "lr", "weight_decay", "optimizer")  # per configuration in a sweep
 _PARAM = re.compile(r"^([a-z_][a-z0-9_]*)[=:]")

@@ -445,6 +445,9 @@ def _add_plot_args(p: Any, kinds: tuple[str, ...]) -> None:
         p.add_argument("--sweep-json", type=v.path, help="a file written by sweep --json")
         p.add_argument("--x", default="lr", help="hyperparameter on the x axis")
         p.add_argument("--y", default="hidden", help="hyperparameter on the y axis")
+        p.add_argument("--fix", type=v.name_value, action="append", default=None, metavar="NAME=VALUE",
+                       help="hold another swept hyperparameter at one value, e.g. dropout=0.5 (repeatable); "
+                       "where others still vary, each cell is the best over them and the plot says so")
     p.add_argument("--title", default=None, help="the figure's title (default: one naming what is plotted)")
     if "embeddings" in kinds:
         add_data_args(p)

@@ -119,3 +119,15 @@ def host_port(text: str) -> str:
     if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
         raise argparse.ArgumentTypeError(f"{text!r}: port {port!r} is not an integer from 1 to 65535; {fix}")
     return text
+
+
+def name_value(text: str) -> tuple[str, str]:
+    """``plot sweep --fix``: ``NAME=VALUE``.
+
+    >>> name_value("dropout=0.5")
+    ('dropout', '0.5')
+    """
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE, e.g. dropout=0.5")
+    return name.strip(), value.strip()
