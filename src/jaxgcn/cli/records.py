@@ -30,12 +30,17 @@ NOT_REPLAYED = ("json", "csv", "save", "save_split", "log", "tensorboard", "chec
 NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin")  # namespace entries, not options
 # A checkpoint records its command's options too (``extra``'s ``options``). ``train --resume DIR``
 # takes them as its defaults except how this process reports; the run goes on saving into DIR as
-# often as it did, and a flag given that differs from the recorded value is refused, except the
-# outputs and the files the data is read from (the data's SHA-256, checked on resuming, judges those).
+# often as it did and logging its new epochs to its --log, and a flag given that differs from the
+# recorded value is refused, except the outputs and the files the data is read from (the data's
+# SHA-256, checked on resuming, judges those).
 # How a process shows its run, not what it trains (neither resumed nor part of a --log's config_id).
 DISPLAY = ("quiet", "verbose", "log_every", "log_append", "no_compile_cache", "debug")
 NOT_RESUMED = (*DISPLAY, "join_timeout")
-RESUMED_FREE = ("save", "checkpoint_every", "data_root", "data_dir", "edges", "features", "labels", "split_file")
+RESUMED_FREE = ("save", "checkpoint_every", "log", "data_root", "data_dir", "edges", "features", "labels",
+                "split_file")
+# What a resumed run keeps writing as the run did: its --log (the resumed run adds its new epochs);
+# another --log given with --resume takes them instead.
+RESUMED_OUTPUTS = ("checkpoint_every", "log")
 # evaluate, predict and plot --checkpoint DIR without --dataset or --edges: the recorded options that
 # choose the graph (the split is the one the checkpoint saved; normalizations come from it too)
 DATA_CHOICE = ("dataset", "data_dir", "ogb_split", "features", "nodes", "classes", "avg_degree", "homophily",
@@ -231,7 +236,7 @@ def _resume_defaults(command: argparse.ArgumentParser, args: argparse.Namespace)
     if options is None:
         return {}
     kept = {k: v for k, v in options.items()
-            if k == "checkpoint_every" or k not in (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS)}
+            if k in RESUMED_OUTPUTS or k not in (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS)}
     return {**to_defaults(command, kept, f"--resume {resume}"), "save": args.resume}
 
 

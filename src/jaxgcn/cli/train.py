@@ -113,6 +113,8 @@ def _train(args: argparse.Namespace, the_job: Job, say: Say) -> int:
     writer = not the_job.distributed or is_writer()
     say = say if writer else (lambda msg: None)
     seeds = [s for _ in range(args.splits) for s in the_job.seed_list]
+    if args.resume is not None and args.log is not None:
+        say(f"--log {args.log}: the resumed run adds its new epochs to it")
     progress = Progress(the_job.train.epochs, every=args.log_every, quiet=args.quiet or not writer,
                         log_file=args.log if writer else None, tensorboard=args.tensorboard if writer else None,
                         seeds=seeds, config=log_settings(args))
@@ -121,8 +123,10 @@ def _train(args: argparse.Namespace, the_job: Job, say: Say) -> int:
             outcome = sharded.run(the_job, say, writer=writer, progress=progress, log_every=args.log_every)
         else:
             outcome = app_train.run(the_job, say, progress=progress, log_every=args.log_every)
-    finally:
-        progress.done()
+    except BaseException:
+        progress.done(finished=False)  # an interrupted run stopped no run early: its resume goes on logging
+        raise
+    progress.done()
     if not writer:
         return 0
     print(summary_line(outcome))

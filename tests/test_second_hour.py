@@ -1,0 +1,146 @@
+"""A newcomer's second hour (issue 43): a resumed run shows and logs only the epochs it trains and
+keeps the run's ``--log``; ``--save`` into another run's model is refused unless ``--overwrite``; the
+overfitting hint waits for a run as long as its early-stopping window; the std says which one it is."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from cli_run import run_main
+
+from jaxgcn import checkpoint
+from jaxgcn.plots import read_log
+from jaxgcn.progress import Progress
+
+# a short run with progress lines every 2 epochs and a checkpoint every 4
+RUN = ["--dataset", "synthetic", "--nodes", "300", "--classes", "3", "--hidden", "8", "--epochs", "12",
+       "--early-stopping", "none", "--log-every", "2"]
+
+
+class Killed(SystemExit):
+    """What the caller sees of a process killed after a checkpoint (run_main returns its code)."""
+
+
+def killed_after(epoch: int, monkeypatch) -> None:
+    real = checkpoint.save
+
+    def save(*a, **kw):
+        if kw["epoch"] > epoch:
+            raise Killed("killed")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(checkpoint, "save", save)
+
+
+def epoch_lines(out: str) -> list[int]:
+    return [int(line.split("|")[0].split()[1]) for line in out.splitlines() if line.startswith("Epoch ")]
+
+
+def log_rows(path) -> list[tuple]:
+    """The log's epoch lines as (run, epoch, loss, val_acc), and its stop lines."""
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(r["run"], r["epoch"], r["loss"], r["val_acc"]) if "epoch" in r else ("stop", r["stopped_early_at"])
+            for r in recs if "settings" not in r]
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """The uninterrupted run's --log."""
+    d = tmp_path_factory.mktemp("full")
+    assert run_main(["train", *RUN, "--quiet", "--log", d / "full.jsonl"]) == 0
+    return d / "full.jsonl"
+
+
+def test_a_resumed_run_prints_and_logs_only_its_new_epochs_and_keeps_the_runs_log(full, tmp_path, monkeypatch,
+                                                                                   capsys):
+    log, ck = tmp_path / "run.jsonl", tmp_path / "ck"
+    with monkeypatch.context() as m:
+        killed_after(4, m)  # the log holds epochs 2-8, the checkpoint epoch 4
+        assert run_main(["train", *RUN, "--save", ck, "--checkpoint-every", "4", "--log", log]) == "killed"
+    assert epoch_lines(capsys.readouterr().out) == [2, 4, 6, 8]
+    assert [r[1] for r in log_rows(log)] == [2, 4, 6, 8]  # interrupted: no run "stopped early" at 8
+    assert run_main(["train", "--resume", ck, "--log-every", "2"]) == 0  # no --log: the run's goes on
+    out = capsys.readouterr().out
+    assert f"--log {log}: the resumed run adds its new epochs to it\n" in out
+    assert out.index(f"resuming from epoch 4 of {ck}") < out.index("Epoch   6")
+    assert epoch_lines(out) == [6, 8, 10, 12]  # not 2 and 4 again
+    assert log_rows(log) == log_rows(full)  # 10 and 12 added: 6 and 8 were on file already
+    runs = read_log(log)
+    np.testing.assert_array_equal(runs[0]["epoch"], [2, 4, 6, 8, 10, 12])
+
+
+def test_a_resumed_run_with_another_log_writes_its_new_epochs_there(full, tmp_path, monkeypatch, capsys):
+    ck = tmp_path / "ck"
+    with monkeypatch.context() as m:
+        killed_after(4, m)
+        assert run_main(["train", *RUN, "--quiet", "--save", ck, "--checkpoint-every", "4",
+                         "--log", tmp_path / "first.jsonl"]) == "killed"
+    assert run_main(["train", "--resume", ck, "--quiet", "--log-every", "2", "--log", tmp_path / "rest.jsonl"]) == 0
+    assert log_rows(tmp_path / "rest.jsonl") == log_rows(full)[2:]  # epochs 6-12: the ones it trained
+    assert [r[1] for r in log_rows(tmp_path / "first.jsonl")] == [2, 4, 6, 8]
+
+
+def test_a_resumed_batch_logs_each_run_from_its_checkpoint_and_its_early_stops(tmp_path, monkeypatch, capsys):
+    batch = [*RUN[:-6], "--epochs", "30", "--seeds", "3", "--lr", "0.3", "--early-stopping", "patience",
+             "--patience", "3", "--log-every", "2", "--quiet"]
+    assert run_main(["train", *batch, "--log", tmp_path / "full.jsonl"]) == 0
+    whole = log_rows(tmp_path / "full.jsonl")
+    assert ("stop", 13) in whole  # before the checkpoint the batch resumes from: the resumed log says so too
+    from jaxgcn import batch_state
+    real = batch_state.saver
+
+    def saver(*a, **kw):
+        save = real(*a, **kw)
+        calls = []
+
+        def once(first, state):
+            calls.append(first)
+            if len(calls) > 7:  # the state of epoch 14 saved, epoch 16 logged
+                raise Killed("killed")
+            return save(first, state)
+        return once
+
+    log = tmp_path / "run.jsonl"
+    with monkeypatch.context() as m:
+        m.setattr(batch_state, "saver", saver)
+        assert run_main(["train", *batch, "--save", tmp_path / "ck", "--checkpoint-every", "2",
+                         "--log", log]) == "killed"
+    assert log_rows(log) == [r for r in whole if r[0] != "stop" and r[1] <= 16]  # interrupted: no stop line
+    assert run_main(["train", "--resume", tmp_path / "ck", "--quiet", "--log-every", "2"]) == 0
+    assert sorted(log_rows(log), key=str) == sorted(whole, key=str)
+
+
+def test_a_resumed_bar_starts_at_the_resumed_epoch_with_a_rate_over_the_new_epochs(monkeypatch):
+    pytest.importorskip("tqdm")
+    stream = io.StringIO()
+    progress = Progress(20, tty=True, stream=stream)
+    progress.compiled(0.0)
+    now = [100.0]
+    progress.bar._time = lambda: now[0]  # tqdm's clock, so that the rate is exact
+    progress.resumed(12)
+    assert stream.getvalue().endswith(progress.bar.__str__()) and " 12/20 " in progress.bar.__str__()
+    history = {k: np.full(14, 0.5) for k in ("loss", "train_acc", "val_loss", "val_acc")}
+    now[0] = 101.0
+    progress.epochs(14, history, 1.0)
+    text = str(progress.bar)
+    assert " 14/20 " in text and "2.00epoch/s" in text, text  # 2 new epochs in 1 s, not 14
+    progress.done()
+
+
+def test_a_resumed_fit_logs_only_the_epochs_after_its_checkpoint():
+    import jax
+
+    from jaxgcn import datasets
+    from jaxgcn.train import TrainConfig, fit
+
+    prepared = datasets.prepare(datasets.synthetic(200, n_classes=3, n_features=8, seed=1))
+    config = TrainConfig(epochs=8, early_stopping=None)
+    states, lines = {}, []
+    fit(prepared.data, prepared.n_classes, config=config, key=jax.random.key(0), log=None, checkpoint_every=2,
+        on_checkpoint=lambda s: states.setdefault(int(s.epoch), checkpoint.state_arrays(s)))
+    fit(prepared.data, prepared.n_classes, config=config, key=jax.random.key(0), log=lines.append, log_every=2,
+        resume=lambda template: checkpoint.restore_state(template, states[4], "test"))
+    assert [int(line.split("|")[0].split()[1]) for line in lines] == [6, 8]
