@@ -144,3 +144,29 @@ def test_a_resumed_fit_logs_only_the_epochs_after_its_checkpoint():
     fit(prepared.data, prepared.n_classes, config=config, key=jax.random.key(0), log=lines.append, log_every=2,
         resume=lambda template: checkpoint.restore_state(template, states[4], "test"))
     assert [int(line.split("|")[0].split()[1]) for line in lines] == [6, 8]
+
+
+def hints(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("hint:")]
+
+
+def test_no_overfitting_hint_for_a_run_cut_while_its_validation_still_improves(capsys):
+    # CiteSeer cut at 20 epochs: train 0.900, validation 0.534 and still rising (0.70 at convergence)
+    assert run_main(["train", "--dataset", "citeseer", "--epochs", "20", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "| val 0.5340 | epochs 20 |" in out and hints(out) == []
+
+
+def test_no_overfitting_hint_for_a_run_shorter_than_its_early_stopping_window(capsys):
+    # memorized within 5 epochs (as in test_first_hour), the validation loss lowest at epoch 7 (measured): a
+    # hint after 25 epochs without early stopping (window 10), none after 18 (fewer than 20 epochs), none
+    # when the run is shorter than its patience of 30 (the rule never had the epochs to act)
+    args = ["train", "--dataset", "synthetic", "--nodes", "200", "--classes", "3", "--features", "32",
+            "--train-per-class", "2", "--homophily", "0", "--hidden", "128", "--lr", "0.1", "--dropout", "0",
+            "--weight-decay", "0", "--epochs", "25", "--quiet"]
+    assert run_main([*args, "--early-stopping", "none"]) == 0
+    assert hints(capsys.readouterr().out)[0].startswith("hint: train accuracy 1.000 but validation ")
+    assert run_main([*args, "--early-stopping", "none", "--epochs", "18"]) == 0
+    assert hints(capsys.readouterr().out) == []
+    assert run_main([*args, "--early-stopping", "patience", "--patience", "30"]) == 0
+    assert hints(capsys.readouterr().out) == []
