@@ -170,3 +170,14 @@ def test_no_overfitting_hint_for_a_run_shorter_than_its_early_stopping_window(ca
     assert hints(capsys.readouterr().out) == []
     assert run_main([*args, "--early-stopping", "patience", "--patience", "30"]) == 0
     assert hints(capsys.readouterr().out) == []
+
+
+def test_the_summary_and_the_json_name_the_population_std(tmp_path, capsys):
+    argv = ["train", *RUN[:-6], "--epochs", "6", "--seeds", "3", "--quiet", "--json", tmp_path / "r.json"]
+    assert run_main(argv) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    test = np.array(report["test_acc"])
+    assert len(set(test.tolist())) > 1  # a spread, so that the two stds differ
+    assert report["std_ddof"] == 0 and report["test_acc_std"] == pytest.approx(np.std(test, ddof=0), abs=1e-12)
+    summary = capsys.readouterr().out.splitlines()[-1]
+    assert f"test accuracy {test.mean():.4f} ± {np.std(test):.4f} over 3 runs (population std) | " in summary
