@@ -181,3 +181,41 @@ def test_the_summary_and_the_json_name_the_population_std(tmp_path, capsys):
     assert report["std_ddof"] == 0 and report["test_acc_std"] == pytest.approx(np.std(test, ddof=0), abs=1e-12)
     summary = capsys.readouterr().out.splitlines()[-1]
     assert f"test accuracy {test.mean():.4f} ± {np.std(test):.4f} over 3 runs (population std) | " in summary
+
+
+def test_save_into_another_runs_model_is_refused_unless_overwrite(tmp_path, capsys):
+    from cli_run import unwrap
+
+    model = tmp_path / "m"
+    assert run_main(["train", "--dataset", "citeseer", "--epochs", "2", "--quiet", "--save", model]) == 0
+    before = {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()}
+    assert run_main(["train", "--dataset", "cora", "--epochs", "2", "--quiet", "--save", model,
+                     "--json", tmp_path / "r.json"]) == 2
+    assert unwrap(capsys.readouterr().err) == (
+        f"jaxgcn: error: --save {model}: holds the model of another run, trained with --dataset citeseer; this run "
+        "gives --dataset cora (give another folder, or --overwrite to replace it)\n")
+    assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before  # refused before any work
+    assert not (tmp_path / "r.json").exists()
+    # the same command again replaces its own model; --overwrite replaces another run's
+    assert run_main(["train", "--dataset", "citeseer", "--epochs", "2", "--quiet", "--save", model]) == 0
+    assert run_main(["train", "--dataset", "cora", "--epochs", "2", "--quiet", "--save", model, "--overwrite"]) == 0
+    assert checkpoint.load(model).meta["dataset"] == "cora"
+
+
+def test_save_into_another_batchs_models_or_an_unrecorded_one_is_refused(tmp_path, capsys):
+    from cli_run import unwrap
+
+    runs = tmp_path / "runs"
+    base = ["train", *RUN[:-6], "--epochs", "2", "--seeds", "2", "--quiet", "--save", runs]
+    assert run_main(base) == 0
+    assert run_main([*base, "--lr", "0.02", "--hidden", "16"]) == 2
+    assert unwrap(capsys.readouterr().err) == (
+        f"jaxgcn: error: --save {runs}: holds the model of another run, trained with --hidden 8, --lr 0.01; this run "
+        "gives --hidden 16, --lr 0.02 (give another folder, or --overwrite to replace it)\n")
+    meta = json.loads((runs / "run-000" / "checkpoint.json").read_text())
+    del meta["extra"]["options"]  # as an older jaxgcn wrote it
+    (runs / "run-000" / "checkpoint.json").write_text(json.dumps(meta))
+    assert run_main(base) == 2
+    assert unwrap(capsys.readouterr().err) == (
+        f"jaxgcn: error: --save {runs}: holds a model whose settings are not recorded (an older jaxgcn's); give "
+        "another folder, or --overwrite to replace it\n")
