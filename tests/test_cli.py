@@ -25,7 +25,8 @@ SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", 
 JSON_KEYS = {"dataset", "n_nodes", "n_edges", "backend", "config", "seeds", "test_acc", "test_acc_mean",
              "test_acc_std", "val_acc_mean", "epochs_run", "compile_seconds", "train_seconds"}
 
-SUMMARY = re.compile(r"^test accuracy \d\.\d{4}( over 1 run| ± \d\.\d{4} over \d+ runs) \| val \d\.\d{4} \| "
+SUMMARY = re.compile(r"^test accuracy \d\.\d{4}( over 1 run| ± \d\.\d{4} over \d+ runs \(population std\)) "
+                     r"\| val \d\.\d{4} \| "
                      r"epochs \d+(-\d+)? "
                      r"\| compile \d+\.\d\ds \| train \d+\.\d\ds \(\d+\.\d\d ms/epoch\)$")
 EPOCH = re.compile(r"^Epoch +(\d+) \| loss \d\.\d{4} \| train \d\.\d{4} \| val \d\.\d{4}$")

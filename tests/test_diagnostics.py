@@ -156,8 +156,8 @@ def test_summary_line_of_one_run_has_no_spread():
 def test_summary_line_of_many_runs_has_mean_std_and_epoch_range():
     runs = [RunSummary(0, 0, 0.80, 0.78, 150, True), RunSummary(1, 0, 0.82, 0.80, 200, False)]
     line = summary_line(outcome(runs))
-    assert line == ("test accuracy 0.8100 ± 0.0100 over 2 runs | val 0.7900 | epochs 150-200 | compile 1.25s | "
-                    "train 0.50s (2.50 ms/epoch)")
+    assert line == ("test accuracy 0.8100 ± 0.0100 over 2 runs (population std) | val 0.7900 | epochs 150-200 | "
+                    "compile 1.25s | train 0.50s (2.50 ms/epoch)")
     same = summary_line(outcome([runs[1], runs[1]._replace(seed=2)]))
     assert "± 0.0000 over 2 runs" in same and "| epochs 200 |" in same
 

@@ -179,6 +179,7 @@ class Progress:
         self.logged: dict[int, int] = {}  # run -> last epoch written
         self.shown = 0
         self.bar: Any = None
+        self.log_file = log_file
         self.log = open(log_file, "a") if log_file is not None else None
         self.tag = {} if config is None else {"config_id": config_id(config)}
         if self.log is not None and config is not None:
@@ -187,6 +188,8 @@ class Progress:
         self.tensorboard = tensorboard
         self.compile_start = 0.0
         self.offset = 0
+        self.since = 0  # the epoch the current runs resumed from (0: trained from the start)
+        self.on_file: dict[int, int] | None = None  # run -> last epoch the --log already held (read on resuming)
         self.last_epoch: dict[int, int] = {}
         if tensorboard is not None:
             try:
@@ -210,12 +213,40 @@ class Progress:
 
     def start_slice(self, offset: int, label: str) -> None:
         """The next batch holds runs ``offset``, ``offset + 1``, ... (their epochs restart at 0)."""
-        self.offset, self.shown = offset, 0
+        self.offset, self.shown, self.since = offset, 0, 0
         if self.bar is not None:
             self.bar.reset()
             self.bar.set_description(label)
         else:
             self.say(label)
+
+    def resumed(self, epoch: int) -> None:
+        """The current runs continue from ``epoch`` (a restored checkpoint): the epochs up to it are
+        neither shown nor logged again (nor any the ``--log`` already holds of these settings: an
+        interrupted run may have logged past its last checkpoint), and the bar starts at ``epoch``
+        with its rate over the new epochs only."""
+        if epoch <= 0:
+            return
+        self.since = self.shown = epoch
+        if self.log is not None and self.on_file is None:
+            self.on_file = self._logged_on_file()
+        if self.bar is not None:
+            self.bar.reset()  # restarts the bar's clock and its rate's averages
+            self.bar.n = self.bar.initial = self.bar.last_print_n = epoch
+            self.bar.refresh()
+
+    def _logged_on_file(self) -> dict[int, int]:
+        """The last epoch of each run that the log file holds for this run's ``config_id``."""
+        last: dict[int, int] = {}
+        with open(self.log_file, encoding="utf-8") as f:  # type: ignore[arg-type]
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    if rec.get("config_id") == self.tag.get("config_id") and "epoch" in rec:
+                        last[int(rec["run"])] = int(rec["epoch"])
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    continue  # not a line of this run: another writer's, or damaged
+        return last
 
     def compiling(self) -> None:
         self.compile_start = time.perf_counter()
@@ -264,10 +295,11 @@ class Progress:
     def _seed(self, run: int) -> int:
         return int(self.seeds[run]) if run < len(self.seeds) else run
 
-    def done(self) -> None:
+    def done(self, finished: bool = True) -> None:
         """Close the bar and the files; the log gets one ``stopped_early_at`` line per run that ended
-        before the last epoch (what ``jaxgcn plot curves`` marks)."""
-        if self.log is not None:
+        before the last epoch (what ``jaxgcn plot curves`` marks), unless the runs did not finish
+        (``finished`` False: interrupted, or failed), which stopped none of them early."""
+        if self.log is not None and finished:
             for run, last in sorted(self.last_epoch.items()):
                 if last < self.total:
                     self.log.write(json.dumps({"run": run, "seed": self._seed(run), "stopped_early_at": last,
@@ -290,12 +322,20 @@ class Progress:
         col = col[np.isfinite(col)]
         return float(col.mean()) if col.size else float("nan")
 
+    def _first_new(self, run: int) -> int:
+        """The last epoch of ``run`` not to log again: 0, or on resuming the later of the resumed
+        epoch and the last one the log file holds."""
+        return max(self.since, (self.on_file or {}).get(run, 0)) if self.since else 0
+
     def _write_log(self, rows: dict[str, np.ndarray], epoch: int, elapsed: float) -> None:
         if self.log is None and self.writers is None:
             return
         for local in range(rows["loss"].shape[0]):
             run = self.offset + local
-            start = self.logged.get(run, 0)
+            trained = np.flatnonzero(np.isfinite(rows["loss"][local, :epoch]))
+            if trained.size:  # also a run that stopped before the epoch it resumed from
+                self.last_epoch[run] = int(trained[-1]) + 1
+            start = self.logged.get(run, self._first_new(run))
             for e in range(start + 1, epoch + 1):
                 i = e - 1
                 if not np.isfinite(rows["loss"][local, i]):
@@ -303,7 +343,6 @@ class Progress:
                 last = e == epoch or not np.isfinite(rows["loss"][local, min(i + 1, epoch - 1)])
                 if e % self.every and not last:
                     continue
-                self.last_epoch[run] = e
                 record = {"run": run, "seed": self._seed(run), "epoch": e,
                           **{k: _clean(rows[k][local, i]) for k in KEYS}, "elapsed": round(elapsed, 4), **self.tag}
                 if self.log is not None:

@@ -50,6 +50,11 @@ def restored_line(runs: list[RunSummary]) -> str | None:
             f"validation accuracy {val:.4f})")
 
 
+# The spread over runs that the summaries and reports give: the population std (divided by the number
+# of runs, NumPy's default), named where it is shown ("std_ddof" in the JSON reports).
+STD_DDOF = 0
+STD_NAME = "population std"
+
 GRAPH_REPORT = ("input_edges", "duplicates_merged", "self_loops_found", "edges_symmetrized", "isolated_nodes")
 
 
@@ -72,7 +77,8 @@ def dataset_report(info: dict[str, Any], backend: str) -> dict[str, Any]:
 def train_report(data: dict[str, Any], config: dict[str, Any], runs: Sequence[RunSummary], n_splits: int,
                  compile_seconds: float, train_seconds: float, *, details: dict[str, Any] | None = None,
                  distributed: dict[str, Any] | None = None, record: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``train --json``: the data, the config, every run and their mean/std.
+    """``train --json``: the data, the config, every run and their mean/std (the population std:
+    ``"std_ddof": 0``).
 
     Args:
         data: :func:`dataset_report`.
@@ -89,7 +95,8 @@ def train_report(data: dict[str, Any], config: dict[str, Any], runs: Sequence[Ru
     report = {
         **data, "config": config, "seeds": sorted({r.seed for r in runs}), "splits": n_splits,
         "runs": [r._asdict() for r in runs],
-        "test_acc": test.tolist(), "test_acc_mean": float(test.mean()), "test_acc_std": float(test.std()),
+        "test_acc": test.tolist(), "test_acc_mean": float(test.mean()),
+        "test_acc_std": float(test.std(ddof=STD_DDOF)), "std_ddof": STD_DDOF,
         "val_acc": val.tolist(), "val_acc_mean": float(val.mean()),
         "epochs_run": [r.epochs_run for r in runs], "stopped_early": [r.stopped_early for r in runs],
         "restored_epoch": [r.restored_epoch for r in runs],
@@ -122,7 +129,7 @@ def sweep_report(data: dict[str, Any], grid: Any, train_config: Any, seeds: list
     swept = dataclasses.asdict(grid)
     fixed = {k: v for k, v in dataclasses.asdict(train_config).items() if k not in swept}
     return {**data, "seeds": seeds, "splits": n_splits, "grid": swept, "fixed": fixed,
-            "best": configurations[0], "configurations": configurations,
+            "best": configurations[0], "configurations": configurations, "std_ddof": STD_DDOF,
             **({"record": record} if record is not None else {})}
 
 

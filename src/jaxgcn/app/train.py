@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxgcn import memory
 from jaxgcn import plan as planner
@@ -25,7 +26,7 @@ from jaxgcn.debug import CheckFailed, check_first_step
 from jaxgcn.diagnostics import divergence_hint
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.reports import RunSummary
-from jaxgcn.train import TrainConfig, fit
+from jaxgcn.train import Kipf, Patience, TrainConfig, fit
 
 OVERFIT_GAP = 0.3  # train minus validation accuracy above which a hint is given
 OVERFIT_MIN_EPOCHS = 20  # before that (two of Kipf's stopping windows) a gap says little about overfitting
@@ -61,15 +62,32 @@ def debug_checks(loaded: Loaded, model_config: GCNConfig, train_config: TrainCon
         "no out-of-range index, no NaN (the compiled loop then runs without them)")
 
 
-def overfitting_hint(train_acc: float, val_acc: float, epochs: int | None = None) -> str | None:
+def stopping_window(config: TrainConfig) -> int:
+    """How many epochs the run's early-stopping rule looks back: Kipf's window, the patience, or
+    (no early stopping) Kipf's default window of 10."""
+    rule = config.early_stopping
+    return rule.window if isinstance(rule, Kipf) else rule.patience if isinstance(rule, Patience) else Kipf().window
+
+
+def overfitting_hint(train_acc: float, val_acc: float, epochs: int | None = None, *, window: int = 0,
+                     val_loss: Any = None) -> str | None:
     """A one-line hint when the final model fits the training nodes far better than the validation
-    ones, after at least :data:`OVERFIT_MIN_EPOCHS` epochs (``epochs``: how many the run trained).
+    ones, after at least :data:`OVERFIT_MIN_EPOCHS` epochs (``epochs``: how many the run trained),
+    once the validation loss (``val_loss``, per epoch; None: not known) has gone the run's
+    early-stopping ``window`` of epochs without a new low. A run shorter than its window, or whose
+    validation loss still fell within its last window, is short, not overfit: no hint.
 
     >>> overfitting_hint(1.0, 0.8) is None, overfitting_hint(1.0, 0.5)[:26], overfitting_hint(1.0, 0.5, 5)
     (True, 'hint: train accuracy 1.000', None)
+    >>> overfitting_hint(1.0, 0.5, 30, window=50), overfitting_hint(1.0, 0.5, 30, window=10, val_loss=range(30, 0, -1))
+    (None, None)
     """
     if train_acc - val_acc <= OVERFIT_GAP or (epochs is not None and epochs < OVERFIT_MIN_EPOCHS):
         return None
+    losses = np.asarray([] if val_loss is None else val_loss, np.float64)
+    best = int(np.nanargmin(losses)) + 1 if np.isfinite(losses).any() else 0  # the epoch of its lowest
+    if epochs is not None and epochs - best < window:
+        return None  # validation still improving within the last window: the run is short, not overfit
     return (f"hint: train accuracy {train_acc:.3f} but validation {val_acc:.3f}: the model overfits. Try more "
             "regularization (--dropout, --weight-decay), early stopping (--early-stopping patience), fewer "
             "--hidden units, or check that the split's classes are balanced (--train-per-class)")
@@ -80,8 +98,10 @@ def hint(outcome: Outcome) -> str | None:
     prepared = outcome.loaded.prepared
     diverged = divergence_hint(outcome.losses, prepared.data, outcome.train, norm=prepared.info.get("norm"))
     fitted = outcome.fitted
-    return diverged or (overfitting_hint(fitted.metrics["train_acc"], fitted.metrics["val_acc"], fitted.epochs_run)
-                        if fitted else None)
+    if diverged or not fitted:
+        return diverged
+    return overfitting_hint(fitted.metrics["train_acc"], fitted.metrics["val_acc"], fitted.epochs_run,
+                            window=stopping_window(outcome.train), val_loss=fitted.history.get("val_loss"))
 
 
 def _one(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execution], facts: dict[str, Any] | None,

@@ -328,6 +328,9 @@ def _add_output_args(o: argparse._ArgumentGroup, grid: bool) -> None:
     o.add_argument("--json", type=v.path, help="write the results to this JSON file")
     if not grid:
         o.add_argument("--save", type=v.path, help="save the trained model as a checkpoint directory")
+        o.add_argument("--overwrite", action="store_true",
+                       help="with --save: replace the model of another run (other settings or data) that the "
+                            "directory holds (without it such a directory is refused)")
         o.add_argument("--checkpoint-every", type=v.positive_int, default=None,
                        help="with --save: also save the whole run state every K epochs (for --resume)")
         o.add_argument("--resume", type=v.path, default=None,

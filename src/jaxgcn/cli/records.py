@@ -25,17 +25,22 @@ from jaxgcn.cli import values
 # not take over from its record (where it writes, which checkpoint it resumes, how a job's processes
 # find each other; give them again on the re-run's command line when wanted).
 FILE_OPTIONS = ("from_record", "config")
-NOT_REPLAYED = ("json", "csv", "save", "save_split", "log", "tensorboard", "checkpoint_every", "resume",
+NOT_REPLAYED = ("json", "csv", "save", "overwrite", "save_split", "log", "tensorboard", "checkpoint_every", "resume",
                 "coordinator", "num_processes", "process_id")
 NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin")  # namespace entries, not options
 # A checkpoint records its command's options too (``extra``'s ``options``). ``train --resume DIR``
 # takes them as its defaults except how this process reports; the run goes on saving into DIR as
-# often as it did, and a flag given that differs from the recorded value is refused, except the
-# outputs and the files the data is read from (the data's SHA-256, checked on resuming, judges those).
+# often as it did and logging its new epochs to its --log, and a flag given that differs from the
+# recorded value is refused, except the outputs and the files the data is read from (the data's
+# SHA-256, checked on resuming, judges those).
 # How a process shows its run, not what it trains (neither resumed nor part of a --log's config_id).
 DISPLAY = ("quiet", "verbose", "log_every", "log_append", "no_compile_cache", "debug")
 NOT_RESUMED = (*DISPLAY, "join_timeout")
-RESUMED_FREE = ("save", "checkpoint_every", "data_root", "data_dir", "edges", "features", "labels", "split_file")
+RESUMED_FREE = ("save", "checkpoint_every", "log", "data_root", "data_dir", "edges", "features", "labels",
+                "split_file")
+# What a resumed run keeps writing as the run did: its --log (the resumed run adds its new epochs);
+# another --log given with --resume takes them instead.
+RESUMED_OUTPUTS = ("checkpoint_every", "log")
 # evaluate, predict and plot --checkpoint DIR without --dataset or --edges: the recorded options that
 # choose the graph (the split is the one the checkpoint saved; normalizations come from it too)
 DATA_CHOICE = ("dataset", "data_dir", "ogb_split", "features", "nodes", "classes", "avg_degree", "homophily",
@@ -43,6 +48,10 @@ DATA_CHOICE = ("dataset", "data_dir", "ogb_split", "features", "nodes", "classes
 # where a checkpoint's JSON lives: jaxgcn.checkpoint.META and jaxgcn.batch_state's FOLDER/MANIFEST
 # (named here, not imported: parsing the flags imports no JAX)
 CHECKPOINT_JSON = ("checkpoint.json", "batch-state/state.json")
+# where a --save folder's model records its options: one run's checkpoint, a batch's state, or its first run
+SAVED_JSON = (CHECKPOINT_JSON[0], CHECKPOINT_JSON[1], "run-000/checkpoint.json")
+# options that do not make another model: outputs, display, the files that set defaults, where data is cached
+NOT_COMPARED = (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS, "data_root")
 
 
 def add_file_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -232,7 +241,7 @@ def _resume_defaults(command: argparse.ArgumentParser, args: argparse.Namespace)
         refuse_nothing_to_resume(resume)
         return {}
     kept = {k: v for k, v in options.items()
-            if k == "checkpoint_every" or k not in (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS)}
+            if k in RESUMED_OUTPUTS or k not in (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS)}
     return {**to_defaults(command, kept, f"--resume {resume}"), "save": args.resume}
 
 
@@ -337,6 +346,32 @@ def refuse_resume_changes(parser: argparse.ArgumentParser, args: argparse.Namesp
                          f"(drop {flags} to resume, or train afresh without --resume)")
 
 
+def refuse_another_runs_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``train --save DIR`` where DIR holds the model of a run with other settings or data (a Cora
+    model, this run CiteSeer) is refused, naming what differs, unless ``--overwrite``; a re-run of
+    the same command, and a resumed run saving into its own folder, replace it as before."""
+    save = getattr(args, "save", None)
+    if save is None or getattr(args, "overwrite", True) or (
+            args.resume is not None and Path(args.resume).resolve() == Path(save).resolve()):
+        return
+    meta = _checkpoint_json(Path(save), SAVED_JSON)
+    if meta is None:
+        return  # no model there (a folder of something else is for the output checks to judge)
+    recorded, mine = recorded_options(meta), options(args)
+    actions = {a.dest: a for a in _command_parser(parser, args.command)._actions if a.option_strings}
+    differ = [] if recorded is None else sorted(
+        d for d in mine if d in recorded and d in actions and d not in NOT_COMPARED and recorded[d] != mine[d])
+    if recorded is not None and not differ:
+        return
+    fix = "give another folder, or --overwrite to replace it"
+    if recorded is None:
+        raise ValueError(f"--save {save}: holds a model whose settings are not recorded (an older jaxgcn's); {fix}")
+    was = ", ".join(_flag_text(actions[d], recorded[d]) for d in differ)
+    now = ", ".join(_flag_text(actions[d], mine[d]) for d in differ)
+    raise ValueError(f"--save {save}: holds the model of another run, trained with {was}; this run gives {now} "
+                     f"({fix})")
+
+
 _UNSET = object()
 
 
@@ -366,6 +401,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
         args = parser.parse_args(given)
     if getattr(args, "resume", None) is not None:
         refuse_resume_changes(parser, args, restored)
+    if args.command == "train":
+        refuse_another_runs_model(parser, args)
     if hasattr(args, "edges"):  # which option chose the dataset, if any (own files conflict with it)
         args.dataset_origin = ("--dataset" if _on_command_line(parser, args.command, given, "dataset")
                                else origins.get("dataset"))

@@ -65,13 +65,15 @@ def ms_per_epoch(train_seconds: float, epochs_run: int, resumed_epoch: int = 0) 
 def summary_line(outcome: Outcome) -> str:
     """The line every train ends with: test/val accuracy over the runs, epochs, timings. One run
     has no spread: ``test accuracy 0.8130 over 1 run | ... | epochs 200 | ...``; several runs give
-    the mean ± std and the range of their epochs; a sharded run names its devices and exchange."""
+    the mean ± the population std (``... over 20 runs (population std) | ...``) and the range of
+    their epochs; a sharded run names its devices and exchange."""
     test = np.array([r.test_acc for r in outcome.runs])
     val = np.array([r.val_acc for r in outcome.runs])
     epochs = [r.epochs_run for r in outcome.runs]
     train_s = outcome.train_seconds
     n = len(outcome.runs)
-    accuracy = f"{test.mean():.4f} over 1 run" if n == 1 else f"{test.mean():.4f} ± {test.std():.4f} over {n} runs"
+    accuracy = (f"{test.mean():.4f} over 1 run" if n == 1 else
+                f"{test.mean():.4f} ± {test.std(ddof=reports.STD_DDOF):.4f} over {n} runs ({reports.STD_NAME})")
     span = f"{min(epochs)}" if min(epochs) == max(epochs) else f"{min(epochs)}-{max(epochs)}"
     layout = "" if outcome.sharded is None else f" | {outcome.sharded.n_parts} devices, {outcome.sharded.exchange}"
     per_epoch = ms_per_epoch(train_s, max(epochs), outcome.resumed_epoch)  # a resumed run: its new epochs
@@ -113,6 +115,8 @@ def _train(args: argparse.Namespace, the_job: Job, say: Say) -> int:
     writer = not the_job.distributed or is_writer()
     say = say if writer else (lambda msg: None)
     seeds = [s for _ in range(args.splits) for s in the_job.seed_list]
+    if args.resume is not None and args.log is not None:
+        say(f"--log {args.log}: the resumed run adds its new epochs to it")
     progress = Progress(the_job.train.epochs, every=args.log_every, quiet=args.quiet or not writer,
                         log_file=args.log if writer else None, tensorboard=args.tensorboard if writer else None,
                         seeds=seeds, config=log_settings(args))
@@ -121,8 +125,10 @@ def _train(args: argparse.Namespace, the_job: Job, say: Say) -> int:
             outcome = sharded.run(the_job, say, writer=writer, progress=progress, log_every=args.log_every)
         else:
             outcome = app_train.run(the_job, say, progress=progress, log_every=args.log_every)
-    finally:
-        progress.done()
+    except BaseException:
+        progress.done(finished=False)  # an interrupted run stopped no run early: its resume goes on logging
+        raise
+    progress.done()
     if not writer:
         return 0
     print(summary_line(outcome))

@@ -152,9 +152,10 @@ def drive(step: Callable[[Any, int], Any], state: Any, view: Callable[[Any], tup
             return state, seen
 
 
-def log_hook(log: Callable[[str], None], every: int) -> Hook:
-    """A hook that logs :func:`jaxgcn.progress.epoch_line` for every ``every``-th epoch of one run."""
-    shown = [0]
+def log_hook(log: Callable[[str], None], every: int, since: int = 0) -> Hook:
+    """A hook that logs :func:`jaxgcn.progress.epoch_line` for every ``every``-th epoch of one run
+    after epoch ``since`` (a resumed run's restored epochs are not logged again)."""
+    shown = [since]
 
     def hook(_: Any, seen: Chunk) -> None:
         rows = seen.history
@@ -229,10 +230,12 @@ def run_one(compiled: Compiled, data: Any, state: RunState, config: TrainConfig,
     the :class:`FitResult` with host NumPy params. :func:`fit` and sharded training
     (:func:`jaxgcn.distributed.fit_sharded`) both end here."""
     start = time.perf_counter()
+    since = int(state.epoch)  # 0, or the epoch a resumed run continues from
     hooks: list[Hook] = []
     if log is not None and log_every > 0:
-        hooks.append(log_hook(log, log_every))
+        hooks.append(log_hook(log, log_every, since))
     if progress is not None:
+        progress.resumed(since)
         hooks.append(progress_hook(progress))
     if on_checkpoint is not None:
         hooks.append(lambda s, seen: on_checkpoint(s) if seen.reason[0] == RUNNING else None)

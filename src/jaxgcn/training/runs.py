@@ -326,6 +326,8 @@ def _fit_slice(data: TrainData, n_classes: int, entries: list[Entry], options: _
     saved = None if options.resume is None else options.resume(first, state)
     if saved is not None:  # uncommitted arrays: the program places them over its mesh as its own output
         state = saved
+        if options.progress is not None:
+            options.progress.resumed(int(state.step))
     start = time.perf_counter()
 
     def view(s: BatchState) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
