@@ -279,12 +279,12 @@ def test_the_console_handler_raises_sigterm_as_terminated_and_restores_the_defau
 def test_sigterm_between_a_slice_and_its_manifest_leaves_the_previous_state_whole(tmp_path, monkeypatch, capsys):
     real, manifests = batch_state.write_atomic, []
 
-    def terminated_at_the_second_manifest(path, data):
+    def terminated_at_the_second_manifest(path, data, **how):
         if Path(path).name == batch_state.MANIFEST:
             manifests.append(data)
             if len(manifests) == 2:
                 raise Terminated
-        return real(path, data)
+        return real(path, data, **how)
     monkeypatch.setattr(batch_state, "write_atomic", terminated_at_the_second_manifest)
     ck = tmp_path / "ck"
     argv = ["train", *TINY, "--seeds", "2", "--epochs", "9", "--early-stopping", "none", "--save", ck,

@@ -240,8 +240,8 @@ def test_a_failing_run_leaves_a_save_folder_that_existed_as_it_was(tmp_path, cap
     before = files_of(kept)
     assert "checkpoint.json" in before
     empty.mkdir()
-    for folder in (kept, empty):
-        assert run_main(["train", *DIVERGING, "--save", folder]) == 1
+    for folder in (kept, empty):  # --overwrite: the earlier model's settings differ (train --save refuses it)
+        assert run_main(["train", *DIVERGING, "--save", folder, "--overwrite"]) == 1
         assert unwrap(capsys.readouterr().err).startswith("jaxgcn: error: training diverged")
     assert files_of(kept) == before and checkpoint.load(kept).meta["epoch"] == 3
     assert empty.is_dir() and [p.name for p in empty.iterdir() if p.name != ".jaxgcn.lock"] == []

@@ -235,7 +235,8 @@ def run_one(compiled: Compiled, data: Any, state: RunState, config: TrainConfig,
     if log is not None and log_every > 0:
         hooks.append(log_hook(log, log_every, since))
     if progress is not None:
-        progress.resumed(since)
+        if since:  # a display of one's own need not know of resuming (Progress does)
+            progress.resumed(since)
         hooks.append(progress_hook(progress))
     if on_checkpoint is not None:
         hooks.append(lambda s, seen: on_checkpoint(s) if seen.reason[0] == RUNNING else None)
