@@ -35,3 +35,9 @@ class RawGraph(NamedTuple):
     class_names: list[str] | None = None
     node_ids: np.ndarray | None = None
     official_splits: tuple[dict[str, np.ndarray], ...] | None = None
+
+
+class CacheNote(UserWarning):
+    """A parse cache file was discarded (damaged, truncated, edited) and the sources parsed again
+    (:mod:`jaxgcn.datasets.parsed`). Defined here, beside the records, so the command line can show
+    it as a note without importing SciPy."""
