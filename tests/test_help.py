@@ -420,6 +420,8 @@ def test_predict_and_evaluate_help_list_only_the_flags_that_apply(capsys):
     (["train", "--clip-norm", "-2"], "--clip-norm -2: the clipping norm must be positive"),
     (["train", "--dataset", "synthetic", "--homophily", "1.2"], "--homophily 1.2: a probability must be in [0, 1]"),
     (["info", "--dataset", "synthetic", "--avg-degree", "-3"], "--avg-degree -3: a degree must be finite"),
+    (["info", "--dataset", "Synthetic", "--nodes", "9", "--classes", "5"],
+     "--nodes 9 --classes 5: a synthetic graph needs at least 2 nodes per class; give --nodes 10 or more"),
     (["train", "--train-frac", "1"], "--train-frac 1: a fraction must be in (0, 1)"),
     (["train", "--train-frac", "0.7", "--test-frac", "0.25"],
      "--train-frac 0.7 --val-frac 0.1 --test-frac 0.25: together 1.05, more than all the labelled nodes"),
@@ -428,7 +430,8 @@ def test_predict_and_evaluate_help_list_only_the_flags_that_apply(capsys):
     (["evaluate", "--checkpoint", "{tmp}", "--dataset", "pubmedd"], "unknown dataset 'pubmedd' (did you mean pubmed?)"),
     (["download", "corra"], "download corra: not a catalogue dataset"),
 ], ids=["dataset", "multi-label", "dropout", "sweep-dropout", "lr", "weight-decay", "clip-norm", "homophily",
-        "avg-degree", "fraction", "fractions-sum", "splits", "json-folder", "evaluate-dataset", "download"])
+        "avg-degree", "synthetic-nodes", "fraction", "fractions-sum", "splits", "json-folder", "evaluate-dataset",
+        "download"])
 def test_values_that_need_no_data_are_refused_before_jax_is_imported(tmp_path, argv, text):
     import subprocess
     import sys

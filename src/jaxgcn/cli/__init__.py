@@ -5,7 +5,9 @@ One module per command (``train``, ``sweep``, ``evaluate``, ``predict``, ``info`
 of arguments to library configs in :mod:`~jaxgcn.cli.config`. :func:`main` is the one place where
 errors become exit codes and messages (one line, or a few short ones:
 :func:`~jaxgcn.cli.parser.error_text`). Parsing imports no command module and no JAX:
-``--help``, ``--version`` and a mistyped flag answer in a fraction of a second.
+``--help``, ``--version``, a mistyped flag and every value that needs no data to be judged (a
+range, a dataset name, an output folder: :data:`~jaxgcn.cli.common.BEFORE_JAX`) answer in a
+fraction of a second.
 
 Importing this package imports light standard-library modules only (the parser is imported when
 :func:`main` runs): ``python -m jaxgcn.cli`` imports it before :func:`main` installs the Ctrl-C

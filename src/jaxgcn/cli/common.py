@@ -184,13 +184,18 @@ RANGES = (("--dropout", "dropout", lambda x: 0 <= x < 1, "the probability to dro
 
 
 def check_ranges(args: argparse.Namespace) -> None:
-    """Every number flag inside the range the library accepts (sweep's lists: each value), and
-    fractions that fit in the labelled nodes together."""
+    """Every number flag inside the range the library accepts (sweep's lists: each value), a
+    synthetic graph's node count for its classes, and fractions that fit in the labelled nodes
+    together."""
     for flag, attr, ok, rule, example in RANGES:
         values = getattr(args, attr, None)
         for value in values if isinstance(values, tuple) else (values,):
             if value is not None and not ok(value):
                 raise ValueError(f"{flag} {value:g}: {rule}; give a value such as {example}")
+    if str(getattr(args, "dataset", None)).lower() == "synthetic" and args.edges is None \
+            and args.nodes < 2 * args.classes:  # the stochastic block model's floor (jaxgcn.datasets.synthetic)
+        raise ValueError(f"--nodes {args.nodes} --classes {args.classes}: a synthetic graph needs at least 2 nodes "
+                         f"per class; give --nodes {2 * args.classes} or more, or fewer --classes")
     if getattr(args, "train_frac", None) is not None:
         train, val, test = args.train_frac, args.val_frac or 0.1, args.test_frac or 0.2
         if train + val + test > 1.0 + 1e-9:
