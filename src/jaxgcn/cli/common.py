@@ -17,7 +17,7 @@ from typing import Callable
 
 from jaxgcn import outputs
 from jaxgcn.cli.values import INT32_MAX, STDOUT
-from jaxgcn.datasets.catalogue import SEVERAL_SPLIT_PROTOCOLS, check_name, refuse_unsupported
+from jaxgcn.datasets.catalogue import SEVERAL_SPLIT_PROTOCOLS, check_name, lookup, refuse_unsupported
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
 # checkpoint/partitions: a directory jaxgcn owns (replaced only when it holds that kind of output); dir: any.
@@ -168,7 +168,7 @@ def several_protocol_splits(args: argparse.Namespace) -> bool:
     if args.edges is not None or args.data_dir is not None or args.split != "public" or args.split_file is not None \
             or args.train_frac is not None or args.dataset is None:
         return False
-    entry = check_name(args.dataset)
+    entry = lookup(args.dataset)
     return entry is not None and entry.protocol in SEVERAL_SPLIT_PROTOCOLS
 
 
@@ -210,7 +210,8 @@ def check_dataset(args: argparse.Namespace) -> None:
     name = getattr(args, "dataset", None)
     if name is None or getattr(args, "edges", None) is not None or getattr(args, "data_dir", None) is not None:
         return
-    entry = check_name(name)
+    sharded = args.command == "train" and (getattr(args, "shard_graph", False) or getattr(args, "distributed", False))
+    entry = check_name(name, partitions=sharded)
     if entry is not None:
         refuse_unsupported(entry)
 

@@ -199,17 +199,21 @@ def lookup(name: str) -> Dataset | None:
     return CATALOGUE.get(name.lower().replace("_", "-"))
 
 
-def check_name(name: str) -> Dataset | None:
+def check_name(name: str, partitions: bool = False) -> Dataset | None:
     """The catalogue row of a ``--dataset`` value, or None for another form (``synthetic``,
-    ``ogb:DIR``, ``npz:DIR``, ``partitioned:DIR``); an unknown name is a ValueError naming the closest
-    catalogue name and every form (:func:`available`). Reads no file: ``jaxgcn`` checks the name
-    before it imports JAX.
+    ``ogb:DIR``, ``npz:DIR``; ``partitioned:DIR`` where ``partitions`` says the caller reads partition
+    files: sharded training); an unknown name is a ValueError naming the closest catalogue name and
+    every form (:func:`available`). Reads no file: ``jaxgcn`` checks the name before it imports JAX.
 
-    >>> check_name("CiteSeer").name, check_name("npz:graphs/mine")
-    ('citeseer', None)
+    >>> check_name("CiteSeer").name, check_name("npz:graphs/mine"), check_name("partitioned:p", partitions=True)
+    ('citeseer', None, None)
     """
     entry = lookup(name)
     key = name.lower()
+    if key.startswith(OTHER_FORMS[3]) and not partitions:
+        raise ValueError(f"dataset {name!r}: partition files hold per-device row blocks that only "
+                         "`jaxgcn train --shard-graph` or `--distributed` reads; train with one of those flags, "
+                         "or name the original dataset")
     if entry is not None or key == OTHER_FORMS[0] or key.startswith(OTHER_FORMS[1:]):
         return entry
     known = ", ".join(form for form, _ in available())

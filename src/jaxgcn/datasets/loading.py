@@ -77,11 +77,7 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: st
     entry = lookup(key)
     if entry is not None:
         return load_named(entry, root=data_root, download=download, progress=progress)
-    if key.startswith("partitioned:"):
-        raise ValueError(f"dataset {name!r}: partition files hold per-device row blocks that only "
-                         "`jaxgcn train --shard-graph` or `--distributed` reads; train with one of those flags, "
-                         "or name the original dataset")
-    check_name(name)  # raises: every other form was handled above
+    check_name(name)  # raises: every other form (partitioned:DIR too, which only sharded training reads) is above
     raise AssertionError(f"dataset {name!r}: a --dataset form without a loader")  # pragma: no cover
 
 
