@@ -414,6 +414,8 @@ def test_predict_and_evaluate_help_list_only_the_flags_that_apply(capsys):
     (["info", "--dataset", "ogbn-proteins"], "dataset ogbn-proteins: a multi-label task"),
     (["train", "--dataset", "partitioned:{tmp}"], "dataset 'partitioned:{tmp}': partition files hold per-device row "
                                                   "blocks that only `jaxgcn train --shard-graph` or `--distributed`"),
+    (["train", "--labels", "l.csv"], "--labels l.csv: needs --edges FILE (your own graph)"),
+    (["info", "--features", "f.csv"], "--features f.csv: a features file needs --edges FILE"),
     (["train", "--dropout", "1.5"], "jaxgcn: error: --dropout 1.5: the probability to drop must be in [0, 1); "
                                     "give a value such as 0.5"),
     (["sweep", "--dropout", "0.5,1"], "--dropout 1: the probability to drop must be in [0, 1)"),
@@ -431,9 +433,9 @@ def test_predict_and_evaluate_help_list_only_the_flags_that_apply(capsys):
     (["train", "--json", "{tmp}/missing/r.json"], "--json {tmp}/missing/r.json: folder {tmp}/missing does not exist"),
     (["evaluate", "--checkpoint", "{tmp}", "--dataset", "pubmedd"], "unknown dataset 'pubmedd' (did you mean pubmed?)"),
     (["download", "corra"], "download corra: not a catalogue dataset"),
-], ids=["dataset", "multi-label", "partitions", "dropout", "sweep-dropout", "lr", "weight-decay", "clip-norm",
-        "homophily", "avg-degree", "synthetic-nodes", "fraction", "fractions-sum", "splits", "json-folder",
-        "evaluate-dataset", "download"])
+], ids=["dataset", "multi-label", "partitions", "labels-alone", "features-file-alone", "dropout", "sweep-dropout",
+        "lr", "weight-decay", "clip-norm", "homophily", "avg-degree", "synthetic-nodes", "fraction", "fractions-sum",
+        "splits", "json-folder", "evaluate-dataset", "download"])
 def test_values_that_need_no_data_are_refused_before_jax_is_imported(tmp_path, argv, text):
     import subprocess
     import sys

@@ -19,6 +19,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits, with_splits
+from jaxgcn.datasets.base import check_own_files
 from jaxgcn.datasets.catalogue import SEVERAL_SPLIT_PROTOCOLS, Dataset, lookup
 from jaxgcn.datasets.download import data_root as default_root
 from jaxgcn.datasets.files import load_files
@@ -168,11 +169,7 @@ def _read_graph(request: DataRequest, require_labels: bool) -> RawGraph:
         def parse() -> RawGraph:
             return load_files(r.edges, r.features, r.labels)
         return cached(cache_file(default_root(r.data_root), "files", paths), paths, parse)
-    if r.labels is not None:
-        raise ValueError("--labels FILE needs --edges FILE (your own graph)")
-    if r.features is not None and not str(r.features).isdigit():
-        raise ValueError(f"--features {r.features}: a features file needs --edges FILE; with "
-                         "--dataset synthetic give a feature count")
+    check_own_files(r.edges, r.labels, r.features)
     return load_dataset(r.dataset, data_dir=r.data_dir, ogb_split=r.ogb_split, data_root=r.data_root,
                         progress=r.progress, **r.synthetic, n_features=int(r.features or 64),
                         train_per_class=r.per_class, n_val=r.n_val, n_test=r.n_test, seed=r.data_seed)

@@ -17,6 +17,7 @@ from typing import Callable
 
 from jaxgcn import outputs
 from jaxgcn.cli.values import INT32_MAX, STDOUT
+from jaxgcn.datasets.base import check_own_files
 from jaxgcn.datasets.catalogue import SEVERAL_SPLIT_PROTOCOLS, check_name, lookup, refuse_unsupported
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
@@ -216,6 +217,12 @@ def check_dataset(args: argparse.Namespace) -> None:
         refuse_unsupported(entry)
 
 
+def check_own_files_early(args: argparse.Namespace) -> None:
+    """:func:`~jaxgcn.datasets.base.check_own_files` for the commands with data flags."""
+    if hasattr(args, "edges"):
+        check_own_files(args.edges, args.labels, args.features)
+
+
 def check_outputs_early(args: argparse.Namespace) -> None:
     """The output paths, unless the run is a multi-process job: which process writes is known once
     JAX has joined the job (:func:`prelude` checks them then, on that process)."""
@@ -232,7 +239,8 @@ def check_split_flags_early(args: argparse.Namespace) -> None:
 # What jaxgcn.cli.main checks right after parsing, before JAX is imported: each function takes the
 # parsed arguments and raises a ValueError naming the flag. A check that needs no data belongs here.
 BEFORE_JAX: list[Callable[[argparse.Namespace], None]] = [
-    check_dataset, check_numbers, check_ranges, check_split_flags_early, check_inputs, check_outputs_early]
+    check_dataset, check_own_files_early, check_numbers, check_ranges, check_split_flags_early, check_inputs,
+    check_outputs_early]
 
 
 def before_jax(args: argparse.Namespace) -> None:
