@@ -126,7 +126,7 @@ OUTPUT_CASES = [
     ("evaluate-json-dir", ["evaluate", "--checkpoint", "{t}/m", *SYNTH, "--json", "{t}/dir"],
      r"--json \S+/dir: is a directory"),
     ("evaluate-save-split", ["evaluate", "--checkpoint", "{t}/m", *SYNTH, "--save-split", "{t}/s.csv"],
-     r"--save-split \S+: `jaxgcn evaluate` draws no split to save"),
+     r"`jaxgcn evaluate` takes no --save-split: it draws no split to save"),
     ("predict-out-dir", ["predict", "--checkpoint", "{t}/m", *SYNTH, "--out", "{t}/dir"],
      r"--out \S+/dir: is a directory; .*predictions\.csv"),
     ("predict-out-missing-folder", ["predict", "--checkpoint", "{t}/m", *SYNTH, "--out", "{t}/nope/p.csv"],

@@ -81,7 +81,7 @@ def test_train_writes_consistent_json(tmp_path, capsys):
 def test_train_progress_lines(capsys):
     assert run_main([*SYNTH, "--log-every", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert re.match(r"^synthetic: 400 nodes, \d+ edges, 16 features, 3 classes \| backend csr", lines[0])
+    assert re.match(r"^synthetic: 400 nodes, [\d,]+ undirected edges, 16 features, 3 classes \| backend csr", lines[0])
     epochs = [int(m.group(1)) for m in map(EPOCH.match, lines) if m]
     assert epochs == [10, 20, 30]
     assert any(line.startswith("Epoch  20 | loss ") for line in lines)
@@ -125,9 +125,9 @@ def test_datasets_command_lists_bundled_data(capsys):
     (["train", "--dataset", "nope", "--no-compile-cache"], r"unknown dataset 'nope'"),
     (["train", "--epochs", "0"], r"argument --epochs: 0 is not a positive integer"),
     (["train", "--dataset", "synthetic", "--nodes", "100", "--classes", "2", "--dropout", "1.5",
-      "--no-compile-cache"], r"dropout=1\.5: the drop probability must be in \[0, 1\)"),
+      "--no-compile-cache"], r"--dropout 1\.5: the probability to drop must be in \[0, 1\); give a value such as 0\.5"),
     (["train", "--dataset", "synthetic", "--nodes", "100", "--classes", "2", "--lr", "-1",
-      "--no-compile-cache"], r"lr=-1\.0 must be a positive number"),
+      "--no-compile-cache"], r"--lr -1: the learning rate must be positive; give a value such as 0\.01"),
     (["train", "--backend", "sparse"], r"argument --backend: invalid choice: 'sparse'"),
     (["train", "--norm", "l2"], r"argument --norm: invalid choice: 'l2'"),
     (["frobnicate"], r"invalid choice: 'frobnicate'"),
@@ -267,4 +267,4 @@ def test_bad_optimizer_exits_2_with_one_line(capsys, args, match):
 def test_config_errors_name_the_flag(capsys):
     assert run_main([*SYNTH, "--lr", "-1"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == ["jaxgcn: error: --lr: lr=-1.0 must be a positive number"]
+    assert err == ["jaxgcn: error: --lr -1: the learning rate must be positive; give a value such as 0.01"]

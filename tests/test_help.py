@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
-from cli_run import unwrap
+from cli_run import run_main, unwrap
 
 from jaxgcn.cli import build_parser, main
 from jaxgcn.cli.parser import KindParser
@@ -181,10 +182,10 @@ def test_each_plot_kind_lists_its_own_flags_and_plot_lists_the_kinds(capsys, mon
 
 @pytest.mark.parametrize(("argv", "flag", "taker"), [
     (["curves", "--log", "l.jsonl", "--out", "c.png", "--checkpoint", "model"], "--checkpoint", "embeddings"),
-    (["--check=model", "curves", "--log", "l.jsonl", "--out", "c.png"], "--checkpoint", "embeddings"),
+    (["--checkpoint=model", "curves", "--log", "l.jsonl", "--out", "c.png"], "--checkpoint", "embeddings"),
     (["sweep", "--sweep-json", "s.json", "--out", "s.png", "--dataset", "cora"], "--dataset", "embeddings"),
     (["embeddings", "--checkpoint", "model", "--out", "e.png", "--x", "lr"], "--x", "sweep"),
-], ids=["after", "abbreviated-before-the-kind", "data-flag", "sweep-flag"])
+], ids=["after", "before-the-kind", "data-flag", "sweep-flag"])
 def test_a_flag_of_another_plot_kind_is_a_usage_error_naming_the_kind_that_takes_it(capsys, argv, flag, taker):
     kind = next(word for word in argv if word in ("curves", "embeddings", "sweep"))
     assert main(["plot", *argv]) == 2
@@ -328,6 +329,159 @@ def test_help_version_and_argument_errors_answer_without_importing_jax(argv, cod
     assert proc.stderr.splitlines()[-1] == "imported: none"
     if argv == ["--version"]:
         assert proc.stdout == f"jaxgcn {__version__}\n"
+
+
+# --- flags spelled in full, typos answered, choices in any case (issue 43) ---------------------------
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["train", "--hid", "32", "--epoch", "5"], "unrecognized argument --hid: flags are not abbreviated; did you mean "
+                                               "--hidden? (see 'jaxgcn train --help')"),
+    (["train", "--hidden", "32", "--epoch", "5"], "unrecognized argument --epoch: flags are not abbreviated; did you "
+                                                  "mean --epochs? (see 'jaxgcn train --help')"),
+    (["sweep", "--datas", "citeseer"], "unrecognized argument --datas: flags are not abbreviated; did you mean "
+                                       "--dataset? (see 'jaxgcn sweep --help')"),
+    (["train", "--hidenn", "3"], "unrecognized argument --hidenn; did you mean --hidden? (see 'jaxgcn train --help')"),
+    (["info", "--wieght-decay=3"], "unrecognized argument --wieght-decay (see 'jaxgcn info --help')"),
+    (["train", "--wieght-decay=3"], "unrecognized argument --wieght-decay; did you mean --weight-decay? (see 'jaxgcn "
+                                    "train --help')"),
+    (["train", "--on", "test"], "`jaxgcn train` takes no --on; `jaxgcn evaluate` takes it (see 'jaxgcn train --help')"),
+    (["datasets", "--memory-budget", "4G"], "`jaxgcn datasets` takes no --memory-budget; `jaxgcn sweep` takes it (see "
+                                            "'jaxgcn datasets --help')"),
+], ids=["prefix", "second-prefix", "sweep-prefix", "typo", "nothing-close", "typo-with-value", "other-command",
+        "datasets"])
+def test_a_flag_a_command_does_not_take_is_refused_with_the_fix(capsys, argv, message):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, unwrap(captured.err)) == ("", f"jaxgcn: error: {message}\n")
+
+
+def test_choices_are_case_insensitive_on_the_command_line_and_in_config_files(tmp_path):
+    from jaxgcn.cli.records import parse_args
+
+    args = parse_args(build_parser(), ["train", "--optimizer", "ADAM", "--feature-norm", "None", "--split", "Random",
+                                       "--early-stopping", "PATIENCE", "--backend", "CSR"])
+    assert (args.optimizer, args.feature_norm, args.split, args.early_stopping, args.backend) == \
+        ("adam", "none", "random", "patience", "csr")
+    assert parse_args(build_parser(), ["sweep", "--optimizer", "ADAM,Sgd"]).optimizer == ("adam", "sgd")
+    assert parse_args(build_parser(), ["plot", "CURVES", "--log", "l", "--out", "o.png"]).kind == "curves"
+    config = tmp_path / "c.toml"
+    config.write_text('optimizer = "AdamW"\nnorm = "ROW"\n')
+    args = parse_args(build_parser(), ["train", "--config", str(config)])
+    assert (args.optimizer, args.norm) == ("adamw", "row")
+
+
+@pytest.mark.parametrize(("command", "flag", "value", "why"), [
+    ("predict", "--feature-norm", "none", "the model is applied with the normalizations it was trained with"),
+    ("predict", "--norm", "row", "the model is applied with the normalizations it was trained with"),
+    ("predict", "--reorder", "rcm", "the model is applied with the normalizations it was trained with"),
+    ("predict", "--train-frac", "0.5", "it labels every node and uses no split; drop the flag"),
+    ("predict", "--split", "random", "it labels every node and uses no split; drop the flag"),
+    ("predict", "--split-file", "s.csv", "it labels every node and uses no split; drop the flag"),
+    ("predict", "--val", "10", "it labels every node and uses no split; drop the flag"),
+    ("predict", "--save-split", "s.csv", "it draws no split to save; `jaxgcn train --save-split FILE` writes"),
+    ("evaluate", "--feature-norm", "none", "the model is applied with the normalizations it was trained with"),
+    ("evaluate", "--save-split", "s.csv", "it draws no split to save; `jaxgcn train --save-split FILE` writes"),
+])
+def test_evaluate_and_predict_refuse_flags_that_cannot_apply(tmp_path, capsys, command, flag, value, why):
+    out = ["--out", str(tmp_path / "p.csv")] if command == "predict" else []
+    assert main([command, "--checkpoint", str(tmp_path / "m"), *out, flag, value]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and unwrap(captured.err).startswith(f"jaxgcn: error: `jaxgcn {command}` takes no {flag}: "
+                                                                  f"{why}"), captured.err
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_predict_and_evaluate_help_list_only_the_flags_that_apply(capsys):
+    listed = {}
+    for command in ("predict", "evaluate", "train"):
+        assert main([command, "--help"]) == 0
+        listed[command] = set(re.findall(r"^  (--[a-z-]+)", capsys.readouterr().out, re.M))
+    dropped = {"--feature-norm", "--norm", "--reorder"}
+    split = {"--split", "--splits", "--train-per-class", "--val", "--test", "--train-frac", "--val-frac", "--test-frac",
+             "--split-file"}
+    assert dropped | split | {"--save-split"} <= listed["train"]
+    assert not (dropped | split | {"--save-split"}) & listed["predict"]
+    assert not (dropped | {"--save-split"}) & listed["evaluate"] and split <= listed["evaluate"]
+    assert {"--checkpoint", "--dataset", "--edges", "--nodes", "--data-seed", "--out"} <= listed["predict"]
+
+
+# Values that need no data (ranges, choices, dataset names, output folders) are refused before JAX is
+# imported too (issue 43): the answer comes as fast as a mistyped flag's.
+@pytest.mark.parametrize(("argv", "text"), [
+    (["train", "--dataset", "corra"], "jaxgcn: error: unknown dataset 'corra' (did you mean cora?); choose one of "
+                                      "cora, citeseer,"),
+    (["info", "--dataset", "ogbn-proteins"], "dataset ogbn-proteins: a multi-label task"),
+    (["train", "--dataset", "partitioned:{tmp}"], "dataset 'partitioned:{tmp}': partition files hold per-device row "
+                                                  "blocks that only `jaxgcn train --shard-graph` or `--distributed`"),
+    (["train", "--labels", "l.csv"], "--labels l.csv: needs --edges FILE (your own graph)"),
+    (["info", "--features", "f.csv"], "--features f.csv: a features file needs --edges FILE"),
+    (["train", "--dropout", "1.5"], "jaxgcn: error: --dropout 1.5: the probability to drop must be in [0, 1); "
+                                    "give a value such as 0.5"),
+    (["sweep", "--dropout", "0.5,1"], "--dropout 1: the probability to drop must be in [0, 1)"),
+    (["train", "--lr", "0"], "--lr 0: the learning rate must be positive; give a value such as 0.01"),
+    (["sweep", "--weight-decay", "5e-4,-1"], "--weight-decay -1: the L2 factor must be 0 or more"),
+    (["train", "--clip-norm", "-2"], "--clip-norm -2: the clipping norm must be positive"),
+    (["train", "--dataset", "synthetic", "--homophily", "1.2"], "--homophily 1.2: a probability must be in [0, 1]"),
+    (["info", "--dataset", "synthetic", "--avg-degree", "-3"], "--avg-degree -3: a degree must be finite"),
+    (["info", "--dataset", "Synthetic", "--nodes", "9", "--classes", "5"],
+     "--nodes 9 --classes 5: a synthetic graph needs at least 2 nodes per class; give --nodes 10 or more"),
+    (["train", "--train-frac", "1"], "--train-frac 1: a fraction must be in (0, 1)"),
+    (["train", "--train-frac", "0.7", "--test-frac", "0.25"],
+     "--train-frac 0.7 --val-frac 0.1 --test-frac 0.25: together 1.05, more than all the labelled nodes"),
+    (["train", "--splits", "3"], "--splits 3 needs --split random"),
+    (["train", "--json", "{tmp}/missing/r.json"], "--json {tmp}/missing/r.json: folder {tmp}/missing does not exist"),
+    (["evaluate", "--checkpoint", "{tmp}", "--dataset", "pubmedd"], "unknown dataset 'pubmedd' (did you mean pubmed?)"),
+    (["download", "corra"], "download corra: not a catalogue dataset"),
+], ids=["dataset", "multi-label", "partitions", "labels-alone", "features-file-alone", "dropout", "sweep-dropout",
+        "lr", "weight-decay", "clip-norm", "homophily", "avg-degree", "synthetic-nodes", "fraction", "fractions-sum",
+        "splits", "json-folder", "evaluate-dataset", "download"])
+def test_values_that_need_no_data_are_refused_before_jax_is_imported(tmp_path, argv, text):
+    import subprocess
+    import sys
+
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    proc = subprocess.run([sys.executable, "-c", NO_JAX, *argv], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert text.format(tmp=tmp_path) in unwrap(proc.stderr), proc.stderr
+    assert proc.stderr.splitlines()[-1] == "imported: none"
+
+
+def test_datasets_prints_its_table_without_importing_jax(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", NO_JAX, "datasets"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "JAXGCN_DATA": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.strip()}
+    assert rows["cora"][1:3] == ["2,708", "10,556"] and rows["pubmed"][7:9] == ["download", "8.7"]
+    assert proc.stderr.splitlines()[-1] == "imported: none"
+
+
+def test_one_edge_count_with_its_meaning_in_datasets_train_and_info(tmp_path, capsys):
+    # issue 43: cora had 5,278 edges in train/info and 10,556 in `jaxgcn datasets`, neither saying what
+    # it counts: the table counts the source's entries, train and info the cleaned graph's undirected
+    # edges, each says so, and the table's note relates the two with figures this test checks
+    from jaxgcn.cli.datasets import EDGE_ENTRIES
+    from jaxgcn.datasets import prepare
+
+    assert run_main(["datasets", "--data-root", tmp_path]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[2:4] == ["edge", "entries"] and f"\n{EDGE_ENTRIES}\n" in out
+    undirected = prepare(load_dataset("cora")).info["n_edges"]
+    assert f"cora's {CATALOGUE['cora'].edges:,} entries are {undirected:,} undirected edges" in EDGE_ENTRIES
+    synthetic = ["--dataset", "synthetic", "--nodes", "60", "--classes", "2", "--features", "4", "--epochs", "1",
+                 "--no-compile-cache"]
+    assert run_main(["info", *synthetic[:8]]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert re.fullmatch(r"synthetic: 60 nodes, [\d,]+ undirected edges \(without self-loops\)", first), first
+    assert run_main(["info", *synthetic[:8], "--no-symmetrize"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert re.fullmatch(r"synthetic: 60 nodes, [\d,]+ directed edges \(without self-loops\)", first), first
+    assert run_main(["train", *synthetic, "--no-symmetrize"]) == 0
+    assert re.match(r"synthetic: 60 nodes, [\d,]+ directed edges, 4 features", capsys.readouterr().out)
 
 
 def test_python_dash_m_jaxgcn_is_the_command():

@@ -65,13 +65,35 @@ def write_own_files(root: Path) -> None:
     (root / "features.csv").write_text("node,f0,f1\n" + "".join(f"n{i},{i % 3},{i % 5}\n" for i in range(N)))
 
 
+# --- npz:DIR without splits.npz (issue 43) ------------------------------------------------------------
+
+
+def test_npz_without_a_split_file_names_the_random_split_it_draws_sized_by_the_flags(tmp_path, capsys):
+    # it said "split public" for the random split it drew, drew 500/1000 whatever --val/--test asked,
+    # and shrank them without the note the other random splits print
+    write_npz_graph(tmp_path / "g")
+    run = ["train", "--dataset", f"npz:{tmp_path / 'g'}", "--epochs", "1", "--no-compile-cache"]
+    assert run_main([*run, "--data-seed", "3"]) == 0  # the folder holds splits.npz: its split
+    assert "| split public: train 9, val 9, test 12 |" in capsys.readouterr().out
+    (tmp_path / "g" / "splits.npz").unlink()
+    named = f"split random (seed 3; npz:{tmp_path / 'g'} has no splits.npz)"
+    assert run_main([*run, "--data-seed", "3", "--train-per-class", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"| {named}: train 12, val 6, test 12 |" in out[0]
+    assert out[1] == ("note: --val 500 --test 1000 do not fit the 18 labelled nodes outside the train set (val takes "
+                      "at most a third of them); using --val 6 --test 12 (give --val/--test to choose)")
+    assert run_main([*run, "--data-seed", "3", "--train-per-class", "4", "--val", "3", "--test", "9"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"| {named}: train 12, val 3, test 9 |" in out[0] and not out[1].startswith("note:")
+
+
 # --- ~ in path arguments -----------------------------------------------------------------------------
 
 
 def test_tilde_in_the_npz_dataset_form_and_an_output_path(home, capsys):
     write_npz_graph(home / "graph")
     assert run_main(["info", "--dataset", "npz:~/graph", "--json=~/r.json"]) == 0
-    assert capsys.readouterr().out.startswith("npz:graph: 30 nodes, 30 edges")
+    assert capsys.readouterr().out.startswith("npz:graph: 30 nodes, 30 undirected edges")
     assert json.loads((home / "r.json").read_text())["nodes"] == 30
     assert not os.listdir(Path.cwd())  # no folder named ~ where the command ran
     # the library expands it too, and a message names the folder it looked at

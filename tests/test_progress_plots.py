@@ -202,7 +202,7 @@ def test_debug_checks_the_first_step_and_says_so(capsys):
 def test_info_prints_the_known_invariants_of_cora_and_citeseer(tmp_path, capsys):
     assert run_main(["info", "--dataset", "cora", "--json", str(tmp_path / "c.json")]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("cora: 2,708 nodes, 5,278 edges (undirected, without self-loops)")
+    assert out.startswith("cora: 2,708 nodes, 5,278 undirected edges (without self-loops)")
     assert "isolated nodes: 0" in out and "1,433 per node" in out and "training memory estimate" in out
     stats = json.loads((tmp_path / "c.json").read_text())
     assert stats["nodes"] == 2708 and stats["edges"] == 5278 and sum(stats["classes"].values()) == 2708
@@ -210,7 +210,7 @@ def test_info_prints_the_known_invariants_of_cora_and_citeseer(tmp_path, capsys)
     assert stats["degree"]["max"] == 168 and stats["feature_nonzeros"] == 49216
     assert run_main(["info", "--dataset", "citeseer"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("citeseer: 3,327 nodes, 4,552 edges") and "isolated nodes: 48" in out
+    assert out.startswith("citeseer: 3,327 nodes, 4,552 undirected edges") and "isolated nodes: 48" in out
 
 
 # --- plots ---------------------------------------------------------------------------------------------

@@ -193,7 +193,7 @@ def test_a_named_dataset_and_own_files_together_are_refused(tmp_path, recorded, 
     config = tmp_path / "c.toml"
     config.write_text('dataset = "citeseer"\n')
     for argv, chosen in ((["--dataset", "citeseer", *own], "--dataset citeseer"),
-                         (["--datas", "citeseer", *own], "--dataset citeseer"),  # argparse's abbreviation too
+                         (["--dataset=citeseer", *own], "--dataset citeseer"),  # argparse's other spelling
                          (["--config", config, *own], rf"--config {re.escape(str(config))} \(citeseer\)"),
                          (["--from-record", recorded, *own], rf"--from-record {re.escape(str(recorded))} \(cora\)")):
         assert run_main(["train", *argv, "--epochs", "1"]) == 2

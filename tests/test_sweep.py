@@ -429,9 +429,9 @@ def test_cli_sweep_dropout_list_starting_at_zero(tmp_path, single):
 
 
 @pytest.mark.parametrize("flag, values, match", [
-    ("--lr", "0.01,-0.05", r"lr=-0\.05 must be a positive number"),
-    ("--dropout", "0.5,1.0", r"dropout=1\.0: the drop probability must be in \[0, 1\)"),
-    ("--weight-decay", "5e-4,-1", r"weight_decay=-1\.0 must be >= 0"),
+    ("--lr", "0.01,-0.05", r"--lr -0\.05: the learning rate must be positive"),
+    ("--dropout", "0.5,1.0", r"--dropout 1: the probability to drop must be in \[0, 1\)"),
+    ("--weight-decay", "5e-4,-1", r"--weight-decay -1: the L2 factor must be 0 or more"),
 ], ids=["lr", "dropout", "weight_decay"])
 def test_cli_sweep_validates_every_list_value_not_only_the_first(flag, values, match, capsys):
     # Every value is checked before the data is loaded or anything is trained.

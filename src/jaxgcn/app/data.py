@@ -19,18 +19,19 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits, with_splits
-from jaxgcn.datasets.catalogue import Dataset, lookup
+from jaxgcn.datasets.base import check_own_files
+from jaxgcn.datasets.catalogue import SEVERAL_SPLIT_PROTOCOLS, Dataset, lookup
 from jaxgcn.datasets.download import data_root as default_root
 from jaxgcn.datasets.files import load_files
 from jaxgcn.datasets.named import protocol_info, protocol_name, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.machine import REORDER_MIN_NODES
 from jaxgcn.memory import MemoryEstimate, estimate
+from jaxgcn.datasets.stats import edge_count
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 
 Say = Callable[[str], None]  # where notes go as they happen (print, or nothing)
 PARTITIONED = "partitioned:"  # --dataset partitioned:DIR (written by `jaxgcn partition`)
-SEVERAL_SPLIT_PROTOCOLS = ("per-class-20-30", "wikics")  # protocols whose --splits K picks K of their splits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +110,15 @@ class DataRequest:
         return self.split == "random" if self.edges is None else self.splits > 1
 
     @property
+    def drawn_by_reader(self) -> bool:
+        """Whether the reader draws a Planetoid-style random split (seed ``data_seed``, sized by
+        ``per_class``, ``n_val``, ``n_test``) because the data holds none: ``npz:DIR`` without
+        ``splits.npz``, no split asked for."""
+        if self.source != "named" or not self.dataset.lower().startswith("npz:") or self.split != "public":
+            return False
+        return not self.split_given and not (Path(self.dataset[4:]).expanduser() / "splits.npz").is_file()
+
+    @property
     def protocol(self) -> str | None:
         """The catalogue dataset's protocol when ITS splits are used (``split="public"``, no split
         given), else None."""
@@ -159,11 +169,7 @@ def _read_graph(request: DataRequest, require_labels: bool) -> RawGraph:
         def parse() -> RawGraph:
             return load_files(r.edges, r.features, r.labels)
         return cached(cache_file(default_root(r.data_root), "files", paths), paths, parse)
-    if r.labels is not None:
-        raise ValueError("--labels FILE needs --edges FILE (your own graph)")
-    if r.features is not None and not str(r.features).isdigit():
-        raise ValueError(f"--features {r.features}: a features file needs --edges FILE; with "
-                         "--dataset synthetic give a feature count")
+    check_own_files(r.edges, r.labels, r.features)
     return load_dataset(r.dataset, data_dir=r.data_dir, ogb_split=r.ogb_split, data_root=r.data_root,
                         progress=r.progress, **r.synthetic, n_features=int(r.features or 64),
                         train_per_class=r.per_class, n_val=r.n_val, n_test=r.n_test, seed=r.data_seed)
@@ -219,6 +225,9 @@ def _with_split(request: DataRequest, prepared: Prepared,
                                       seed=request.data_seed)
         if request.splits > 1:
             return prepared
+    elif request.drawn_by_reader:
+        name = f"random (seed {request.data_seed}; {request.dataset} has no splits.npz)"
+        return prepared._replace(info={**prepared.info, "split": name})
     elif not request.split_given:
         return prepared
     return prepared._replace(info={**prepared.info, "split": request.split_name()})
@@ -228,20 +237,22 @@ def _summary(prepared: Prepared, seconds: float) -> str:
     info = prepared.info
     sizes = info.get("split_sizes") or {}
     counts = ": " + ", ".join(f"{k} {v}" for k, v in sizes.items()) if sizes else ""
-    return (f"{info['dataset']}: {info['n_nodes']} nodes, {info['n_edges']} edges, {info['n_features']} "
+    edges = edge_count(info["n_edges"], directed=not info.get("symmetrized", True))
+    return (f"{info['dataset']}: {info['n_nodes']:,} nodes, {edges}, {info['n_features']:,} "
             f"features, {info['n_classes']} classes | backend {prepared.backend}"
             + (f" | {info['edges_symmetrized']} one-way edges symmetrized" if info["edges_symmetrized"] else "")
             + f" | split {info.get('split', 'public')}{counts} | read and prepared in {seconds:.2f}s")
 
 
 def split_note(request: DataRequest, prepared: Prepared) -> str | None:
-    """The note for a Planetoid-style split (``--split random``, own files, ``--dataset synthetic``)
-    drawn smaller than ``--val``/``--test`` ask: the labelled nodes outside the train set are too
-    few (val takes at most a third of them). None when the sizes were met or the split is not sized
-    by them (a dataset's own split, a split file, fractions)."""
+    """The note for a Planetoid-style split (``--split random``, own files, ``--dataset synthetic``,
+    ``npz:DIR`` without ``splits.npz``) drawn smaller than ``--val``/``--test`` ask: the labelled
+    nodes outside the train set are too few (val takes at most a third of them). None when the sizes
+    were met or the split is not sized by them (a dataset's own split, a split file, fractions)."""
     if request.split_file is not None or request.train_frac is not None or request.source == "partitions":
         return None
-    if request.split != "random" and request.edges is None and request.source != "synthetic":
+    if request.split != "random" and request.edges is None and request.source != "synthetic" \
+            and not request.drawn_by_reader:
         return None
     sizes = prepared.info.get("split_sizes") or {}
     val, test = sizes.get("val", 0), sizes.get("test", 0)

@@ -5,7 +5,9 @@ One module per command (``train``, ``sweep``, ``evaluate``, ``predict``, ``info`
 of arguments to library configs in :mod:`~jaxgcn.cli.config`. :func:`main` is the one place where
 errors become exit codes and messages (one line, or a few short ones:
 :func:`~jaxgcn.cli.parser.error_text`). Parsing imports no command module and no JAX:
-``--help``, ``--version`` and a mistyped flag answer in a fraction of a second.
+``--help``, ``--version``, a mistyped flag and every value that needs no data to be judged (a
+range, a dataset name, an output folder: :data:`~jaxgcn.cli.common.BEFORE_JAX`) answer in a
+fraction of a second.
 
 Importing this package imports light standard-library modules only (the parser is imported when
 :func:`main` runs): ``python -m jaxgcn.cli`` imports it before :func:`main` installs the Ctrl-C
@@ -46,7 +48,7 @@ def _one_line(message: Warning | str, category: type[Warning], filename: str, li
               line: str | None = None) -> None:
     """A library note (:class:`~jaxgcn.datasets.parsed.CacheNote`) as one ``jaxgcn: note:`` line on
     stderr; any other warning as Python shows it."""
-    from jaxgcn.datasets.parsed import CacheNote
+    from jaxgcn.datasets.base import CacheNote
 
     if issubclass(category, CacheNote):
         print(f"jaxgcn: note: {message}", file=sys.stderr, flush=True)
@@ -159,14 +161,20 @@ def _command(argv: Sequence[str] | None, parsed: list[Any], release: Callable[[]
         print(error_text(str(exc)), file=sys.stderr)
         return EXIT_USAGE
     parsed.append(args)
+    from jaxgcn.cli.common import before_jax, os_error
+    from jaxgcn.cli.errors import to_flags
+
+    try:
+        before_jax(args)  # what needs no data is refused before JAX is imported
+    except ValueError as exc:
+        print(error_text(str(exc)), file=sys.stderr)
+        return EXIT_USAGE
     _PHASES.clear()
     _PHASES["start-up"] = since_process_start()
     imported = time.perf_counter()
-    # the command runs: now the library (and JAX) is imported
-    from jaxgcn.cli.common import os_error
-    from jaxgcn.cli.config import to_flags
-    from jaxgcn.datasets.parsed import CacheNote
-    from jaxgcn.train import TrainingDiverged
+    # the command runs: now its module (and, for most, JAX) is imported
+    from jaxgcn.datasets.base import CacheNote
+    from jaxgcn.training.config import TrainingDiverged
 
     _PHASES["imports"] = time.perf_counter() - imported
 

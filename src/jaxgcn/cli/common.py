@@ -1,5 +1,9 @@
 """The checks every command runs before any work (flags, input files, output paths, whether the
-run fits in memory) and the one-line messages of their failures."""
+run fits in memory) and the one-line messages of their failures.
+
+This module imports no JAX: :func:`jaxgcn.cli.main` runs :data:`BEFORE_JAX` right after parsing,
+so a value that needs no data (a range, a dataset name, an output folder) is refused in the time
+a mistyped flag is, not after JAX has started."""
 
 from __future__ import annotations
 
@@ -13,9 +17,9 @@ from pathlib import Path
 from typing import Callable
 
 from jaxgcn import outputs
-from jaxgcn.cli.data import request
-from jaxgcn.cli.runtime import is_writer
 from jaxgcn.cli.values import INT32_MAX, STDOUT
+from jaxgcn.datasets.base import check_own_files
+from jaxgcn.datasets.catalogue import SEVERAL_SPLIT_PROTOCOLS, check_name, lookup, refuse_unsupported
 from jaxgcn.progress import check_log
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
@@ -180,18 +184,101 @@ def check_split_flags(args: argparse.Namespace) -> None:
 
 def several_protocol_splits(args: argparse.Namespace) -> bool:
     """Whether --splits K picks K of the dataset protocol's own splits (Shchur et al.'s per-class
-    random splits, WikiCS's official ones): --split public on such a catalogue dataset."""
-    return request(args).several_protocol_splits
+    random splits, WikiCS's official ones): --split public on such a catalogue dataset, with no
+    split given (:attr:`jaxgcn.app.data.DataRequest.several_protocol_splits`, without importing JAX)."""
+    if args.edges is not None or args.data_dir is not None or args.split != "public" or args.split_file is not None \
+            or args.train_frac is not None or args.dataset is None:
+        return False
+    entry = lookup(args.dataset)
+    return entry is not None and entry.protocol in SEVERAL_SPLIT_PROTOCOLS
+
+
+# flag, attribute, whether a value is in range, the range in words, an example
+RANGES = (("--dropout", "dropout", lambda x: 0 <= x < 1, "the probability to drop must be in [0, 1)", "0.5"),
+          ("--lr", "lr", lambda x: x > 0, "the learning rate must be positive", "0.01"),
+          ("--weight-decay", "weight_decay", lambda x: x >= 0, "the L2 factor must be 0 or more", "5e-4"),
+          ("--clip-norm", "clip_norm", lambda x: x > 0, "the clipping norm must be positive", "1.0"),
+          ("--homophily", "homophily", lambda x: 0 <= x <= 1, "a probability must be in [0, 1]", "0.8"),
+          ("--avg-degree", "avg_degree", lambda x: 0 <= x < math.inf, "a degree must be finite and 0 or more", "8"),
+          *((f"--{k}-frac", f"{k}_frac", lambda x: 0 < x < 1, "a fraction must be in (0, 1)", e)
+            for k, e in (("train", "0.6"), ("val", "0.2"), ("test", "0.2"))))
+
+
+def check_ranges(args: argparse.Namespace) -> None:
+    """Every number flag inside the range the library accepts (sweep's lists: each value), a
+    synthetic graph's node count for its classes, and fractions that fit in the labelled nodes
+    together."""
+    for flag, attr, ok, rule, example in RANGES:
+        values = getattr(args, attr, None)
+        for value in values if isinstance(values, tuple) else (values,):
+            if value is not None and not ok(value):
+                raise ValueError(f"{flag} {value:g}: {rule}; give a value such as {example}")
+    if str(getattr(args, "dataset", None)).lower() == "synthetic" and args.edges is None \
+            and args.nodes < 2 * args.classes:  # the stochastic block model's floor (jaxgcn.datasets.synthetic)
+        raise ValueError(f"--nodes {args.nodes} --classes {args.classes}: a synthetic graph needs at least 2 nodes "
+                         f"per class; give --nodes {2 * args.classes} or more, or fewer --classes")
+    if getattr(args, "train_frac", None) is not None:
+        train, val, test = args.train_frac, args.val_frac or 0.1, args.test_frac or 0.2
+        if train + val + test > 1.0 + 1e-9:
+            raise ValueError(f"--train-frac {train:g} --val-frac {val:g} --test-frac {test:g}: together "
+                             f"{train + val + test:g}, more than all the labelled nodes; give fractions that sum to "
+                             "1 or less")
+
+
+def check_dataset(args: argparse.Namespace) -> None:
+    """A ``--dataset`` name that no loader takes (or a catalogue dataset that cannot be trained on),
+    from the catalogue alone; ``--data-dir`` takes any name, ``--edges`` names no dataset."""
+    name = getattr(args, "dataset", None)
+    if name is None or getattr(args, "edges", None) is not None or getattr(args, "data_dir", None) is not None:
+        return
+    sharded = args.command == "train" and (getattr(args, "shard_graph", False) or getattr(args, "distributed", False))
+    entry = check_name(name, partitions=sharded)
+    if entry is not None:
+        refuse_unsupported(entry)
+
+
+def check_own_files_early(args: argparse.Namespace) -> None:
+    """:func:`~jaxgcn.datasets.base.check_own_files` for the commands with data flags."""
+    if hasattr(args, "edges"):
+        check_own_files(args.edges, args.labels, args.features)
+
+
+def check_outputs_early(args: argparse.Namespace) -> None:
+    """The output paths, unless the run is a multi-process job: which process writes is known once
+    JAX has joined the job (:func:`prelude` checks them then, on that process)."""
+    if not getattr(args, "distributed", False):
+        check_outputs(args)
+
+
+def check_split_flags_early(args: argparse.Namespace) -> None:
+    """:func:`check_split_flags` for the commands with split flags."""
+    if hasattr(args, "split_file"):
+        check_split_flags(args)
+
+
+# What jaxgcn.cli.main checks right after parsing, before JAX is imported: each function takes the
+# parsed arguments and raises a ValueError naming the flag. A check that needs no data belongs here.
+BEFORE_JAX: list[Callable[[argparse.Namespace], None]] = [
+    check_dataset, check_own_files_early, check_numbers, check_ranges, check_split_flags_early, check_inputs,
+    check_outputs_early]
+
+
+def before_jax(args: argparse.Namespace) -> None:
+    """Every check of :data:`BEFORE_JAX`, in order (the first failure is raised)."""
+    for check in BEFORE_JAX:
+        check(args)
 
 
 def prelude(args: argparse.Namespace) -> None:
-    """The checks every data command runs before any work: flags, inputs, outputs."""
-    if hasattr(args, "split_file"):
-        check_split_flags(args)
-    check_numbers(args)
-    check_inputs(args)
-    if not getattr(args, "distributed", False) or is_writer():  # only process 0 of a job writes
-        check_outputs(args)
+    """The checks every data command runs before any work: :data:`BEFORE_JAX` again (a caller may run
+    a command without :func:`jaxgcn.cli.main`, and a file may have changed since), and a job's outputs
+    on the process that writes them."""
+    before_jax(args)
+    if getattr(args, "distributed", False):
+        from jaxgcn.cli.runtime import is_writer  # JAX has joined the job by now
+
+        if is_writer():  # only process 0 of a job writes
+            check_outputs(args)
 
 
 def warn_tensorboard(args: argparse.Namespace) -> None:

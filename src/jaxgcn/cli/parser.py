@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from jaxgcn import version
 from jaxgcn.cli import records
+from jaxgcn.cli.errors import PREPARED_AS_TRAINED, SPLIT_FLAGS, flags_of, unknown_flag
 from jaxgcn.cli import values as v
 from jaxgcn.datasets.catalogue import available
 from jaxgcn.machine import REORDER_MIN_NODES
@@ -79,14 +80,35 @@ class HelpFormatter(argparse.HelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument as one line (no usage dump) and exits 2, and shows
-    every option's default in ``--help``."""
+    every option's default in ``--help``. A flag must be spelled in full (a prefix such as ``--hid``
+    is refused: a later flag sharing it would change its meaning), an unknown one gets the closest
+    flags of its command, and choices are case-insensitive, as dataset names are."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, error_text(f"{message} (see '{self.prog} --help')") + "\n")
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        value = super()._get_value(action, arg_string)
+        return v.canonical_choice(action.choices, value)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        command = self.commands().get(getattr(parsed, "command", None) or "")
+        flags = [e for e in extras if e.startswith("--")]
+        if command is not None and flags:  # argparse's "unrecognized arguments" would name no fix
+            command.error(unknown_flag(command, self.commands(), flags[0]))
+        return parsed, extras
+
+    def commands(self) -> dict[str, argparse.ArgumentParser]:
+        """The subcommands' parsers by name (none for a subcommand's own parser)."""
+        sub = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+        return dict(sub.choices) if sub is not None else {}
 
 
 class KindParser(Parser):
@@ -141,22 +163,15 @@ class KindParser(Parser):
 
     def refuse_other_kinds(self, kind: str, given: list[str]) -> None:
         """A usage error for the first flag in ``given`` that ``kind`` does not take, naming the kinds
-        that do (the kind's own parser parses ``given`` exactly as this one, abbreviations included)."""
+        that do (the kind's own parser parses ``given`` exactly as this one)."""
         _, foreign = self.help_parser(kind).parse_known_args(given)  # the kind itself is left over too
         flags = flags_of(self)
         for token in foreign:
-            name = token.split("=", 1)[0]  # --flag=value
-            matches = [f for f in flags if f == name] or [f for f in flags if f.startswith(name)]  # or an abbreviation
-            if token.startswith("-") and len(matches) == 1:
-                flag = matches[0]
+            flag = token.split("=", 1)[0]  # --flag=value
+            if token.startswith("-") and flag in flags:
                 takers = [f"`{self.prog} {k}`" for k in self.kinds if flag in flags_of(self.help_parser(k))]
                 self.help_parser(kind).error(f"argument {flag}: `{self.prog} {kind}` takes no {flag}; "
                                              f"{' and '.join(takers)} {'takes' if len(takers) == 1 else 'take'} it")
-
-
-def flags_of(parser: argparse.ArgumentParser) -> set[str]:
-    """Every option string ``parser`` takes (``-h``, ``--help``, ``--out``, ...)."""
-    return {flag for action in parser._actions for flag in action.option_strings}
 
 
 class _KindHelp(argparse.Action):
@@ -474,6 +489,20 @@ def _add_info_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=command("info"))
 
 
+def drop_flags(p: argparse.ArgumentParser, flags: Sequence[str]) -> None:
+    """Take ``flags`` out of ``p`` (and its ``--help``), their defaults kept in the namespace: the
+    data request reads every data flag, and one that cannot apply is refused (:func:`unknown_flag`)
+    rather than silently ignored."""
+    for action in [a for a in p._actions if set(a.option_strings) & set(flags)]:
+        p._remove_action(action)
+        for group in p._action_groups:
+            if action in group._group_actions:
+                group._group_actions.remove(action)
+        for flag in action.option_strings:
+            del p._option_string_actions[flag]
+        p.set_defaults(**{action.dest: action.default})
+
+
 def checkpoint_dataset(p: argparse.ArgumentParser) -> None:
     """``--dataset`` of a command that reads a ``--checkpoint``: not given (nor ``--edges``), the data
     the checkpoint records (:func:`jaxgcn.cli.records.checkpoint_defaults`), so its default is None."""
@@ -494,6 +523,8 @@ def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--checkpoint", type=v.path, required=True, help="a directory written by train --save")
         p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
         add_data_args(p)
+        # evaluate scores on a split (the model's own, or one the flags draw); predict labels every node
+        drop_flags(p, (*PREPARED_AS_TRAINED, *(SPLIT_FLAGS if name == "predict" else ("--save-split",))))
         checkpoint_dataset(p)
         if name == "predict":
             p.add_argument("--out", type=v.path, required=True,

@@ -166,6 +166,7 @@ def _convert(source: str, key: str, action: argparse.Action, value: Any) -> Any:
         converted = action.type(text) if action.type is not None else text
     except (argparse.ArgumentTypeError, TypeError, ValueError) as err:
         raise ValueError(f"{source}: {key} = {value!r}: invalid {flag} value ({err})") from None
+    converted = values.canonical_choice(action.choices, converted)  # case-insensitive, as on the command line
     if action.choices is not None and converted not in action.choices:
         raise ValueError(f"{source}: {key} = {value!r}: {flag} takes one of {', '.join(map(str, action.choices))}")
     return converted

@@ -65,10 +65,23 @@ def list_of(kind: Any, what: str, each: Any = None) -> Callable[[str], tuple]:
     return parse
 
 
+def canonical_choice(choices: Any, value: Any) -> Any:
+    """``value`` as it is spelled in ``choices`` when it differs only in case (``ADAM``: ``adam``);
+    anything else unchanged, for argparse to judge.
+
+    >>> canonical_choice(("row", "none"), "None"), canonical_choice(("row",), "rows"), canonical_choice(None, "X")
+    ('none', 'rows', 'X')
+    """
+    if choices is None or not isinstance(value, str) or value in choices:
+        return value
+    return next((c for c in choices if isinstance(c, str) and c.lower() == value.lower()), value)
+
+
 def choice_of(choices: tuple[str, ...]) -> Callable[[str], str]:
-    """An argparse type for one of ``choices`` (for lists, whose values ``choices=`` cannot check)."""
+    """An argparse type for one of ``choices`` (for lists, whose values ``choices=`` cannot check);
+    case-insensitive, as the flags' ``choices`` are (:func:`canonical_choice`)."""
     def parse(text: str) -> str:
-        value = text.strip()
+        value = canonical_choice(choices, text.strip())
         if value not in choices:
             raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from "
                                              f"{', '.join(repr(c) for c in choices)})")

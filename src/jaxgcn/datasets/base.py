@@ -35,3 +35,23 @@ class RawGraph(NamedTuple):
     class_names: list[str] | None = None
     node_ids: np.ndarray | None = None
     official_splits: tuple[dict[str, np.ndarray], ...] | None = None
+
+
+class CacheNote(UserWarning):
+    """A parse cache file was discarded (damaged, truncated, edited) and the sources parsed again
+    (:mod:`jaxgcn.datasets.parsed`), or a cache folder cannot be used. Defined here, beside the records, so the command line can show
+    it as a note without importing SciPy."""
+
+
+def check_own_files(edges: Any, labels: Any, features: Any) -> None:
+    """Files that only go with your own graph (``--edges``), refused without it: ``--labels``, and
+    ``--features`` naming a file (a number is ``--dataset synthetic``'s feature count). Reads no
+    file: ``jaxgcn`` checks the flags before it imports JAX, :mod:`jaxgcn.app.data` again."""
+    if edges is not None:
+        return
+    if labels is not None:
+        raise ValueError(f"--labels {labels}: needs --edges FILE (your own graph); give --edges, or drop --labels "
+                         "to use --dataset")
+    if features is not None and not str(features).isdigit():
+        raise ValueError(f"--features {features}: a features file needs --edges FILE; with "
+                         "--dataset synthetic give a feature count")

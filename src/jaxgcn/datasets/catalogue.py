@@ -8,6 +8,7 @@ Counts are as the source publishes them (before jaxgcn symmetrizes and merges du
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 PROTOCOLS = {
@@ -19,6 +20,8 @@ PROTOCOLS = {
               "first K (Mernyei & Cangea 2020)",
     "ogb": "OGB's official split (split/<name>/) and OGB's metric (Hu et al. 2020)",
 }
+SEVERAL_SPLIT_PROTOCOLS = ("per-class-20-30", "wikics")  # protocols whose --splits K picks K of their splits
+OTHER_FORMS = ("synthetic", "ogb:", "npz:", "partitioned:")  # --dataset values that are not catalogue names
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,29 @@ CATALOGUE: dict[str, Dataset] = {d.name.lower(): d for d in (
 def lookup(name: str) -> Dataset | None:
     """The catalogue row of ``name`` (case and ``_``/``-`` insensitive), or None."""
     return CATALOGUE.get(name.lower().replace("_", "-"))
+
+
+def check_name(name: str, partitions: bool = False) -> Dataset | None:
+    """The catalogue row of a ``--dataset`` value, or None for another form (``synthetic``,
+    ``ogb:DIR``, ``npz:DIR``; ``partitioned:DIR`` where ``partitions`` says the caller reads partition
+    files: sharded training); an unknown name is a ValueError naming the closest catalogue name and
+    every form (:func:`available`). Reads no file: ``jaxgcn`` checks the name before it imports JAX.
+
+    >>> check_name("CiteSeer").name, check_name("npz:graphs/mine"), check_name("partitioned:p", partitions=True)
+    ('citeseer', None, None)
+    """
+    entry = lookup(name)
+    key = name.lower()
+    if key.startswith(OTHER_FORMS[3]) and not partitions:
+        raise ValueError(f"dataset {name!r}: partition files hold per-device row blocks that only "
+                         "`jaxgcn train --shard-graph` or `--distributed` reads; train with one of those flags, "
+                         "or name the original dataset")
+    if entry is not None or key == OTHER_FORMS[0] or key.startswith(OTHER_FORMS[1:]):
+        return entry
+    known = ", ".join(form for form, _ in available())
+    close = difflib.get_close_matches(key, list(CATALOGUE), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ValueError(f"unknown dataset {name!r}{hint}; choose one of {known} (in Python: data_dir=DIR)")
 
 
 def refuse_unsupported(entry: Dataset) -> None:

@@ -4,7 +4,6 @@ is its face: every name below is importable from there."""
 
 from __future__ import annotations
 
-import difflib
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -16,7 +15,7 @@ import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.bundled import BUNDLED, load_bundled
-from jaxgcn.datasets.catalogue import CATALOGUE, available, lookup  # noqa: F401 - its face
+from jaxgcn.datasets.catalogue import CATALOGUE, available, check_name, lookup  # noqa: F401 - its face
 from jaxgcn.datasets.download import data_root as download_root
 from jaxgcn.datasets.named import load_named, protocol_info, protocol_name, protocol_of, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
@@ -65,9 +64,11 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: st
         folder = Path(name[4:]).expanduser()  # `npz:~/data`: no shell expands a ~ inside an argument
         sources = _files_under(folder / "raw") + _files_under(folder / "split") if key.startswith("ogb:") \
             else _files_under(folder)
-        kind = f"{key[:3]}-{ogb_split}" if key.startswith("ogb:") else f"npz-{synthetic_args.get('seed', 0)}"
+        # npz:DIR without splits.npz: the random split drawn, sized as asked, is part of what is cached
+        drawn = {k: synthetic_args[k] for k in ("seed", "train_per_class", "n_val", "n_test") if k in synthetic_args}
+        kind = f"{key[:3]}-{ogb_split}" if key.startswith("ogb:") else "-".join(map(str, ("npz", *drawn.values())))
         parse = (lambda: load_ogb(folder, split=ogb_split)) if key.startswith("ogb:") \
-            else (lambda: load_arrays(folder, seed=synthetic_args.get("seed", 0)))
+            else (lambda: load_arrays(folder, **drawn))
         return cached(cache_file(download_root(data_root), kind, sources or [folder]), sources, parse)
     if data_dir is not None:
         return load_raw(Path(data_dir).expanduser(), None if key in ("", "planetoid") else key)
@@ -76,14 +77,8 @@ def load_dataset(name: str, *, data_dir: str | Path | None = None, ogb_split: st
     entry = lookup(key)
     if entry is not None:
         return load_named(entry, root=data_root, download=download, progress=progress)
-    if key.startswith("partitioned:"):
-        raise ValueError(f"dataset {name!r}: partition files hold per-device row blocks that only "
-                         "`jaxgcn train --shard-graph` or `--distributed` reads; train with one of those flags, "
-                         "or name the original dataset")
-    known = ", ".join(form for form, _ in available())
-    close = difflib.get_close_matches(key, list(CATALOGUE), n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    raise ValueError(f"unknown dataset {name!r}{hint}; choose one of {known} (in Python: data_dir=DIR)")
+    check_name(name)  # raises: every other form (partitioned:DIR too, which only sharded training reads) is above
+    raise AssertionError(f"dataset {name!r}: a --dataset form without a loader")  # pragma: no cover
 
 
 def normalize_features(features: Any, how: str = "row", stats: dict[str, Any] | None = None) -> Any:
@@ -260,7 +255,8 @@ def prepare(
     info = {"dataset": raw.name, "n_nodes": n_nodes, "n_edges": report["undirected_edges"],
             "n_features": int(raw.features.shape[1]), "n_classes": n_classes, **report,
             "split_sizes": {k: int(len(v)) for k, v in raw.splits.items()}, "reorder": reorder,
-            "class_names": raw.class_names, "norm": norm, "feature_norm": feature_norm, "feature_stats": stats}
+            "class_names": raw.class_names, "norm": norm, "feature_norm": feature_norm, "feature_stats": stats,
+            "symmetrized": symmetrize}
     if order is not None:
         info["node_order"] = order
     if not on_device:

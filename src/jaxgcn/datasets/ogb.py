@@ -184,11 +184,13 @@ def load_ogb(root: str | Path, *, split: str | None = None) -> RawGraph:
     return RawGraph(f"ogb:{root.name}", edges[:, 0], edges[:, 1], features, labels, splits)
 
 
-def load_arrays(root: str | Path, *, seed: int = 0) -> RawGraph:
+def load_arrays(root: str | Path, *, seed: int = 0, train_per_class: int = 20, n_val: int = 500,
+                n_test: int = 1000) -> RawGraph:
     """Read a graph saved as arrays: ``adjacency.npz`` (``scipy.sparse.save_npz``; entry ``[i, j]``
     is an edge j -> i), ``features.npy`` (dense, row i = node i) or ``features.npz`` (SciPy sparse),
     ``labels.npy`` (int, -1 = unlabelled) and optional ``splits.npz`` (arrays ``train``, ``val``,
-    ``test`` of node ids; absent: a Planetoid-style random split drawn with ``seed``).
+    ``test`` of node ids; absent: a Planetoid-style random split drawn with ``seed``, of
+    ``train_per_class`` nodes per class, ``n_val`` and ``n_test``, as far as the labels allow).
     """
     root = Path(root)
     if not root.is_dir():
@@ -225,7 +227,7 @@ def load_arrays(root: str | Path, *, seed: int = 0) -> RawGraph:
             raise ValueError(f"{root / 'splits.npz'}: {', '.join(wrong)} must be 1-D arrays of integer node ids")
         splits = {k: np.asarray(z[k], np.int64) for k in ("train", "val", "test")}
     else:
-        splits = planetoid_split(labels, seed=seed)
+        splits = planetoid_split(labels, per_class=train_per_class, n_val=n_val, n_test=n_test, seed=seed)
     weights = adj.data if not np.all(adj.data == 1) else None
     return RawGraph(f"npz:{root.name}", adj.col.astype(np.int64), adj.row.astype(np.int64), features, labels,
                     splits, weights)

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn.datasets.base import RawGraph
+from jaxgcn.datasets.base import CacheNote, RawGraph  # noqa: F401 - CacheNote: where it was
 from jaxgcn.outputs import open_temp
 from jaxgcn.validate import check_npz_declared
 
@@ -34,11 +34,6 @@ MIN_BYTES = 1 << 20
 SPLITS = ("train", "val", "test")
 FULL_HASH_BYTES = 64 << 20  # sources up to this size are hashed whole for the cache key
 SAMPLES, SAMPLE_BYTES = 16, 1 << 20  # larger ones: 16 blocks of 1 MiB spread over the file
-
-
-class CacheNote(UserWarning):
-    """A parse cache file was discarded (damaged, truncated, edited) and the sources parsed again; or
-    a cache folder cannot be used (the command line shows it as one ``jaxgcn: note:`` line)."""
 
 
 class DamagedCache(ValueError):

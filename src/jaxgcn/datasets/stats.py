@@ -55,6 +55,7 @@ def dataset_stats(prepared: Prepared, feature_nnz: int) -> dict[str, Any]:
         "dataset": info["dataset"], "nodes": n, "edges": info["n_edges"], "input_edges": info["input_edges"],
         "duplicates_merged": info["duplicates_merged"], "self_loops_found": info["self_loops_found"],
         "one_way_edges_symmetrized": info["edges_symmetrized"], "isolated_nodes": info["isolated_nodes"],
+        "directed": not info.get("symmetrized", True),
         "degree": {"min": int(degree.min()), "median": float(np.median(degree)), "mean": float(degree.mean()),
                    "p99": float(np.percentile(degree, 99)), "max": int(degree.max())},
         "features": n_features, "feature_nonzeros": feature_nnz,
@@ -63,6 +64,16 @@ def dataset_stats(prepared: Prepared, feature_nnz: int) -> dict[str, Any]:
         "unlabelled_nodes": int(np.sum(labels < 0)), "split_sizes": info["split_sizes"],
         "backend": prepared.backend,
     }
+
+
+def edge_count(n: int, directed: bool = False) -> str:
+    """A cleaned graph's edge count with what it counts: undirected edges (each once), or directed
+    ones for a graph kept one-way (``--no-symmetrize``); the one wording of ``train`` and ``info``.
+
+    >>> edge_count(5278), edge_count(7, directed=True)
+    ('5,278 undirected edges', '7 directed edges')
+    """
+    return f"{n:,} {'directed' if directed else 'undirected'} edge{'s' if n != 1 else ''}"
 
 
 def self_loops_line(found: int) -> str:
@@ -83,7 +94,8 @@ def describe(stats: dict[str, Any]) -> list[str]:
     counts = list(classes.values())
     largest, smallest = max(counts), max(min(counts), 1)
     return [
-        f"{stats['dataset']}: {stats['nodes']:,} nodes, {stats['edges']:,} edges (undirected, without self-loops)",
+        f"{stats['dataset']}: {stats['nodes']:,} nodes, {edge_count(stats['edges'], stats['directed'])} (without "
+        "self-loops)",
         f"  input: {stats['input_edges']:,} edge entries; {stats['duplicates_merged']:,} duplicates merged, "
         f"{stats['one_way_edges_symmetrized']:,} one-way edges symmetrized; "
         + self_loops_line(stats["self_loops_found"]),
