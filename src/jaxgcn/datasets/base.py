@@ -39,8 +39,8 @@ class RawGraph(NamedTuple):
 
 class CacheNote(UserWarning):
     """A parse cache file was discarded (damaged, truncated, edited) and the sources parsed again
-    (:mod:`jaxgcn.datasets.parsed`), or a cache folder cannot be used. Defined here, beside the records, so the command line can show
-    it as a note without importing SciPy."""
+    (:mod:`jaxgcn.datasets.parsed`), or a cache folder cannot be used. Defined here, beside the
+    records, so the command line can show it as a note without importing SciPy."""
 
 
 def check_own_files(edges: Any, labels: Any, features: Any) -> None:
