@@ -160,14 +160,15 @@ def test_a_run_folder_link_met_while_saving_is_refused(tmp_path, capsys, monkeyp
 # --- one layout at a time -----------------------------------------------------------------------------
 
 def test_a_save_replaces_the_other_layouts_files(tmp_path, capsys):
+    # each save after the first gives other settings (--seeds, --seed): --overwrite replaces that model
     save = tmp_path / "save"
     assert run_main([*TRAIN, "--seeds", "3", "--save", save]) == 0
-    assert run_main([*TRAIN, "--seeds", "2", "--save", save]) == 0  # a smaller batch: run-002 goes
+    assert run_main([*TRAIN, "--seeds", "2", "--save", save, "--overwrite"]) == 0  # a smaller batch: run-002 goes
     assert sorted(p.name for p in save.iterdir()) == [".jaxgcn.lock", "run-000", "run-001", "runs.json"]
     (save / "run-001" / "notes.txt").write_text("mine")  # not jaxgcn's: kept, with its folder
     (save / "batch-state").mkdir()  # an interrupted batch's state too: not this model's
     (save / "batch-state" / "state.json").write_text("{}")
-    assert run_main([*TRAIN, "--save", save, "--seed", "7"]) == 0  # one run: runs.json and run-* go
+    assert run_main([*TRAIN, "--save", save, "--seed", "7", "--overwrite"]) == 0  # one run: runs.json, run-* go
     assert sorted(p.name for p in save.iterdir()) == [".jaxgcn.lock", "checkpoint.json", "params-1.npz",
                                                       "run-001", "split-1.npy"]
     assert sorted(p.name for p in (save / "run-001").iterdir()) == ["notes.txt"]
@@ -175,7 +176,7 @@ def test_a_save_replaces_the_other_layouts_files(tmp_path, capsys):
     assert run_main(["evaluate", "--checkpoint", save, "--json", tmp_path / "e.json"]) == 0
     assert "run " not in capsys.readouterr().out  # the one run, not a run of the old batch
     assert checkpoint.resolve_run(save, None) == (save, None)
-    assert run_main([*TRAIN, "--seeds", "2", "--save", save]) == 0  # and back: the one run's files go
+    assert run_main([*TRAIN, "--seeds", "2", "--save", save, "--overwrite"]) == 0  # back: the one run's files go
     assert sorted(p.name for p in save.iterdir()) == [".jaxgcn.lock", "run-000", "run-001", "runs.json"]
 
 
