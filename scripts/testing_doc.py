@@ -44,7 +44,10 @@ Time: with an empty `HOME` (cold caches) on a 2-core Intel Xeon, family 6 model 
 README's test command took <!-- fig: tests.readme_command_s -->477 s<!-- /fig -->,
 <!-- fig: tests.suite_s -->427 s<!-- /fig --> of it the tests (from a clean clone at 8d42583, 1,144
 tests); on a 2-core AMD EPYC, family 25 model 1 (Zen 3, AVX2),
-<!-- fig: tests.zen3.readme_command_s -->430 s<!-- /fig --> (at 21b94e0). Most of it is XLA compiling
+<!-- fig: tests.zen3.readme_command_s -->430 s<!-- /fig --> (at 21b94e0); on a 2-core AMD EPYC,
+family 25 model 17 (AVX-512), <!-- fig: tests.zen4.readme_command_s -->446 s<!-- /fig -->,
+<!-- fig: tests.zen4.suite_s -->398 s<!-- /fig --> of it 1,293 tests (at b79d83a). The slowest
+CPU of this kind, a Zen 1 EPYC (family 23 model 1), has not been measured. Most of it is XLA compiling
 some 140 training programs, each configuration the tests train. The same Xeon model runs
 <!-- fig: machine.slow_day_ratio -->1.4-1.5×<!-- /fig --> slower on some days.
 `python -m pytest -q --durations=20` lists the slowest tests; the README gives a
