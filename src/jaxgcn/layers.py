@@ -19,6 +19,7 @@ from jax.experimental import sparse as jsparse
 
 from jaxgcn.csr import CSR, csr_from_scipy, csr_matmul
 from jaxgcn.graph import Graph
+from jaxgcn.hyper import keep_threshold  # host-side, declared with the per-run inputs it makes
 from jaxgcn.propagate import propagate
 from jaxgcn.validate import check_sparse
 
@@ -67,11 +68,6 @@ def hash_bits(counter: jax.Array, seeds: jax.Array) -> jax.Array:
     broadcast against ``counter``). The one formula behind every hash dropout mask, single-run and
     batched alike, so both draw the same masks."""
     return _mix32(_mix32(counter * jnp.uint32(0x9E3779B9) ^ seeds[..., 0]) + seeds[..., 1])
-
-
-def keep_threshold(rate: float) -> int:
-    """The uint32 threshold a hash value must reach to be kept: ``rate * 2**32``, on the host."""
-    return min(int(round(float(rate) * 2.0**32)), 2**32 - 1)
 
 
 def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float, *, rng: str = "hash") -> jax.Array:

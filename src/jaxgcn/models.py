@@ -14,7 +14,8 @@ from jax.experimental import sparse as jsparse
 from jaxgcn.csr import CSR, spmm, spmm_given, spmm_pair, spmm_rows, spmm_xla
 from jaxgcn.fused import hash_dropout, run_matmul
 from jaxgcn.graph import Graph, RowPlan
-from jaxgcn.layers import Features, Params, hash_bits, is_sparse, keep_threshold
+from jaxgcn import hyper
+from jaxgcn.layers import Features, Params, hash_bits, is_sparse
 from jaxgcn.propagate import BACKENDS, propagate
 
 # (graph, x [n, width]) -> Â·x [n, width]: how a layer aggregates. The default is
@@ -194,8 +195,10 @@ def aggregate_input(execution: Execution, graph: Graph, x: Features, *,
 # one (:func:`gcn`); :mod:`jaxgcn.batched` trains many.
 
 
-class RunInputs(NamedTuple):
-    """Per-run device arrays (length R): the hyperparameters that may differ between runs.
+RunInputs = hyper.inputs_type(hyper.PER_RUN)  # its fields: the columns of the one declaration
+RunInputs.__module__ = __name__
+RunInputs.__doc__ = """Per-run device arrays (length R): the hyperparameters that may differ between runs,
+    one field per column of :data:`jaxgcn.hyper.PER_RUN` (which declares them).
 
     Attributes:
         lr, weight_decay: learning rate and weight decay (read by the training step).
@@ -205,31 +208,18 @@ class RunInputs(NamedTuple):
         split: index of each run's split in stacked [n_splits, n] masks.
     """
 
-    lr: jax.Array
-    weight_decay: jax.Array
-    keep_threshold: jax.Array
-    keep_scale: jax.Array
-    hidden: jax.Array
-    split: jax.Array
 
-
-def make_run_inputs(*, dropout: Any, hidden: Any, lr: Any = None, weight_decay: Any = None,
-                    split: Any = None) -> RunInputs:
-    """:class:`RunInputs` from per-run host values (keep thresholds and scales computed exactly as
+def make_run_inputs(**values: Any) -> RunInputs:
+    """:class:`RunInputs` from per-run host values by name (``dropout=``, ``hidden=``, ``lr=``,
+    ``weight_decay=``, ``split=``: :data:`jaxgcn.hyper.PER_RUN`; one left out is 0 for every
+    run), each column computed as its declaration says (keep thresholds and scales exactly as
     :func:`jaxgcn.layers.keep_mask` computes them for one run).
 
     >>> make_run_inputs(dropout=[0.5, 0.0], hidden=[16, 8]).keep_scale.tolist()
     [0.5, 1.0]
     """
-    rates = np.asarray(dropout, np.float64)
-    r = rates.shape[0]
-    thresholds = np.asarray([keep_threshold(float(v)) for v in rates], np.uint32)
-    scales = np.asarray([np.float32(1.0 - float(v)) for v in rates], np.float32)
-
-    def col(values: Any, dtype: Any, default: float) -> jax.Array:
-        return jnp.asarray(np.full(r, default) if values is None else np.asarray(values), dtype)
-    return RunInputs(col(lr, jnp.float32, 0.0), col(weight_decay, jnp.float32, 0.0), jnp.asarray(thresholds),
-                     jnp.asarray(scales), col(hidden, jnp.int32, 0), col(split, jnp.int32, 0))
+    columns = hyper.host_columns(values)
+    return hyper.inputs_type(hyper.PER_RUN)(**{k: jnp.asarray(v) for k, v in columns.items()})
 
 
 def _hash_seeds(key: jax.Array) -> jax.Array:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxgcn.hyper import GRID_KEYS
 from jaxgcn.progress import TooDeep, log_record
 
 DPI = 100
@@ -208,7 +209,9 @@ def embeddings(h: np.ndarray, labels: np.ndarray, out: str | os.PathLike, *, cla
     return path
 
 
-SWEPT = ("lr", "weight_decay", "dropout", "hidden", "layers", "optimizer")  # jaxgcn.sweep.GRID_KEYS
+def _value_text(value: Any) -> str:
+    """A swept value as the sweep's table writes it (``0.01``, ``0.0005``, ``adam``)."""
+    return value if isinstance(value, str) else f"{value:g}"
 
 
 def _swept_value(configurations: list[dict[str, Any]], key: str, text: str) -> Any:
@@ -217,7 +220,7 @@ def _swept_value(configurations: list[dict[str, Any]], key: str, text: str) -> A
     for value in values:
         if str(value) == text or (not isinstance(value, str) and _number(text) == value):
             return value
-    shown = ", ".join(f"{v:g}" if not isinstance(v, str) else v for v in values)
+    shown = ", ".join(_value_text(v) for v in values)
     raise ValueError(f"fix={key}={text}: the sweep has no configuration with {key} {text}; its values: {shown}")
 
 
@@ -243,7 +246,7 @@ def sweep_cells(configurations: list[dict[str, Any]], x: str, y: str,
     """
     if not configurations:
         raise ValueError("the sweep has no configurations")
-    known = [k for k in SWEPT if k in configurations[0]]
+    known = [k for k in GRID_KEYS if k in configurations[0]]
     for param, key in (("x", x), ("y", y)):
         if key not in configurations[0]:
             raise ValueError(f"{param}={key!r} is not a swept hyperparameter; choose from {known}")
@@ -260,20 +263,22 @@ def sweep_cells(configurations: list[dict[str, Any]], x: str, y: str,
 
 def best_over_text(over: dict[str, list[Any]]) -> str:
     """``"dropout (0.3, 0.5)"``: the hyperparameters a heatmap cell takes the best over, with their values."""
-    return " and ".join(f"{k} ({', '.join(f'{v:g}' if not isinstance(v, str) else v for v in vals)})"
+    return " and ".join(f"{k} ({', '.join(_value_text(v) for v in vals)})"
                         for k, vals in over.items())
 
 
 def sweep_heatmap(configurations: list[dict[str, Any]], x: str, y: str, out: str | os.PathLike, *,
                   metric: str = "val_acc_mean", title: str | None = None, fix: dict[str, str] | None = None,
-                  size: tuple[float, float] = (7, 5)) -> Path:
+                  size: tuple[float, float] = (7, 5),
+                  cells: tuple[list[dict[str, Any]], dict[str, list[Any]]] | None = None) -> Path:
     """``metric`` of the sweep's configurations for each (``x``, ``y``) pair, as an annotated heatmap.
 
     Configurations that other swept hyperparameters tell apart are held to ``fix`` (``{name:
     value}``); where some still vary a cell is the best of its configurations, and the title says
-    over what (:func:`sweep_cells`)."""
+    over what (:func:`sweep_cells`; ``cells``: what it returned for these arguments, when the
+    caller has it already)."""
     plt = _pyplot()
-    configurations, over = sweep_cells(configurations, x, y, fix)
+    configurations, over = cells if cells is not None else sweep_cells(configurations, x, y, fix)
     xs = sorted({c[x] for c in configurations})
     ys = sorted({c[y] for c in configurations})
     grid = np.full((len(ys), len(xs)), np.nan)
@@ -282,8 +287,8 @@ def sweep_heatmap(configurations: list[dict[str, Any]], x: str, y: str, out: str
         grid[i, j] = c[metric] if np.isnan(grid[i, j]) else max(grid[i, j], c[metric])
     fig, ax = plt.subplots(figsize=size)
     im = ax.imshow(grid, cmap="viridis", origin="lower", aspect="auto")
-    ax.set_xticks(range(len(xs)), [f"{v:g}" for v in xs])
-    ax.set_yticks(range(len(ys)), [f"{v:g}" for v in ys])
+    ax.set_xticks(range(len(xs)), [_value_text(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [_value_text(v) for v in ys])
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     for i in range(len(ys)):

@@ -18,6 +18,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from jaxgcn import hyper
 from jaxgcn.batched import Entry, fit_runs, program_key
 from jaxgcn.memory import available_bytes
 from jaxgcn.models import Execution, GCNConfig
@@ -25,7 +26,8 @@ from jaxgcn.outputs import write_atomic
 from jaxgcn.plan import batch_bytes
 from jaxgcn.train import TrainConfig, TrainData
 
-GRID_KEYS = ("lr", "weight_decay", "dropout", "hidden", "layers", "optimizer")
+# the axes, in the order of the table and CSV columns: declared with the per-run inputs (jaxgcn.hyper)
+GRID_KEYS = hyper.GRID_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +75,8 @@ class Outcome(NamedTuple):
 
 
 # Where each grid value is written: the model's config or the training config.
-_MODEL_KEYS = ("dropout", "hidden", "layers")
-_TRAIN_KEYS = ("lr", "weight_decay", "optimizer")
+_MODEL_KEYS = hyper.grid_keys_of("model")
+_TRAIN_KEYS = hyper.grid_keys_of("train")
 
 
 def lower(

@@ -7,14 +7,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from jaxgcn.hyper import GRID_KEYS, grid_keys_of
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.sweep import Grid
 from jaxgcn.train import TrainConfig, early_stopping_from
 
-SWEPT = ("hidden", "layers", "dropout", "lr", "weight_decay", "optimizer")  # per configuration in a sweep
+
 def model_config(args: argparse.Namespace, **swept: Any) -> GCNConfig:
     """The architecture the flags describe (``swept``: one sweep configuration's values)."""
-    pick = {k: swept.get(k, getattr(args, k)) for k in ("hidden", "layers", "dropout")}
+    pick = {k: swept.get(k, getattr(args, k)) for k in grid_keys_of("model")}
     return GCNConfig(**pick, bias=args.bias, residual=args.residual, layer_norm=args.layer_norm)
 
 
@@ -26,7 +27,7 @@ def execution(args: argparse.Namespace, backend: str) -> Execution:
 
 def train_config(args: argparse.Namespace, **swept: Any) -> TrainConfig:
     """The training settings the flags describe (``swept``: one sweep configuration's values)."""
-    pick = {k: swept.get(k, getattr(args, k)) for k in ("lr", "weight_decay", "optimizer")}
+    pick = {k: swept.get(k, getattr(args, k)) for k in grid_keys_of("train")}
     return TrainConfig(**pick, l2=args.l2, epochs=args.epochs, clip_norm=args.clip_norm,
                        early_stopping=early_stopping_from(args.early_stopping, window=args.window,
                                                           patience=args.patience))
@@ -40,7 +41,7 @@ def configs(args: argparse.Namespace, backend: str, **swept: Any) -> tuple[GCNCo
 
 def grid(args: argparse.Namespace) -> Grid:
     """The sweep's grid: every list flag is one axis."""
-    return Grid(**{k: getattr(args, k) for k in SWEPT})
+    return Grid(**{k: getattr(args, k) for k in GRID_KEYS})
 
 
 def sweep_grid(args: argparse.Namespace) -> Grid:
@@ -54,5 +55,5 @@ def sweep_grid(args: argparse.Namespace) -> Grid:
 def sweep_base(args: argparse.Namespace, backend: str) -> tuple[GCNConfig, TrainConfig, Execution]:
     """The configs a sweep's groups start from: the widest hidden and dropout, the first value of
     every other list."""
-    first = {k: getattr(args, k)[0] for k in ("layers", "lr", "weight_decay", "optimizer")}
+    first = {k: getattr(args, k)[0] for k in GRID_KEYS if k not in ("hidden", "dropout")}
     return configs(args, backend, hidden=max(args.hidden), dropout=max(args.dropout), **first)

@@ -32,11 +32,12 @@ def _sweep(args: argparse.Namespace) -> Path:
         raise ValueError(f"--sweep-json {args.sweep_json}: not a file written by `jaxgcn sweep --json` "
                          f"({type(err).__name__})") from None
     fix = dict(args.fix or ())
-    _, over = plots.sweep_cells(configurations, args.x, args.y, fix)
+    cells = plots.sweep_cells(configurations, args.x, args.y, fix)
+    over = cells[1]
     if over:  # a cell stands for several configurations: say which it took
         print(f"jaxgcn: note: each cell is the best val_acc_mean over {plots.best_over_text(over)}; hold one with "
               f"--fix {next(iter(over))}=VALUE", file=sys.stderr)
-    return plots.sweep_heatmap(configurations, args.x, args.y, args.out, title=args.title, fix=fix)
+    return plots.sweep_heatmap(configurations, args.x, args.y, args.out, title=args.title, fix=fix, cells=cells)
 
 
 def _embeddings(args: argparse.Namespace) -> Path:

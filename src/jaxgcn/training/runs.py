@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgcn import hyper
 from jaxgcn.compiler import jit
 from jaxgcn.diagnostics import divergence_message
 from jaxgcn.data import with_focus
@@ -67,7 +68,8 @@ def entries_for(seeds: Sequence[int], *, model_config: GCNConfig = GCNConfig(), 
 
 def program_key(entry: Entry) -> tuple[GCNConfig, TrainConfig]:
     """The configs of the program an entry runs in: its own, with the per-run fields (learning
-    rate, weight decay, dropout) set to fixed values, since they are inputs of the compiled program
+    rate, weight decay, dropout: those :data:`jaxgcn.hyper.PER_RUN` says vary) set to their
+    defaults, since they are inputs of the compiled program
     (:class:`jaxgcn.models.RunInputs`). Entries with equal keys share one program; any other
     difference (hidden width, epochs, L2 scope, ...) separates them. Runs of several widths could
     share one program padded to the widest, but then every run costs the widest: a 16/32/64 grid
@@ -77,8 +79,7 @@ def program_key(entry: Entry) -> tuple[GCNConfig, TrainConfig]:
     >>> program_key(a) == program_key(b), program_key(a) == program_key(b._replace(model=GCNConfig(hidden=32)))
     (True, False)
     """
-    model = dataclasses.replace(entry.model, dropout=GCNConfig.dropout)
-    return model, dataclasses.replace(entry.train, lr=TrainConfig.lr, weight_decay=TrainConfig.weight_decay)
+    return hyper.blank(entry.model, "model"), hyper.blank(entry.train, "train")
 
 
 def program_of(entries: Sequence[Entry]) -> tuple[GCNConfig, TrainConfig]:
@@ -96,16 +97,17 @@ def program_of(entries: Sequence[Entry]) -> tuple[GCNConfig, TrainConfig]:
                 a, b = getattr(mine, field.name), getattr(theirs, field.name)
                 if a != b:
                     raise ValueError(f"entries[0] and entries[{j}] differ in {name}.{field.name} ({a!r} vs {b!r}): "
-                                     "one program shares everything but lr, weight_decay, dropout, seed and split; "
+                                     f"one program shares everything but {', '.join(hyper.varying())}, seed and "
+                                     "split; "
                                      "run them as separate groups (jaxgcn.sweep.run_entries does)")
     return key
 
 
 def run_inputs(entries: Sequence[Entry]) -> RunInputs:
-    """The device-side per-run inputs of a batch (:func:`jaxgcn.models.make_run_inputs`)."""
-    return make_run_inputs(dropout=[e.model.dropout for e in entries], hidden=[e.model.hidden for e in entries],
-                           lr=[e.train.lr for e in entries], weight_decay=[e.train.weight_decay for e in entries],
-                           split=[e.split for e in entries])
+    """The device-side per-run inputs of a batch: every input :data:`jaxgcn.hyper.PER_RUN` declares,
+    read from each entry (:func:`jaxgcn.models.make_run_inputs`)."""
+    each = [hyper.values_of(e.model, e.train, e) for e in entries]
+    return make_run_inputs(**{name: [run[name] for run in each] for name in each[0]})
 
 
 def _seeds(entries: Sequence[Entry]) -> np.ndarray:

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxgcn import hyper
 from jaxgcn.data import TrainData
 from jaxgcn.layers import Params
 from jaxgcn.models import (Execution, FirstLayer, GCNConfig, Propagate, RunInputs, aggregate_input, apply_runs,
@@ -314,8 +315,7 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
     keep_best = isinstance(config.early_stopping, Patience)
 
     def one() -> RunInputs:  # this run's settings, as a batch of one
-        return make_run_inputs(dropout=[model_config.dropout], hidden=[model_config.hidden], lr=[config.lr],
-                               weight_decay=[config.weight_decay])
+        return make_run_inputs(**{k: [v] for k, v in hyper.values_of(model_config, config).items()})
 
     def init(key: jax.Array, data: TrainData, runs: RunInputs) -> RunState:
         k_init, k_run = jax.random.split(key)
