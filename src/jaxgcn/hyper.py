@@ -77,10 +77,20 @@ PER_RUN: tuple[PerRun, ...] = (
 """THE per-run inputs (see the module docstring); their columns, in order, are the fields of
 :class:`jaxgcn.models.RunInputs`."""
 
+
+def varying() -> tuple[str, ...]:
+    """The names of the configs' fields in which the runs of one program may differ.
+
+    >>> varying()
+    ('lr', 'weight_decay', 'dropout')
+    """
+    return tuple(p.name for p in PER_RUN if p.varies and p.holder != "entry")
+
+
 # The axes of a sweep: the hyperparameters its runs vary inside one program, then the settings that
 # make programs of their own. This order is the sweep's table and CSV columns.
 PROGRAM_AXES = {"hidden": "model", "layers": "model", "optimizer": "train"}
-GRID_KEYS: tuple[str, ...] = (*(p.name for p in PER_RUN if p.varies and p.holder != "entry"), *PROGRAM_AXES)
+GRID_KEYS: tuple[str, ...] = (*varying(), *PROGRAM_AXES)
 """The axes of ``jaxgcn sweep`` (:class:`jaxgcn.sweep.Grid`), in the order of its outputs."""
 
 
@@ -92,15 +102,6 @@ def grid_keys_of(holder: str) -> tuple[str, ...]:
     """
     holders = {**{p.name: p.holder for p in PER_RUN}, **PROGRAM_AXES}
     return tuple(k for k in GRID_KEYS if holders[k] == holder)
-
-
-def varying() -> tuple[str, ...]:
-    """The names of the configs' fields in which the runs of one program may differ.
-
-    >>> varying()
-    ('lr', 'weight_decay', 'dropout')
-    """
-    return tuple(p.name for p in PER_RUN if p.varies and p.holder != "entry")
 
 
 def blank(config: Any, holder: str) -> Any:
