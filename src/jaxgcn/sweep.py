@@ -18,12 +18,13 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from jaxgcn.batched import Entry, fit_runs, program_key
 from jaxgcn.memory import available_bytes
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.outputs import write_atomic
 from jaxgcn.plan import batch_bytes
-from jaxgcn.train import TrainConfig, TrainData
+from jaxgcn.data import TrainData
+from jaxgcn.training.config import TrainConfig
+from jaxgcn.training.runs import Entry, fit_runs, program_key
 
 GRID_KEYS = ("lr", "weight_decay", "dropout", "hidden", "layers", "optimizer")
 

@@ -12,7 +12,7 @@ import numpy as np
 from jaxgcn.app.data import DataRequest, Loaded
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.reports import RunSummary
-from jaxgcn.train import TrainConfig
+from jaxgcn.training.config import TrainConfig
 
 
 @dataclasses.dataclass(frozen=True)

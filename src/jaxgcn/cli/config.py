@@ -9,7 +9,7 @@ from typing import Any
 
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.sweep import Grid
-from jaxgcn.train import TrainConfig, early_stopping_from
+from jaxgcn.training.config import TrainConfig, early_stopping_from
 
 SWEPT = ("hidden", "layers", "dropout", "lr", "weight_decay", "optimizer")  # per configuration in a sweep
 def model_config(args: argparse.Namespace, **swept: Any) -> GCNConfig:
