@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from jaxgcn.cli import values
+from jaxgcn.manifest import BATCH_STATE, ManifestError, read_manifest
 
 
 # Options that are not the run's configuration: the files that set defaults, and what a re-run must
@@ -258,15 +259,11 @@ def refuse_nothing_to_resume(resume: Path) -> None:
         raise ValueError(f"{flag}: {state.parent.name} is {'a link' if state.parent.is_symlink() else 'a file'}, not "
                          "the folder jaxgcn keeps a batch's state in; nothing to resume: remove it and train again")
     if state.parent.is_dir():
-        try:
-            manifest = json.loads(state.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            why = "missing" if not state.exists() else getattr(err, "strerror", None) or type(err).__name__
-            raise ValueError(f"{flag}: {CHECKPOINT_JSON[1]} is damaged ({why}), so the batch cannot be resumed; "
+        try:  # the format only: the batch's reader (jaxgcn.batch_state, after JAX) checks the rest
+            read_manifest(state, BATCH_STATE)
+        except ManifestError as err:
+            raise ValueError(f"{flag}: {CHECKPOINT_JSON[1]} is damaged ({err.why}), so the batch cannot be resumed; "
                              "train again") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != "jaxgcn-batch-state-1":
-            raise ValueError(f"{flag}: {CHECKPOINT_JSON[1]} is damaged (not a jaxgcn-batch-state-1 manifest), so the "
-                             "batch cannot be resumed; train again")
         return
     runs = _checkpoint_json(resume, ("runs.json",))
     if runs is not None and isinstance(runs.get("runs"), list):
