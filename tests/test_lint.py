@@ -117,3 +117,12 @@ def test_the_face_scan_sees_every_spelling_of_an_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
     assert faces_imported_inside() == ["a.py: jaxgcn.train", "b.py: jaxgcn.batched", "c.py: jaxgcn.train",
                                        "d.py: jaxgcn.batched", "e.py: jaxgcn.train", "sub/f.py: jaxgcn.train"]
+
+
+def test_the_faces_are_aliases_that_define_nothing():
+    # an alias that grew its own function or constant would be a second address with its own behaviour
+    for name in ("train.py", "batched.py"):
+        tree = ast.parse((SRC / name).read_text())
+        assert ast.get_docstring(tree).startswith("An alias, for users' code"), name
+        defined = [ast.unparse(node)[:60] for node in tree.body[1:] if not isinstance(node, ast.ImportFrom)]
+        assert defined == [], (name, defined)

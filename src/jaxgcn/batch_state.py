@@ -1,6 +1,6 @@
 """The resumable state of a batch of runs (``train --seeds N --splits K --checkpoint-every E``).
 
-A batch trains in slices (:func:`jaxgcn.batched.fit_runs`); each slice's whole state (every run's
+A batch trains in slices (:func:`jaxgcn.training.runs.fit_runs`); each slice's whole state (every run's
 params, optimizer moments, key, early-stopping records and history, stacked on the run axis, and
 the shared epoch counter) is one ``slice-<first>-<n>.npz`` in ``DIR/batch-state/``, where
 ``first`` is the slice's first run. ``state.json``, written after the slice file, names each

@@ -92,7 +92,7 @@ def _sha256(arrays: list[Any]) -> str:
 
 
 def data_fingerprint(data: Any) -> dict[str, str]:
-    """SHA-256 of each part of a prepared :class:`~jaxgcn.train.TrainData` (features, labels,
+    """SHA-256 of each part of a prepared :class:`~jaxgcn.data.TrainData` (features, labels,
     graph, split masks), as stored in a checkpoint and compared on ``--resume``.
 
     >>> from jaxgcn.datasets import prepare, synthetic

@@ -423,7 +423,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 
 def record(args: argparse.Namespace, data: Any | None) -> dict[str, Any]:
     """This run's ``record`` (:func:`jaxgcn.reports.run_record`); ``data``: the prepared
-    :class:`~jaxgcn.train.TrainData` whose fingerprint it holds (None: not on this host)."""
+    :class:`~jaxgcn.data.TrainData` whose fingerprint it holds (None: not on this host)."""
     from jaxgcn import checkpoint, reports  # here: parsing the flags imports neither (nor JAX)
 
     fingerprint = checkpoint.data_fingerprint(data) if data is not None else None
