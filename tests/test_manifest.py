@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from jaxgcn import batch_state, checkpoint
-from jaxgcn.manifest import BATCH_STATE, CHECKPOINT, RUNS, ManifestError, read_manifest
+from jaxgcn.manifest import BATCH_STATE, CHECKPOINT, RUNS, ManifestError, peek_manifest, read_manifest
 
 
 def _write(path, data: bytes):
@@ -79,6 +79,17 @@ def test_the_three_readers_refuse_the_same_damage_through_the_one_reader(tmp_pat
     with pytest.raises(ValueError, match=r"^--resume \S+/batch/batch-state/state\.json: unreadable JSON "
                                          r"\(JSONDecodeError\); it was edited"):
         batch_state.load(tmp_path / "batch")
+
+
+def test_a_peek_gives_any_json_object_and_none_for_anything_else(tmp_path):
+    # the options a save records are looked up leniently (train --resume's defaults, --save's check, which
+    # run folder holds a seed): whatever is damaged there is named by the reader that needs the file
+    assert peek_manifest(_write(tmp_path / "a.json", b'{"format": "other", "extra": {}}')) == \
+        {"format": "other", "extra": {}}
+    for name, data in {"b.json": b"{oops", "c.json": b"\xff", "d.json": b"[1]", "e.json": b"[" * 100_000}.items():
+        assert peek_manifest(_write(tmp_path / name, data)) is None, name
+    (tmp_path / "folder.json").mkdir()
+    assert peek_manifest(tmp_path / "folder.json") is None and peek_manifest(tmp_path / "missing.json") is None
 
 
 def test_the_reader_imports_nothing_but_the_standard_library():

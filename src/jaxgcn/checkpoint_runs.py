@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jaxgcn.manifest import RUNS as RUNS_KIND, read_manifest
+from jaxgcn.manifest import RUNS as RUNS_KIND, peek_manifest, read_manifest
 from jaxgcn.outputs import TEMP, write_atomic
 from jaxgcn.validate import is_json
 from jaxgcn.version import __version__
@@ -120,9 +120,9 @@ def _recorded_run(directory: Path, j: int) -> tuple[Any, Any] | None:
     """The seed and split that ``run-NNN``'s own checkpoint records (None where it records none or
     cannot be read: the checkpoint's full load then says what is wrong with it)."""
     try:
-        extra = json.loads((run_dir(directory, j) / "checkpoint.json").read_text(encoding="utf-8"))["extra"]
+        extra = peek_manifest(run_dir(directory, j) / "checkpoint.json")["extra"]  # type: ignore[index]
         return extra["seed"], extra["split_index"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    except (KeyError, TypeError):  # no checkpoint.json, or none that records them
         return None
 
 

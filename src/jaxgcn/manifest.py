@@ -4,8 +4,10 @@ save's ``runs.json`` and a batch's ``batch-state/state.json``.
 :func:`read_manifest` reads a manifest, checks that it is a JSON object of its kind's ``format``
 (and whatever shape its owner asks), and refuses anything else with a :class:`ManifestError`, a
 one-line ValueError naming the file, what is wrong and the fix; ``why`` holds the short reason
-for a caller that words the refusal its own way (``train --resume``'s check at parse time). The
-module imports nothing but the standard library, so the CLI can call it before JAX.
+for a caller that words the refusal its own way (``train --resume``'s check at parse time).
+:func:`peek_manifest` is the lenient read, for a look that must never fail (the options a save
+records, which run folder holds which seed): the JSON object, or None. The module imports nothing
+but the standard library, so the CLI can call it before JAX.
 """
 
 from __future__ import annotations
@@ -107,3 +109,18 @@ def read_manifest(path: str | Path, kind: Kind,
     jaxgcn.manifest.ManifestError: checkpoint save/runs.json: not a jaxgcn-runs-1 manifest (format, best, ...); ...
     """
     return parse_manifest(manifest_text(path, kind), path, kind, check)
+
+
+def peek_manifest(path: str | Path) -> dict[str, Any] | None:
+    """The JSON object at ``path``, of any format; None where there is none (missing, unreadable, not
+    JSON, not an object): for a look whose absence is no error, the reader that needs the manifest
+    then refusing it with :func:`read_manifest`'s message.
+
+    >>> peek_manifest("no/such/checkpoint.json") is None
+    True
+    """
+    try:
+        found = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    return found if isinstance(found, dict) else None

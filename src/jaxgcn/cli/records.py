@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from jaxgcn.cli import values
-from jaxgcn.manifest import BATCH_STATE, ManifestError, read_manifest
+from jaxgcn.manifest import BATCH_STATE, ManifestError, peek_manifest, read_manifest
 
 
 # Options that are not the run's configuration: the files that set defaults, and what a re-run must
@@ -218,14 +218,7 @@ def file_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def _checkpoint_json(directory: Path, names: Sequence[str]) -> dict[str, Any] | None:
     """The first of ``names`` in ``directory`` that reads as a JSON object; None where none does (the
     command that loads the checkpoint then says why)."""
-    for name in names:
-        try:
-            meta = json.loads((directory / name).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            continue
-        if isinstance(meta, dict):
-            return meta
-    return None
+    return next((meta for name in names if (meta := peek_manifest(directory / name)) is not None), None)
 
 
 def recorded_options(meta: dict[str, Any] | None) -> dict[str, Any] | None:
