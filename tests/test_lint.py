@@ -16,7 +16,7 @@ def test_modules_import_downward_only():
     proc = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
                            "sys.exit(lint_imports())"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "3 kept, 0 broken" in proc.stdout  # the package's layers, training/'s and app/'s
+    assert "4 kept, 0 broken" in proc.stdout  # the package's layers, the aliases' limit, training/'s and app/'s
 
 
 def test_ruff_is_clean():
@@ -65,3 +65,64 @@ def test_no_private_name_is_imported_from_another_module_and_the_cli_asks_the_pl
     # the kernel and memory decisions are the plan's (jaxgcn.plan), the catalogue is looked up once by
     # the data request (jaxgcn.app.data): the CLI parses, calls the application layer and prints
     assert not cli_low, cli_low
+
+
+FACES = ("jaxgcn.train", "jaxgcn.batched")  # the compatibility aliases: for users, never the package's own path
+
+
+def _modules_named(path: Path, tree: ast.AST) -> list[str]:
+    """Every module an import of ``path`` names (relative imports resolved, ``from jaxgcn import train``
+    read as ``jaxgcn.train``), and every string that is a module name (``import_module("jaxgcn.train")``)."""
+    package = ["jaxgcn", *path.relative_to(SRC).parent.parts]  # what `from . import x` is relative to
+    named = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*package[:len(package) - node.level + 1], *filter(None, [node.module])]) \
+                if node.level else node.module
+            named += [base, *(f"{base}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("jaxgcn."):
+            named.append(node.value)
+    return named
+
+
+def faces_imported_inside() -> list[str]:
+    """``file: face`` for each module of the package, other than the faces themselves, that names a face."""
+    found = []
+    for path in _python_modules():
+        if path.relative_to(SRC).as_posix() in ("train.py", "batched.py"):
+            continue
+        named = _modules_named(path, ast.parse(path.read_text()))
+        found += [f"{path.relative_to(SRC).as_posix()}: {face}" for face in FACES
+                  if any(m == face or m.startswith(face + ".") for m in named)]
+    return found
+
+
+def test_no_module_of_the_package_imports_the_compatibility_faces():
+    # jaxgcn.train and jaxgcn.batched re-export jaxgcn.training for users; inside, every name has one
+    # address (jaxgcn.training.*), so the import contract needs no line for the faces
+    assert faces_imported_inside() == []
+
+
+def test_the_face_scan_sees_every_spelling_of_an_import(tmp_path, monkeypatch):
+    spellings = {"a.py": "from jaxgcn.train import fit\n", "b.py": "import jaxgcn.batched\n",
+                 "c.py": "from jaxgcn import train\n", "d.py": "from . import batched\n",
+                 "e.py": "import importlib\nimportlib.import_module('jaxgcn.train')\n",
+                 "sub/f.py": "from ..train import TrainConfig\n", "sub/g.py": "from jaxgcn.training import loop\n",
+                 "train.py": "from jaxgcn.training.loop import fit\n"}
+    for name, text in spellings.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    assert faces_imported_inside() == ["a.py: jaxgcn.train", "b.py: jaxgcn.batched", "c.py: jaxgcn.train",
+                                       "d.py: jaxgcn.batched", "e.py: jaxgcn.train", "sub/f.py: jaxgcn.train"]
+
+
+def test_the_faces_are_aliases_that_define_nothing():
+    # an alias that grew its own function or constant would be a second address with its own behaviour
+    for name in ("train.py", "batched.py"):
+        tree = ast.parse((SRC / name).read_text())
+        assert ast.get_docstring(tree).startswith("An alias, for users' code"), name
+        defined = [ast.unparse(node)[:60] for node in tree.body[1:] if not isinstance(node, ast.ImportFrom)]
+        assert defined == [], (name, defined)

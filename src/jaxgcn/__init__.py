@@ -2,7 +2,7 @@
 
 The names below are what a user calls: data in, one run, many runs, a grid. The pieces they are
 built from (layers, propagation backends, the training step, the kernel) are importable from
-their own modules (``jaxgcn.layers``, ``jaxgcn.propagate``, ``jaxgcn.train``, ``jaxgcn.csr``, ...).
+their own modules (``jaxgcn.layers``, ``jaxgcn.propagate``, ``jaxgcn.training``, ``jaxgcn.csr``, ...).
 
 >>> import jaxgcn
 >>> prepared = jaxgcn.prepare(jaxgcn.load_dataset("cora"))
@@ -22,25 +22,27 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (type ch
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and readers
     from typing import Any
 
-    from jaxgcn.batched import BatchResult, Entry, entries_for, fit_runs  # noqa: F401
     from jaxgcn.data import TrainData  # noqa: F401
     from jaxgcn.datasets import RawGraph, load_dataset, prepare, synthetic, with_random_splits  # noqa: F401
     from jaxgcn.graph import Graph, from_edges, from_scipy, gcn_norm  # noqa: F401
     from jaxgcn.models import Execution, GCNConfig, gcn  # noqa: F401
     from jaxgcn.sweep import Grid, run_grid  # noqa: F401
-    from jaxgcn.train import FitResult, TrainConfig, TrainingDiverged, fit  # noqa: F401
+    from jaxgcn.training.config import TrainConfig, TrainingDiverged  # noqa: F401
+    from jaxgcn.training.loop import FitResult, fit  # noqa: F401
+    from jaxgcn.training.runs import BatchResult, Entry, entries_for, fit_runs  # noqa: F401
     from jaxgcn.version import __version__  # noqa: F401
 
 # each public name -> the module it comes from
 _FROM = {
     "__version__": "jaxgcn.version",
-    **dict.fromkeys(("BatchResult", "Entry", "entries_for", "fit_runs"), "jaxgcn.batched"),
     "TrainData": "jaxgcn.data",
     **dict.fromkeys(("RawGraph", "load_dataset", "prepare", "synthetic", "with_random_splits"), "jaxgcn.datasets"),
     **dict.fromkeys(("Graph", "from_edges", "from_scipy", "gcn_norm"), "jaxgcn.graph"),
     **dict.fromkeys(("Execution", "GCNConfig", "gcn"), "jaxgcn.models"),
     **dict.fromkeys(("Grid", "run_grid"), "jaxgcn.sweep"),
-    **dict.fromkeys(("FitResult", "TrainConfig", "TrainingDiverged", "fit"), "jaxgcn.train"),
+    **dict.fromkeys(("TrainConfig", "TrainingDiverged"), "jaxgcn.training.config"),
+    **dict.fromkeys(("FitResult", "fit"), "jaxgcn.training.loop"),
+    **dict.fromkeys(("BatchResult", "Entry", "entries_for", "fit_runs"), "jaxgcn.training.runs"),
 }
 
 __all__ = ["__version__", *sorted(set(_FROM) - {"__version__"})]

@@ -1,6 +1,6 @@
 """The resumable state of a batch of runs (``train --seeds N --splits K --checkpoint-every E``).
 
-A batch trains in slices (:func:`jaxgcn.batched.fit_runs`); each slice's whole state (every run's
+A batch trains in slices (:func:`jaxgcn.training.runs.fit_runs`); each slice's whole state (every run's
 params, optimizer moments, key, early-stopping records and history, stacked on the run axis, and
 the shared epoch counter) is one ``slice-<first>-<n>.npz`` in ``DIR/batch-state/``, where
 ``first`` is the slice's first run. ``state.json``, written after the slice file, names each
@@ -23,10 +23,11 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxgcn import checkpoint
+from jaxgcn.manifest import BATCH_STATE, read_manifest
 from jaxgcn.outputs import owned_dir, remove_stale_temps, write_atomic
 from jaxgcn.version import __version__
 
-FORMAT = "jaxgcn-batch-state-1"
+FORMAT = BATCH_STATE.format
 FOLDER = "batch-state"
 MANIFEST = "state.json"
 
@@ -77,22 +78,17 @@ def load(directory: str | Path) -> dict[str, Any]:
         raise ValueError(f"--resume {directory}: holds no batch state to resume (no {FOLDER}/{MANIFEST}: the batch "
                          "finished, or it was not trained with --checkpoint-every); train again or --resume an "
                          "interrupted --seeds/--splits run")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise _bad(path, f"unreadable JSON ({type(err).__name__})") from None
-    except OSError as err:
-        raise ValueError(f"--resume {path}: cannot be read ({err.strerror}); check its permissions") from None
-    slices = manifest.get("slices") if isinstance(manifest, dict) else None
-    if (not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(slices, dict)
-            or not isinstance(manifest.get("extra"), dict) or not isinstance(manifest.get("data_sha256"), dict)
-            or not all(k.isdigit() and isinstance(v, dict) and isinstance(v.get("file"), str)
-                       and Path(v["file"]).name == v["file"] and isinstance(v.get("sha256"), str)
-                       and checkpoint.is_json(v.get("bytes"), (int,)) and checkpoint.is_json(v.get("number"), (int,))
-                       and checkpoint.is_json(v.get("epoch"), (int,)) for k, v in slices.items())):
-        raise _bad(path, f"not a {FORMAT} manifest (format, extra, data_sha256, and per slice its file, number, "
-                         "bytes, sha256 and epoch)")
-    return manifest
+    return read_manifest(path, BATCH_STATE, _holds_its_slices)
+
+
+def _holds_its_slices(manifest: dict[str, Any]) -> bool:
+    slices = manifest.get("slices")
+    return (isinstance(slices, dict) and isinstance(manifest.get("extra"), dict)
+            and isinstance(manifest.get("data_sha256"), dict)
+            and all(k.isdigit() and isinstance(v, dict) and isinstance(v.get("file"), str)
+                    and Path(v["file"]).name == v["file"] and isinstance(v.get("sha256"), str)
+                    and checkpoint.is_json(v.get("bytes"), (int,)) and checkpoint.is_json(v.get("number"), (int,))
+                    and checkpoint.is_json(v.get("epoch"), (int,)) for k, v in slices.items()))
 
 
 def check_slices(directory: str | Path, manifest: dict[str, Any], n_runs: int, per_program: int, epochs: int) -> None:

@@ -1,5 +1,11 @@
-"""Many training runs as ONE compiled program: the face of :mod:`jaxgcn.training.runs`, every
-name where it always was (``jaxgcn.batched.fit_runs``, ...)."""
+"""An alias, for users' code: many runs as one program, under the name earlier releases gave it.
+
+``jaxgcn.batched.fit_runs``, ``Entry``, ``entries_for``, ``BatchResult``, ``program_key``, ... are
+re-exported from :mod:`jaxgcn.training.runs`, and the run-mesh sizes (``runs_per_program``,
+``run_mesh``, ...) from :mod:`jaxgcn.plan`, where each has its one address. New code imports from
+those modules, or the top-level names (``jaxgcn.fit_runs``, ``jaxgcn.Entry``, ...). No module of
+the package imports this one (``tests/test_lint.py`` checks).
+"""
 
 from __future__ import annotations
 

@@ -40,11 +40,12 @@ import numpy as np
 from jaxgcn.checkpoint_runs import (RUNS, RUNS_FORMAT, remove_runs, resolve_run, run_dir,  # noqa: F401 - its face
                                     save_runs)
 from jaxgcn.data import SPLIT_CODES  # noqa: F401 - re-exported for split-<n>.npy readers
+from jaxgcn.manifest import CHECKPOINT, manifest_text, parse_manifest
 from jaxgcn.validate import check_npy_declared, check_npz_declared, is_json
 from jaxgcn.version import __version__
 from jaxgcn.outputs import remove_stale_temps, write_atomic
 
-FORMAT = "jaxgcn-checkpoint-1"
+FORMAT = CHECKPOINT.format
 META = "checkpoint.json"
 FINGERPRINT_PARTS = ("features", "labels", "graph", "split")
 
@@ -91,7 +92,7 @@ def _sha256(arrays: list[Any]) -> str:
 
 
 def data_fingerprint(data: Any) -> dict[str, str]:
-    """SHA-256 of each part of a prepared :class:`~jaxgcn.train.TrainData` (features, labels,
+    """SHA-256 of each part of a prepared :class:`~jaxgcn.data.TrainData` (features, labels,
     graph, split masks), as stored in a checkpoint and compared on ``--resume``.
 
     >>> from jaxgcn.datasets import prepare, synthetic
@@ -460,26 +461,12 @@ def _meta_text(directory: Path) -> str:
     if not directory.is_dir() or not meta_path.is_file():
         raise ValueError(f"checkpoint {directory}: not a checkpoint directory (no {META}); pass the folder "
                          "that --save wrote")
-    try:
-        return meta_path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"checkpoint {meta_path}: unreadable JSON ({err}); the file is corrupted") from None
-    except OSError as err:
-        raise ValueError(f"checkpoint {meta_path}: cannot be read ({err.strerror}); check its permissions") from None
+    return manifest_text(meta_path, CHECKPOINT)
 
 
 def _load(directory: Path, text: str) -> Checkpoint:
     meta_path = directory / META
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"checkpoint {meta_path}: unreadable JSON ({err}); the file is corrupted") from None
-    except RecursionError:
-        raise ValueError(f"checkpoint {meta_path}: nested deeper than Python's recursion limit; it was not written "
-                         "by jaxgcn") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ValueError(f"checkpoint {meta_path}: format {meta.get('format') if isinstance(meta, dict) else None!r}, "
-                         f"expected {FORMAT!r}; it was not written by this jaxgcn")
+    meta = parse_manifest(text, meta_path, CHECKPOINT)
     _check_schema(meta, meta_path)
     params_path, blob = _verified(directory, meta, "params_file", "params")
     params = _unflatten(read_arrays(params_path, "params", blob))

@@ -12,12 +12,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from jaxgcn.manifest import RUNS as RUNS_KIND, peek_manifest, read_manifest
 from jaxgcn.outputs import TEMP, write_atomic
 from jaxgcn.validate import is_json
 from jaxgcn.version import __version__
 
 RUNS = "runs.json"
-RUNS_FORMAT = "jaxgcn-runs-1"
+RUNS_FORMAT = RUNS_KIND.format
 RUN_DIR = re.compile(r"run-(\d{3,})")
 # what checkpoint.save writes into a checkpoint directory: the only names a clean-up removes
 CHECKPOINT_FILE = re.compile(r"checkpoint\.json|params-\d+\.npz|node_ids-\d+\.npy|state-\d+\.npz|split-\d+\.npy")
@@ -77,24 +78,16 @@ def remove_runs(directory: str | Path, keep: int = 0) -> None:
 
 
 def _runs_manifest(path: Path) -> dict[str, Any]:
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise ValueError(f"checkpoint {path}: unreadable JSON ({type(err).__name__}); the file is corrupted, "
-                         "save the runs again") from None
-    except OSError as err:
-        raise ValueError(f"checkpoint {path}: cannot be read ({err.strerror}); check its permissions") from None
-    runs = manifest.get("runs") if isinstance(manifest, dict) else None
-    if (not isinstance(manifest, dict) or manifest.get("format") != RUNS_FORMAT or not isinstance(runs, list)
-            or not runs or not is_json(manifest.get("best"), (int,)) or not 0 <= manifest["best"] < len(runs)
-            or not all(isinstance(r, dict) and r.get("dir") == run_dir(path.parent, j).name
-                       and is_json(r.get("seed"), (int,)) and is_json(r.get("split"), (int,))
-                       and all(is_json(r.get(k), (int, float)) for k in ("val_acc", "test_acc"))
-                       for j, r in enumerate(runs))):
-        raise ValueError(f"checkpoint {path}: not a {RUNS_FORMAT} manifest (format, best, and per run its dir, "
-                         "seed, split, val_acc and test_acc); it was edited or not written by this jaxgcn: save "
-                         "the runs again")
-    return manifest
+    def holds_its_runs(manifest: dict[str, Any]) -> bool:
+        runs = manifest.get("runs")
+        return (isinstance(runs, list) and bool(runs) and is_json(manifest.get("best"), (int,))
+                and 0 <= manifest["best"] < len(runs)
+                and all(isinstance(r, dict) and r.get("dir") == run_dir(path.parent, j).name
+                        and is_json(r.get("seed"), (int,)) and is_json(r.get("split"), (int,))
+                        and all(is_json(r.get(k), (int, float)) for k in ("val_acc", "test_acc"))
+                        for j, r in enumerate(runs)))
+
+    return read_manifest(path, RUNS_KIND, holds_its_runs)
 
 
 def resolve_run(directory: str | Path, run: int | None) -> tuple[Path, str | None]:
@@ -127,9 +120,9 @@ def _recorded_run(directory: Path, j: int) -> tuple[Any, Any] | None:
     """The seed and split that ``run-NNN``'s own checkpoint records (None where it records none or
     cannot be read: the checkpoint's full load then says what is wrong with it)."""
     try:
-        extra = json.loads((run_dir(directory, j) / "checkpoint.json").read_text(encoding="utf-8"))["extra"]
+        extra = peek_manifest(run_dir(directory, j) / "checkpoint.json")["extra"]  # type: ignore[index]
         return extra["seed"], extra["split_index"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    except (KeyError, TypeError):  # no checkpoint.json, or none that records them
         return None
 
 

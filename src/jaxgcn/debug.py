@@ -14,7 +14,9 @@ import jax
 from jax.experimental import checkify
 
 from jaxgcn.models import Execution, GCNConfig, gcn
-from jaxgcn.train import TrainConfig, TrainData, l2_penalty, masked_cross_entropy
+from jaxgcn.data import TrainData
+from jaxgcn.training.config import TrainConfig
+from jaxgcn.training.losses import l2_penalty, masked_cross_entropy
 
 
 class CheckFailed(ValueError):

@@ -3,9 +3,9 @@ features and the spectral radius of the adjacency ``Â``.
 
 These run on the host after a run has stopped (NumPy and SciPy, no compiled program): the training
 loop only flags a NaN/inf loss, and :func:`divergence_message` explains it in the error that
-:func:`jaxgcn.train.fit` and :func:`jaxgcn.batched.fit_runs` raise; :func:`divergence_hint` names a
+:func:`jaxgcn.training.loop.fit` and :func:`jaxgcn.training.runs.fit_runs` raise; :func:`divergence_hint` names a
 loss that blew up without one (the CLI prints it). ``config`` is any object with the run's ``lr``
-(a :class:`jaxgcn.train.TrainConfig`).
+(a :class:`jaxgcn.training.config.TrainConfig`).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def divergence_message(data: TrainData | None, config: _Settings, epoch: int, *,
     """Explain a NaN/inf loss from what the run can see: lr, feature scale, adjacency scale
     (``norm``: the normalization the graph was prepared with, when known; ``data`` None: a sharded
     run's, whose rows are spread over devices; see :func:`likely_causes`). THE wording of one run's
-    divergence (:func:`jaxgcn.train.fit`, :func:`jaxgcn.distributed.fit_sharded`; a batch names
+    divergence (:func:`jaxgcn.training.loop.fit`, :func:`jaxgcn.distributed.fit_sharded`; a batch names
     its runs before it)."""
     return (f"training diverged: the loss became NaN/inf at epoch {epoch}; likely cause: "
             + likely_causes(data, config, norm=norm))

@@ -1,7 +1,7 @@
 """What a training run shows and records while it runs.
 
-:class:`Progress` receives the events of :func:`jaxgcn.train.fit` and
-:func:`jaxgcn.batched.fit_batch` (``compiling()``, ``compiled(seconds)``, ``epochs(epoch,
+:class:`Progress` receives the events of :func:`jaxgcn.training.loop.fit` and
+:func:`jaxgcn.training.runs.fit_batch` (``compiling()``, ``compiled(seconds)``, ``epochs(epoch,
 history, elapsed)``, ``done()``) and
 
 - on a terminal draws a tqdm bar with the current loss and validation accuracy (when tqdm is

@@ -19,12 +19,13 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxgcn import hyper
-from jaxgcn.batched import Entry, fit_runs, program_key
 from jaxgcn.memory import available_bytes
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.outputs import write_atomic
 from jaxgcn.plan import batch_bytes
-from jaxgcn.train import TrainConfig, TrainData
+from jaxgcn.data import TrainData
+from jaxgcn.training.config import TrainConfig
+from jaxgcn.training.runs import Entry, fit_runs, program_key
 
 # the axes, in the order of the table and CSV columns: declared with the per-run inputs (jaxgcn.hyper)
 GRID_KEYS = hyper.GRID_KEYS

@@ -1,15 +1,23 @@
-"""Losses, metrics, the optimizer, and the compiled training run with early stopping.
+"""An alias, for users' code: the training engine under the name earlier releases gave it.
 
-One training run is a pure function of its inputs. The epochs run inside a ``lax.while_loop``
-(compiled once, called in chunks so the host can print progress between chunks); each epoch is
-one training step (dropout on) followed by one evaluation pass (dropout off) that feeds the
-early-stopping rule. Early stopping is expressed with masks and a best-params carry, never a
-Python ``break``, so the same code can later be ``vmap``-ed over runs.
+Every name here is re-exported from the module that defines it, and has one address there:
+
+- :mod:`jaxgcn.training.config`: ``TrainConfig``, ``Kipf``, ``Patience``, ``TrainingDiverged``, the
+  end reasons (``RUNNING`` ... ``DIVERGED``);
+- :mod:`jaxgcn.training.losses`: ``masked_cross_entropy``, ``masked_accuracy``, ``l2_penalty``, ...;
+- :mod:`jaxgcn.training.optim`: ``optimizer_factory``, ``make_optimizer``;
+- :mod:`jaxgcn.training.state`: ``RunState``, ``init_run_state``, ``should_stop_early``, ...;
+- :mod:`jaxgcn.training.step`: ``make_runner``, ``make_batch_runner``, ``Runner``, ``Collective``;
+- :mod:`jaxgcn.training.loop`: ``fit``, ``FitResult``, ``drive``, the compile cache, the hooks;
+- :mod:`jaxgcn.training.axes`, :mod:`jaxgcn.data` (``TrainData``), :mod:`jaxgcn.diagnostics`.
+
+``from jaxgcn.train import fit`` keeps working; new code imports from those modules, or the
+top-level names (``jaxgcn.fit``, ``jaxgcn.TrainConfig``, ...). No module of the package imports
+this one (``tests/test_lint.py`` checks), so each name has one address inside it.
 """
 
 from __future__ import annotations
 
-# The face of :mod:`jaxgcn.training`: every name under the module it always lived in.
 from jaxgcn.data import TrainData, with_focus  # noqa: F401
 from jaxgcn.diagnostics import (  # noqa: F401
     adjacency_cause, adjacency_of, adjacency_scale, divergence_hint, divergence_message, likely_causes, row_sums_of)

@@ -12,7 +12,7 @@ import numpy as np
 from jaxgcn.app.data import DataRequest, Loaded
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.reports import RunSummary
-from jaxgcn.train import TrainConfig
+from jaxgcn.training.config import TrainConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +82,8 @@ class Outcome(NamedTuple):
         runs: one summary per run (seed-major within each split, as ``--seeds N --splits K`` orders them).
         compile_seconds, train_seconds: wall times.
         losses: the loss history: [epochs] of one run, [runs, epochs] of a batch.
-        fitted: one run's full result (:class:`jaxgcn.train.FitResult`, what ``save`` writes); None for a batch.
-        batch: a batch's :class:`jaxgcn.batched.BatchResult` (saved run by run); None for one run.
+        fitted: one run's full result (:class:`jaxgcn.training.loop.FitResult`, what ``save`` writes); None for a batch.
+        batch: a batch's :class:`jaxgcn.training.runs.BatchResult` (saved run by run); None for one run.
         loaded: the data as trained on; model, train, execution: the configs as planned.
         facts: what a checkpoint records about the data (None without --save/--resume).
         hint: a one-line hint (divergence, overfitting), or None.

@@ -12,10 +12,10 @@ from typing import Any
 from jaxgcn import batch_state, checkpoint, outputs
 from jaxgcn.app.data import Loaded, Say
 from jaxgcn.app.job import Job, Outcome
-from jaxgcn.batched import unstack_params
 from jaxgcn.datasets import split_codes
 from jaxgcn.models import Execution, GCNConfig
-from jaxgcn.train import TrainConfig
+from jaxgcn.training.config import TrainConfig
+from jaxgcn.training.runs import unstack_params
 
 
 def facts(job: Job, loaded: Loaded, *, fingerprint: bool = True, split: bool = True) -> dict[str, Any]:

@@ -21,12 +21,13 @@ from jaxgcn import plan as planner
 from jaxgcn.app import saving
 from jaxgcn.app.data import Loaded, Say, load, one_split
 from jaxgcn.app.job import Job, Outcome
-from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.debug import CheckFailed, check_first_step
 from jaxgcn.diagnostics import divergence_hint
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.reports import RunSummary
-from jaxgcn.train import Kipf, Patience, TrainConfig, fit
+from jaxgcn.training.config import Kipf, Patience, TrainConfig
+from jaxgcn.training.loop import fit
+from jaxgcn.training.runs import entries_for, fit_runs
 
 OVERFIT_GAP = 0.3  # train minus validation accuracy above which a hint is given
 OVERFIT_MIN_EPOCHS = 20  # before that (two of Kipf's stopping windows) a gap says little about overfitting

@@ -10,7 +10,7 @@ from typing import Any
 from jaxgcn.hyper import GRID_KEYS, grid_keys_of
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.sweep import Grid
-from jaxgcn.train import TrainConfig, early_stopping_from
+from jaxgcn.training.config import TrainConfig, early_stopping_from
 
 
 def model_config(args: argparse.Namespace, **swept: Any) -> GCNConfig:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from jaxgcn.cli import values
+from jaxgcn.manifest import BATCH_STATE, ManifestError, peek_manifest, read_manifest
 
 
 # Options that are not the run's configuration: the files that set defaults, and what a re-run must
@@ -217,14 +218,7 @@ def file_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def _checkpoint_json(directory: Path, names: Sequence[str]) -> dict[str, Any] | None:
     """The first of ``names`` in ``directory`` that reads as a JSON object; None where none does (the
     command that loads the checkpoint then says why)."""
-    for name in names:
-        try:
-            meta = json.loads((directory / name).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            continue
-        if isinstance(meta, dict):
-            return meta
-    return None
+    return next((meta for name in names if (meta := peek_manifest(directory / name)) is not None), None)
 
 
 def recorded_options(meta: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -258,15 +252,11 @@ def refuse_nothing_to_resume(resume: Path) -> None:
         raise ValueError(f"{flag}: {state.parent.name} is {'a link' if state.parent.is_symlink() else 'a file'}, not "
                          "the folder jaxgcn keeps a batch's state in; nothing to resume: remove it and train again")
     if state.parent.is_dir():
-        try:
-            manifest = json.loads(state.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            why = "missing" if not state.exists() else getattr(err, "strerror", None) or type(err).__name__
-            raise ValueError(f"{flag}: {CHECKPOINT_JSON[1]} is damaged ({why}), so the batch cannot be resumed; "
+        try:  # the format only: the batch's reader (jaxgcn.batch_state, after JAX) checks the rest
+            read_manifest(state, BATCH_STATE)
+        except ManifestError as err:
+            raise ValueError(f"{flag}: {CHECKPOINT_JSON[1]} is damaged ({err.why}), so the batch cannot be resumed; "
                              "train again") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != "jaxgcn-batch-state-1":
-            raise ValueError(f"{flag}: {CHECKPOINT_JSON[1]} is damaged (not a jaxgcn-batch-state-1 manifest), so the "
-                             "batch cannot be resumed; train again")
         return
     runs = _checkpoint_json(resume, ("runs.json",))
     if runs is not None and isinstance(runs.get("runs"), list):
@@ -426,7 +416,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 
 def record(args: argparse.Namespace, data: Any | None) -> dict[str, Any]:
     """This run's ``record`` (:func:`jaxgcn.reports.run_record`); ``data``: the prepared
-    :class:`~jaxgcn.train.TrainData` whose fingerprint it holds (None: not on this host)."""
+    :class:`~jaxgcn.data.TrainData` whose fingerprint it holds (None: not on this host)."""
     from jaxgcn import checkpoint, reports  # here: parsing the flags imports neither (nor JAX)
 
     fingerprint = checkpoint.data_fingerprint(data) if data is not None else None

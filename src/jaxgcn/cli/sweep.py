@@ -20,7 +20,7 @@ from jaxgcn.cli.runtime import is_writer
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
 from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json, run_grid
-from jaxgcn.train import TrainConfig
+from jaxgcn.training.config import TrainConfig
 
 
 def _share(args: argparse.Namespace, say: Say) -> dict[str, Any]:

@@ -43,7 +43,7 @@ def _leaf_names(tree: Any) -> list[str]:
 
 def save_partitions(directory: str | os.PathLike, data: TrainData, n_parts: int, *, exchange: str = "all_gather",
                     info: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Partition a host :class:`jaxgcn.train.TrainData` into ``n_parts`` row blocks and write one
+    """Partition a host :class:`jaxgcn.data.TrainData` into ``n_parts`` row blocks and write one
     file per block (``part-00000.npz``...) plus ``partitions.json``, so that each process of a
     ``--distributed`` job later reads only the blocks of its own devices (:func:`load_partitions`).
     Files are written to a temporary name and renamed; the JSON is written last. Returns the JSON."""

@@ -18,8 +18,11 @@ from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_blo
 from jaxgcn.distributed.runtime import block_of_this_device, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
 from jaxgcn.plan import planned
-from jaxgcn.train import (Collective, FitResult, Runner, RunState, TrainConfig, compile_programs, make_runner,
-                          masked_sums, run_one)
+from jaxgcn.training.config import TrainConfig
+from jaxgcn.training.loop import FitResult, compile_programs, run_one
+from jaxgcn.training.losses import masked_sums
+from jaxgcn.training.state import RunState
+from jaxgcn.training.step import Collective, Runner, make_runner
 
 
 def sharded_model(model_config: GCNConfig, execution: Execution = Execution()) -> Model:

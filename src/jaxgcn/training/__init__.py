@@ -11,5 +11,6 @@ Its modules import downward only (the import-linter contract in ``pyproject.toml
   :func:`~jaxgcn.training.loop.fit` (one run);
 - :mod:`~jaxgcn.training.runs`: many runs as one program, in slices (:func:`~jaxgcn.training.runs.fit_runs`).
 
-:mod:`jaxgcn.train` and :mod:`jaxgcn.batched` re-export all of it under the names it always had.
+:mod:`jaxgcn.train` and :mod:`jaxgcn.batched` re-export all of it under the names it always had,
+for users' code; no module of the package imports them (``tests/test_lint.py`` checks).
 """
