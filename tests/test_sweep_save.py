@@ -94,26 +94,32 @@ def test_a_finished_saved_sweep_holds_its_report_table_and_record(full):
         app_sweep.TABLE, app_sweep.REPORT]
 
 
-def test_a_sweep_killed_inside_a_group_resumes_to_the_same_table(full, tmp_path, monkeypatch, capsys):
+def test_a_sweep_killed_inside_a_group_and_resumed_twice_ends_with_the_same_table(full, tmp_path, monkeypatch,
+                                                                                   capsys):
     ck = tmp_path / "ck"
     with monkeypatch.context() as m:
         kill_after_slice(m, first=6, epoch=2 * EVERY)
         assert run_main([*SWEEP, "--save", ck, "--checkpoint-every", EVERY, "--quiet"]) == "killed"
     state = manifest(ck)
     assert list(state["done"]) == ["0"] and len(state["done"]["0"]) == 4  # group 1 finished: its results kept
-    assert state["slices"]["6"]["epoch"] == 2 * EVERY and "0" not in state["slices"]  # its slices went
+    assert state["slices"]["6"]["epoch"] == 2 * EVERY and "0" not in state["slices"]  # its slice went
     assert state["extra"]["command"] == "sweep" and state["extra"]["layout"]["slices"] == [0, 4, 6]
     programs = count_programs(monkeypatch)
     seen: list = []
-    kill_after_slice(monkeypatch, first=-1, epoch=-1, seen=seen)  # kills nothing: records the saves
-    capsys.readouterr()
-    assert run_main(["sweep", "--resume", ck]) == 0  # the flags all restored from the state
+    with monkeypatch.context() as m:  # the first resume (its flags all restored) killed again
+        kill_after_slice(m, first=6, epoch=3 * EVERY, seen=seen)
+        capsys.readouterr()
+        assert run_main(["sweep", "--resume", ck]) == "killed"
     out = capsys.readouterr().out
     assert f"resuming {ck}: 1 of 2 group(s) finished, 2 slice(s) of runs at epoch" in out
     assert "group 1/2 (layers 2, adam, hidden 64): 4 runs kept from the interrupted sweep" in out
     assert programs == [128]  # the finished group compiled and trained nothing
     # the interrupted slice went on from its checkpoint: its first save is the next one after it
-    assert [e for f, e in seen if f == 6][0] == 3 * EVERY
+    assert [e for f, e in seen if f == 6] == [3 * EVERY]
+    state = manifest(ck)  # the first resume went on saving as the sweep did, the finished group included
+    assert list(state["done"]) == ["0"] and state["slices"]["6"]["epoch"] == 3 * EVERY
+    assert run_main(["sweep", "--resume", ck, "--quiet"]) == 0
+    assert programs == [128, 128]
     assert_same_table(ck, full)
 
 

@@ -1,6 +1,7 @@
-"""A sweep's saved progress (``jaxgcn sweep --save DIR [--checkpoint-every K]``, ``--resume DIR``).
+"""A sweep on one process or a job's processes (:func:`run`: ``jaxgcn sweep`` below its flags) and
+its saved progress (``--save DIR [--checkpoint-every K]``, ``--resume DIR``).
 
-The sweep keeps its progress in the resumable state of a batch (:mod:`jaxgcn.batch_state`:
+A sweep keeps its progress in the resumable state of a batch (:mod:`jaxgcn.batch_state`:
 ``DIR/batch-state/state.json`` and one file per slice), as ``train --seeds N`` does: a slice is
 keyed by its first run in the order the sweep runs them (group by group), and each finished
 group's results (``[val_acc, test_acc, epochs_run]`` per run) go into the manifest's ``done``,
@@ -14,12 +15,19 @@ refused. The finished sweep writes ``DIR/sweep.json`` and ``DIR/sweep.csv`` and 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from jaxgcn import batch_state, checkpoint
+from jaxgcn.app.data import Loaded
+from jaxgcn.batched import Entry, program_key
+from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.sweep import Grid, Row, chunk_sizes, layout as sweep_layout, lower, run_grid
+from jaxgcn.train import TrainConfig
 
 REPORT = "sweep.json"  # what a finished saved sweep holds: its --json report (with the record) ...
 TABLE = "sweep.csv"  # ... and its --csv table
@@ -36,11 +44,7 @@ def resumed(directory: Path, settings: dict[str, Any], fingerprint: dict[str, st
     """The manifest of the sweep saved in ``directory``, checked against this sweep's ``settings``
     (all but the layout) and data, and the runs per chunk of each of its ``n_groups`` groups that
     it started with."""
-    manifest = batch_state.load(directory)
-    command = manifest["extra"].get("command", "train")
-    if command != COMMAND:
-        raise ValueError(f"--resume {directory}: holds the state of a `jaxgcn {command}` batch, not of a sweep; "
-                         f"resume it with `jaxgcn {command} --resume {directory}`")
+    manifest = batch_state.load(directory)  # another command's state: refused by the options' check (cli.records)
     checkpoint.check_resumable(manifest, settings, fingerprint, f"--resume {directory}")
     layout = manifest["extra"].get("layout")
     chunks = layout.get("chunks") if isinstance(layout, dict) else None
@@ -135,3 +139,57 @@ def open_store(directory: Path, *, settings: dict[str, Any], layout: dict[str, A
         previous = manifest if same else {"slices": {}, "done": manifest.get("done", {})}
     saver = batch_state.saver(directory, extra=extra, fingerprint=fingerprint, previous=previous)
     return Store(directory, saver, layout, checkpoint_every, resume)
+
+
+class Saving(NamedTuple):
+    """Where a sweep keeps its progress: ``save`` (None: nowhere), every ``checkpoint_every``
+    epochs (None: at each group's end), ``resume``: the folder it continues, and the command's
+    ``options`` recorded for ``--resume DIR`` alone."""
+
+    save: Path | None = None
+    checkpoint_every: int | None = None
+    resume: Path | None = None
+    options: dict[str, Any] | None = None
+
+
+def run(loaded: Loaded, grid: Grid, seeds: list[int], configs: tuple[GCNConfig, TrainConfig, Execution], *,
+        splits: int = 1, memory_budget: int | None = None, saving: Saving = Saving(),
+        say: Callable[[str], None] = print, progress: Any = None, share: dict[str, Any] | None = None) -> list[Row]:
+    """The rows of ``grid`` x ``seeds`` x ``splits`` on the loaded data (:func:`jaxgcn.sweep.run_grid`),
+    from the base ``configs`` (model, training, the planned execution); ``share``: a
+    ``--distributed`` job's ``process_index``, ``process_count`` and ``combine``; ``saving``:
+    where the progress goes and what is resumed (:class:`Store`)."""
+    model_config, train_config, execution = configs
+    entries = lower(grid, seeds, splits, model_config=model_config, config=train_config)
+    kept = _store(saving.save, loaded, grid, seeds, splits, entries, configs, memory_budget, saving, say) \
+        if saving.save is not None else {}
+    prepared = loaded.prepared
+    return run_grid(prepared.data, prepared.n_classes, grid, seeds, n_splits=splits, model_config=model_config,
+                    config=train_config, execution=execution, memory_budget=memory_budget, log=say,
+                    progress=progress, **(share or {}), **kept)
+
+
+def _store(save: Path, loaded: Loaded, grid: Grid, seeds: list[int], splits: int, entries: list[Entry],
+           configs: tuple[GCNConfig, TrainConfig, Execution], memory_budget: int | None, saving: Saving,
+           say: Callable[[str], None]) -> dict[str, Any]:
+    """``run_grid``'s ``chunks`` and ``store`` of a saved sweep: a new one's chunks, or the chunks
+    and progress of the one it resumes, checked."""
+    model_config, train_config, execution = configs
+    data, n_classes, info = loaded.prepared.data, loaded.prepared.n_classes, loaded.prepared.info
+    fingerprint = checkpoint.data_fingerprint(data)
+    settings = json.loads(json.dumps({
+        "grid": dataclasses.asdict(grid), "seeds": seeds, "splits": splits,
+        "model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
+        "execution": dataclasses.asdict(execution), "dataset": info["dataset"], "n_nodes": info["n_nodes"]}))
+    resume = None
+    if saving.resume is not None:
+        manifest, chunks = resumed(saving.resume, settings, fingerprint, len({program_key(e) for e in entries}))
+        resume = (saving.resume, manifest)
+    else:
+        chunks = chunk_sizes(data, n_classes, entries, execution=execution, memory_budget=memory_budget)
+    layout = {"chunks": chunks, **sweep_layout(data, entries, chunks, execution=execution)}
+    if resume is not None:
+        check_progress(resume[0], resume[1], layout, len(entries), train_config.epochs)
+    store = open_store(save, settings=settings, layout=layout, fingerprint=fingerprint,
+                       options=saving.options, checkpoint_every=saving.checkpoint_every, resume=resume, say=say)
+    return {"chunks": chunks, "store": store}

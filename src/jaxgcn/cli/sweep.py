@@ -1,21 +1,20 @@
-"""``jaxgcn sweep``: a hyperparameter grid x seeds x splits in few compiled programs
-(:func:`jaxgcn.sweep.run_grid`); with ``--distributed`` the runs are shared out over the processes."""
+"""``jaxgcn sweep``: a hyperparameter grid x seeds x splits in few compiled programs, run by
+:func:`jaxgcn.app.sweep.run` (with ``--save``/``--resume``, its progress kept); with
+``--distributed`` the runs are shared out over the processes. Then the table, and the outputs."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
-import json
 import sys
 from typing import Any
 
 import jax
 
-from jaxgcn import batch_state, checkpoint, outputs, reports
+from jaxgcn import batch_state, outputs, reports
 from jaxgcn.app import sweep as app_sweep
 from jaxgcn.app.train import plan
-from jaxgcn.batched import Entry, program_key
 from jaxgcn.cli import records
 from jaxgcn.cli.common import Say, prelude
 from jaxgcn.cli.config import sweep_base, sweep_grid
@@ -23,8 +22,7 @@ from jaxgcn.cli.data import Loaded, load, split_csv
 from jaxgcn.cli.runtime import is_writer
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
-from jaxgcn.sweep import Grid, Row, chunk_sizes, csv_text, format_table, lower, rows_to_json, run_grid
-from jaxgcn.sweep import layout as sweep_layout
+from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json
 from jaxgcn.train import TrainConfig
 
 
@@ -40,47 +38,19 @@ def _share(args: argparse.Namespace, say: Say) -> dict[str, Any]:
             "combine": lambda local: multihost_utils.process_allgather(local).sum(axis=0)}
 
 
-def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int], model_config: GCNConfig,
-         train_config: TrainConfig, execution: Execution, say: Say, saved: dict[str, Any]) -> list[Row]:
+def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int],
+         configs: tuple[GCNConfig, TrainConfig, Execution], say: Say) -> list[Row]:
     share = _share(args, say)
     # a bar per group on a terminal; off a terminal the one-line-per-group log is the progress
-    bar = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet or not is_writer(),
+    bar = Progress(configs[1].epochs, every=args.log_every, quiet=args.quiet or not is_writer(),
                    desc="sweep") if sys.stdout.isatty() else None
+    saving = app_sweep.Saving(args.save, args.checkpoint_every, args.resume, records.options(args))
     try:
-        return run_grid(loaded.prepared.data, loaded.prepared.n_classes, grid, seeds, n_splits=args.splits,
-                        model_config=model_config, config=train_config, execution=execution,
-                        memory_budget=args.memory_budget, log=say, progress=bar, **share, **saved)
+        return app_sweep.run(loaded, grid, seeds, configs, splits=args.splits, memory_budget=args.memory_budget,
+                             saving=saving, say=say, progress=bar, share=share)
     finally:
         if bar is not None:
             bar.done()
-
-
-def _store(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int], entries: list[Entry],
-           configs: tuple[GCNConfig, TrainConfig, Execution], say: Say) -> dict[str, Any]:
-    """``run_grid``'s ``chunks`` and ``store`` of a ``--save``/``--resume`` sweep (:mod:`jaxgcn.app.sweep`)."""
-    if args.save is None:
-        return {}
-    model_config, train_config, execution = configs
-    data, n_classes, info = loaded.prepared.data, loaded.prepared.n_classes, loaded.prepared.info
-    fingerprint = checkpoint.data_fingerprint(data)
-    settings = json.loads(json.dumps({
-        "grid": dataclasses.asdict(grid), "seeds": seeds, "splits": args.splits,
-        "model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
-        "execution": dataclasses.asdict(execution), "dataset": info["dataset"], "n_nodes": info["n_nodes"]}))
-    resume = None
-    if args.resume is not None:
-        n_groups = len({program_key(e) for e in entries})
-        manifest, chunks = app_sweep.resumed(args.resume, settings, fingerprint, n_groups)
-        resume = (args.resume, manifest)
-    else:
-        chunks = chunk_sizes(data, n_classes, entries, execution=execution, memory_budget=args.memory_budget)
-    layout = {"chunks": chunks, **sweep_layout(data, entries, chunks, execution=execution)}
-    if resume is not None:
-        app_sweep.check_progress(args.resume, resume[1], layout, len(entries), train_config.epochs)
-    store = app_sweep.open_store(args.save, settings=settings, layout=layout, fingerprint=fingerprint,
-                                 options=records.options(args), checkpoint_every=args.checkpoint_every,
-                                 resume=resume, say=say)
-    return {"chunks": chunks, "store": store}
 
 
 def _write(args: argparse.Namespace, loaded: Loaded, grid: Grid, train_config: TrainConfig, seeds: list[int],
@@ -130,9 +100,7 @@ def _sweep(args: argparse.Namespace) -> int:
     total = n_configs * len(seeds) * args.splits
     say(f"sweep: {n_configs} configuration{'s' if n_configs != 1 else ''} x {len(seeds)} "
         f"seed{'s' if len(seeds) != 1 else ''} x {args.splits} split(s) = {total} run{'s' if total != 1 else ''}")
-    entries = lower(grid, seeds, args.splits, model_config=model_config, config=train_config)
-    saved = _store(args, loaded, grid, seeds, entries, (model_config, train_config, execution), say)
-    rows = _run(args, loaded, grid, seeds, model_config, train_config, execution, say, saved)
+    rows = _run(args, loaded, grid, seeds, (model_config, train_config, execution), say)
     if not is_writer():
         return 0
     print(format_table(rows))
