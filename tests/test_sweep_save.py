@@ -216,6 +216,13 @@ def test_a_finished_sweep_has_nothing_to_resume(full, capsys):
     assert "holds a finished sweep (sweep.json, sweep.csv, no batch state): nothing to resume" in err
 
 
+def test_a_sweep_stopped_before_saving_anything_has_nothing_to_resume(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    err = refused([*SWEEP, "--resume", tmp_path / "empty"], capsys)
+    assert f"--resume {tmp_path / 'empty'}: holds no sweep progress to resume (no batch-state/state.json: the " \
+           "sweep was stopped before its first group finished" in err
+
+
 def test_a_save_of_another_sweep_is_refused_unless_overwrite(full, tmp_path, capsys):
     other = tmp_path / "other"
     shutil.copytree(full / "full", other)

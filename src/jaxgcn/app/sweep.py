@@ -44,6 +44,10 @@ def resumed(directory: Path, settings: dict[str, Any], fingerprint: dict[str, st
     """The manifest of the sweep saved in ``directory``, checked against this sweep's ``settings``
     (all but the layout) and data, and the runs per chunk of each of its ``n_groups`` groups that
     it started with."""
+    if not (batch_state.folder(directory) / batch_state.MANIFEST).is_file():
+        raise ValueError(f"--resume {directory}: holds no sweep progress to resume (no {batch_state.FOLDER}/"
+                         f"{batch_state.MANIFEST}: the sweep was stopped before its first group finished or its "
+                         "first --checkpoint-every save); run the sweep again")
     manifest = batch_state.load(directory)  # another command's state: refused by the options' check (cli.records)
     checkpoint.check_resumable(manifest, settings, fingerprint, f"--resume {directory}")
     layout = manifest["extra"].get("layout")
