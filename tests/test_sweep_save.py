@@ -139,6 +139,31 @@ def test_a_sweep_killed_after_a_group_without_checkpoints_resumes_to_the_same_ta
     assert_same_table(ck, full)
 
 
+def test_a_resumed_sweep_keeps_the_chunks_it_started_with(tmp_path, monkeypatch, capsys):
+    """The default memory budget is half the free memory, which changes between processes: the
+    resumed sweep runs the chunks the killed one started with (3 + 1 runs of width 64, 1 run at a
+    time of width 128), so its table equals the uninterrupted sweep's in those chunks."""
+    from jaxgcn.models import Execution, GCNConfig
+    from jaxgcn.plan import batch_bytes
+    from jaxgcn.datasets import prepare, synthetic
+
+    data = prepare(synthetic(200, n_classes=3, n_features=8, seed=0)).data
+    small = 2 * 3 * batch_bytes(data, GCNConfig(hidden=64), 1, 3, Execution(backend="csr"))  # half: 3 runs of 64
+    monkeypatch.setattr(sweep, "available_bytes", lambda: small)
+    assert run_main([*SWEEP, "--save", tmp_path / "full", "--quiet"]) == 0
+    ck = tmp_path / "ck"
+    with monkeypatch.context() as m:
+        kill_after_slice(m, first=3, epoch=EVERY)
+        assert run_main([*SWEEP, "--save", ck, "--checkpoint-every", EVERY, "--quiet"]) == "killed"
+    assert manifest(ck)["extra"]["layout"] == {"chunks": [3, 1], "groups": [0, 4], "slices": [0, 3, 4, 5, 6, 7]}
+    monkeypatch.setattr(sweep, "available_bytes", lambda: 1000 * small)  # now every group would fit at once
+    capsys.readouterr()
+    assert run_main(["sweep", "--resume", ck]) == 0
+    assert "group 1: 4 runs need ~0.0 GiB, over the budget the sweep started with: running 2 chunks of <= 3 " \
+           "runs" in capsys.readouterr().out
+    assert_same_table(ck, tmp_path)
+
+
 # --- refusals ------------------------------------------------------------------------------------
 
 
