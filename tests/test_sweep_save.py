@@ -8,6 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from cli_run import run_main, unwrap
@@ -162,6 +166,31 @@ def test_a_resumed_sweep_keeps_the_chunks_it_started_with(tmp_path, monkeypatch,
     assert "group 1: 4 runs need ~0.0 GiB, over the budget the sweep started with: running 2 chunks of <= 3 " \
            "runs" in capsys.readouterr().out
     assert_same_table(ck, tmp_path)
+
+
+def test_a_sweep_killed_with_sigkill_resumes_to_the_same_table(tmp_path):
+    """A real kill: a sweep process SIGKILLed while its second group writes checkpoints, resumed in
+    this process, ends with the table of the same sweep run uninterrupted here."""
+    long = [*SWEEP[:SWEEP.index("--epochs")], "--epochs", "600", "--early-stopping", "none", "--no-compile-cache"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.Popen([sys.executable, "-m", "jaxgcn.cli", *long, "--save", "ck", "--checkpoint-every", "50",
+                             "--quiet"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def in_group_2() -> bool:  # group 1 finished and a slice of group 2 saved past epoch 100
+        try:
+            state = batch_state.load(tmp_path / "ck")
+        except ValueError:  # not written yet (each file appears by a rename)
+            return False
+        return "0" in state.get("done", {}) and any(v["epoch"] >= 100 for v in state["slices"].values())
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline and not in_group_2():
+        time.sleep(0.01)
+    assert proc.poll() is None, f"the sweep finished before it could be killed: {proc.stderr.read()[-2000:]}"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert run_main(["sweep", "--resume", tmp_path / "ck", "--quiet"]) == 0
+    assert run_main([*long, "--save", tmp_path / "full", "--quiet"]) == 0
+    assert_same_table(tmp_path / "ck", tmp_path)
 
 
 # --- refusals ------------------------------------------------------------------------------------
