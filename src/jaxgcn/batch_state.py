@@ -18,7 +18,7 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -37,14 +37,27 @@ def folder(directory: str | Path) -> Path:
 
 
 def saver(directory: str | Path, *, extra: dict[str, Any], fingerprint: dict[str, str],
-          previous: dict[str, Any] | None = None) -> Callable[[int, Any], None]:
+          previous: dict[str, Any] | None = None) -> "Saver":
     """``save(first, state)``: write the state of the slice whose first run is ``first``.
-    ``previous``: the manifest of the same folder being resumed (its other slices stay recorded)."""
-    where = folder(directory)
-    manifest = {"format": FORMAT, "version": __version__, "extra": extra, "data_sha256": fingerprint,
-                "slices": dict(previous["slices"]) if previous is not None else {}}
+    ``previous``: the manifest of the same folder being resumed (its other slices, and a sweep's
+    finished groups, stay recorded)."""
+    return Saver(directory, extra=extra, fingerprint=fingerprint, previous=previous)
 
-    def save(first: int, state: Any) -> None:
+
+class Saver:
+    """Writes a batch's ``state.json`` and slice files (:func:`saver`); a sweep also records each
+    finished group's results in the manifest's ``done`` (:meth:`finish`)."""
+
+    def __init__(self, directory: str | Path, *, extra: dict[str, Any], fingerprint: dict[str, str],
+                 previous: dict[str, Any] | None = None) -> None:
+        self.where = folder(directory)
+        self.manifest = {"format": FORMAT, "version": __version__, "extra": extra, "data_sha256": fingerprint,
+                         "slices": dict(previous["slices"]) if previous is not None else {}}
+        if previous is not None and "done" in previous:
+            self.manifest["done"] = dict(previous["done"])
+
+    def __call__(self, first: int, state: Any) -> None:
+        where, manifest = self.where, self.manifest
         owned_dir(where)  # a real folder: a link planted at batch-state is refused, never written through
         remove_stale_temps(where)
         blob = checkpoint.npz_bytes(checkpoint.state_arrays(state))
@@ -57,14 +70,29 @@ def saver(directory: str | Path, *, extra: dict[str, Any], fingerprint: dict[str
         recorded = False
         try:
             write_atomic(where / name, blob, follow=False)
-            write_atomic(where / MANIFEST, json.dumps({**manifest, "slices": {**manifest["slices"], str(first): entry}},
-                                                      indent=2) + "\n", follow=False)
+            self._write({**manifest, "slices": {**manifest["slices"], str(first): entry}})
             manifest["slices"][str(first)], recorded = entry, True
         finally:  # Ctrl-C/SIGTERM between the two writes: the new slice file, which no manifest names, goes
             unused = name if not recorded else old["file"] if old is not None else None
             if unused is not None:
                 (where / unused).unlink(missing_ok=True)
-    return save
+
+    def finish(self, key: int, results: list[list[float]], firsts: list[int]) -> None:
+        """Record a finished sweep group's results (one list per run) under ``key`` (its first run);
+        its slices (``firsts``) leave the manifest, then their files go: the results replace them."""
+        owned_dir(self.where)
+        remove_stale_temps(self.where)
+        slices = self.manifest["slices"]
+        gone = [slices[str(f)]["file"] for f in firsts if str(f) in slices]
+        kept = {k: v for k, v in slices.items() if int(k) not in firsts}
+        done = {**self.manifest.get("done", {}), str(key): results}
+        self._write({**self.manifest, "slices": kept, "done": done})
+        self.manifest.update(slices=kept, done=done)
+        for name in gone:
+            (self.where / name).unlink(missing_ok=True)
+
+    def _write(self, manifest: dict[str, Any]) -> None:
+        write_atomic(self.where / MANIFEST, json.dumps(manifest, indent=2) + "\n", follow=False)
 
 
 def _bad(path: Path, what: str) -> ValueError:
@@ -78,7 +106,14 @@ def load(directory: str | Path) -> dict[str, Any]:
         raise ValueError(f"--resume {directory}: holds no batch state to resume (no {FOLDER}/{MANIFEST}: the batch "
                          "finished, or it was not trained with --checkpoint-every); train again or --resume an "
                          "interrupted --seeds/--splits run")
-    return read_manifest(path, BATCH_STATE, _holds_its_slices)
+    manifest = read_manifest(path, BATCH_STATE, _holds_its_slices)
+    done = manifest.get("done", {})
+    if not (isinstance(done, dict) and all(k.isdigit() and isinstance(v, list) and v and all(
+            isinstance(r, list) and len(r) == 3 and all(checkpoint.is_json(x, (int, float)) for x in r) for r in v)
+            for k, v in done.items())):
+        raise _bad(path, "its done (a sweep's finished groups) is not a list of [val_acc, test_acc, epochs] per "
+                         "run of each group")
+    return manifest
 
 
 def _holds_its_slices(manifest: dict[str, Any]) -> bool:

@@ -1,10 +1,10 @@
 """Hyperparameter grids × seeds × splits, run as few compiled programs as possible.
 
 A grid is lowered to a list of entries (:func:`lower`), each the full configs of ONE run plus its
-seed and split (:class:`jaxgcn.batched.Entry`), and the entries are run (:func:`run_entries`):
-learning rate, L2 factor and dropout vary per run inside one program (:mod:`jaxgcn.batched`);
+seed and split (:class:`jaxgcn.training.runs.Entry`), and the entries are run (:func:`run_entries`):
+learning rate, L2 factor and dropout vary per run inside one program (:mod:`jaxgcn.training.runs`);
 entries whose configs differ in anything else (hidden width, layer count, optimizer, epochs, ...)
-form separate groups (:func:`jaxgcn.batched.program_key`). A group too large for the memory budget is split into chunks.
+form separate groups (:func:`jaxgcn.training.runs.program_key`). A group too large for the memory budget is split into chunks.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from jaxgcn import hyper
 from jaxgcn.memory import available_bytes
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.outputs import write_atomic
-from jaxgcn.plan import batch_bytes
+from jaxgcn.plan import batch_bytes, slice_size
 from jaxgcn.data import TrainData
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.runs import Entry, fit_runs, program_key
@@ -132,13 +132,16 @@ def run_entries(
     process_count: int = 1,
     combine: Callable[[np.ndarray], np.ndarray] | None = None,
     progress: Any = None,
+    chunks: list[int] | None = None,
+    store: Any = None,
 ) -> list[Outcome]:
     """Run every entry; return their outcomes in the order of ``entries``.
 
     Entries with equal :func:`program_key` (same layer count, hidden width, optimizer, ...) run in one
-    compiled program (:func:`jaxgcn.batched.fit_runs`); groups run fewest layers first, then by optimizer
-    name. A group over ``memory_budget`` bytes (default: half the free memory) runs in chunks.
-    ``data``'s masks are [n_splits, n_nodes] when there is more than one split.
+    compiled program (:func:`jaxgcn.training.runs.fit_runs`); groups run fewest layers first, then by optimizer
+    name. A group over ``memory_budget`` bytes (default: half the free memory) runs in chunks
+    (``chunks``: the runs per chunk of each group, as :func:`chunk_sizes` gives them; a resumed sweep
+    keeps those it started with). ``data``'s masks are [n_splits, n_nodes] when there is more than one split.
 
     In a job of ``process_count`` processes (``jax.distributed``), process ``process_index`` runs
     every ``process_count``-th entry of each group on its own devices; ``combine`` sums the
@@ -146,18 +149,36 @@ def run_entries(
     ``multihost_utils.process_allgather(x).sum(0)``, so every process returns every outcome.
     ``progress`` (a :class:`jaxgcn.progress.Progress`) shows each chunk's epochs. Every program runs
     as ``execution`` says (backend, dropout stream, first-layer order: shared by all entries).
+
+    ``store`` (one process only) keeps a sweep's progress: ``store.kept(first, n)`` gives a group's
+    [n, 3] results kept from an earlier, interrupted sweep (None: train it), ``store.hooks(first)``
+    the ``fit_runs`` checkpoint keyword arguments of the chunk whose first run (in the result
+    order) is ``first``, and ``store.finish(first, results)`` records a trained group
+    (:class:`jaxgcn.app.sweep.Store`).
     """
+    if store is not None and process_count > 1:
+        raise ValueError("store: a sweep's progress is kept by a one-process sweep only")
     groups = _groups(entries)
     row = {j: r for r, j in enumerate(j for members in groups.values() for j in members)}  # result array rows
-    budget = memory_budget or available_bytes() // 2
+    budget = None if chunks is not None else memory_budget or available_bytes() // 2
+    sizes = chunks if chunks is not None else chunk_sizes(data, n_classes, entries, execution=execution,
+                                                          memory_budget=budget)
     results = np.zeros((len(entries), 4))  # val_acc, test_acc, epochs_run, done
     for g, ((model, train), members) in enumerate(groups.items()):
         mine = members[process_index::process_count]
         if not mine:
             continue
         rows = [row[j] for j in mine]
-        results[rows, :3] = _run_group(data, n_classes, [entries[j] for j in mine], rows, model, train, execution,
-                                       name=(g + 1, len(groups)), budget=budget, log=log, progress=progress)
+        kept = None if store is None else store.kept(rows[0], len(rows))
+        if kept is not None:
+            results[rows, :3] = kept
+            if log is not None:
+                log(f"group {g + 1}/{len(groups)} (layers {model.layers}, {train.optimizer}, hidden {model.hidden}): "
+                    f"{len(rows)} run{'s' if len(rows) != 1 else ''} kept from the interrupted sweep")
+        else:
+            results[rows, :3] = _run_group(data, n_classes, [entries[j] for j in mine], rows, model, train,
+                                           execution, name=(g + 1, len(groups)), chunk=sizes[g], budget=budget,
+                                           log=log, progress=progress, store=store)
         results[rows, 3] = 1.0
     if combine is not None:
         results = np.asarray(combine(results))
@@ -176,18 +197,45 @@ def _groups(entries: list[Entry]) -> dict[tuple[GCNConfig, TrainConfig], list[in
     return dict(sorted(groups.items(), key=lambda kv: (kv[0][0].layers, kv[0][1].optimizer)))
 
 
+def chunk_sizes(data: TrainData, n_classes: int, entries: list[Entry], *, execution: Execution = Execution(),
+                memory_budget: int | None = None) -> list[int]:
+    """The runs per chunk of each group (in the order :func:`run_entries` runs them): as many as fit
+    in ``memory_budget`` bytes (default: half the free memory), the whole group when it fits."""
+    budget = memory_budget or available_bytes() // 2
+    sizes = []
+    for (model, _), members in _groups(entries).items():
+        per_run_bytes = batch_bytes(data, model, 1, n_classes, execution)
+        sizes.append(max(1, min(len(members), budget // max(per_run_bytes, 1))))
+    return sizes
+
+
+def layout(data: TrainData, entries: list[Entry], chunks: list[int], *,
+           execution: Execution = Execution()) -> dict[str, list[int]]:
+    """Where each group starts, and each ``fit_runs`` slice, in the result order of
+    :func:`run_entries` (one process): the keys under which a saved sweep keeps its progress."""
+    groups, slices, first = [], [], 0
+    for ((model, _), members), chunk in zip(_groups(entries).items(), chunks):
+        groups.append(first)
+        for start in range(0, len(members), chunk):
+            n = min(chunk, len(members) - start)
+            size = slice_size(n, model.hidden, execution, None, data.graph, None)
+            slices.extend(first + start + s for s in range(0, n, size))
+        first += len(members)
+    return {"groups": groups, "slices": slices}
+
+
 def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[int], model: GCNConfig,
-               train: TrainConfig, execution: Execution, *, name: tuple[int, int], budget: int,
-               log: Callable[[str], None] | None,
-               progress: Any) -> np.ndarray:
+               train: TrainConfig, execution: Execution, *, name: tuple[int, int], chunk: int, budget: int | None,
+               log: Callable[[str], None] | None, progress: Any, store: Any) -> np.ndarray:
     """[len(group), 3] val_acc, test_acc, epochs_run of one program's entries (``rows``: their rows
-    in the result array, which the progress display counts in), in chunks within ``budget``."""
+    in the result array, which the progress display and the store count in), in chunks of ``chunk``
+    runs (what fits in ``budget`` bytes; None: the chunks a resumed sweep started with)."""
     g, n_groups = name
-    per_run_bytes = batch_bytes(data, model, 1, n_classes, execution)
-    chunk = max(1, min(len(group), budget // max(per_run_bytes, 1)))
     if chunk < len(group) and log is not None:
-        log(f"group {g}: {len(group)} runs need ~{per_run_bytes * len(group) / 2**30:.1f} GiB, over the "
-            f"{budget / 2**30:.1f} GiB budget: running {-(-len(group) // chunk)} chunks of <= {chunk} runs")
+        need = batch_bytes(data, model, 1, n_classes, execution) * len(group) / 2**30
+        over = f"the {budget / 2**30:.1f} GiB budget" if budget is not None else "the budget the sweep started with"
+        log(f"group {g}: {len(group)} runs need ~{need:.1f} GiB, over {over}: running {-(-len(group) // chunk)} "
+            f"chunks of <= {chunk} runs")
     if log is not None and progress is None:  # a bar names the group itself
         log(f"group {g}/{n_groups} (layers {model.layers}, {train.optimizer}, hidden {model.hidden}): training "
             f"{len(group)} run{'s' if len(group) != 1 else ''}")
@@ -196,14 +244,17 @@ def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[i
         part = group[start:start + chunk]
         if progress is not None:
             progress.start_slice(rows[start], f"group {g}/{n_groups}, {len(part)} runs")
+        hooks = {} if store is None else store.hooks(rows[start])
         result = fit_runs(data, n_classes, part, execution=execution,
-                          log_every=progress.every if progress is not None else 0, progress=progress)
+                          log_every=progress.every if progress is not None else 0, progress=progress, **hooks)
         out[start:start + len(part)] = np.stack([result.metrics["val_acc"], result.metrics["test_acc"],
                                                  result.epochs_run], axis=1)
         if log is not None:
             log(f"group {g}/{n_groups} (layers {model.layers}, {train.optimizer}, hidden {model.hidden}): "
                 f"{len(part)} runs in one program | compile {result.compile_seconds:.1f}s | train "
                 f"{result.train_seconds:.1f}s | val mean {np.mean(result.metrics['val_acc']):.4f}")
+    if store is not None:
+        store.finish(rows[0], out)
     return out
 
 
@@ -223,6 +274,8 @@ def run_grid(
     process_count: int = 1,
     combine: Callable[[np.ndarray], np.ndarray] | None = None,
     progress: Any = None,
+    chunks: list[int] | None = None,
+    store: Any = None,
 ) -> list[Row]:
     """Run every configuration of ``grid`` for every seed and split; return rows sorted by mean
     validation accuracy (best first): :func:`lower`, then :func:`run_entries` (whose docstring
@@ -233,7 +286,7 @@ def run_grid(
     entries = lower(grid, seeds, n_splits, model_config=model_config, config=config)
     outcomes = run_entries(data, n_classes, entries, execution=execution, memory_budget=memory_budget, log=log,
                            process_index=process_index, process_count=process_count, combine=combine,
-                           progress=progress)
+                           progress=progress, chunks=chunks, store=store)
     per_config = len(seeds) * n_splits  # lower's order: configuration, then seed, then split
     rows = []
     for start in range(0, len(entries), per_config):

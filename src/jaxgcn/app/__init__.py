@@ -6,7 +6,8 @@
   :class:`~jaxgcn.app.job.Outcome`;
 - :mod:`~jaxgcn.app.train`: a job on one device (one run or a batch), with THE plan and its memory check;
 - :mod:`~jaxgcn.app.sharded`: a job with the graph's rows over devices and processes;
-- :mod:`~jaxgcn.app.saving`: checkpoints, resume and the final models of every kind of job.
+- :mod:`~jaxgcn.app.saving`: checkpoints, resume and the final models of every kind of job;
+- :mod:`~jaxgcn.app.sweep`: a sweep's saved progress (``sweep --save``/``--resume``).
 
 Nothing here reads arguments or prints: notes go to a ``say`` callback as they happen and the
 rest comes back in the outcome; :mod:`jaxgcn.cli` parses, calls and prints.

@@ -155,12 +155,14 @@ def resumable_since(directory: str | Path, since: float) -> str | None:
                 continue
             meta = json.loads(path.read_text(encoding="utf-8"))
             if path.name == checkpoint.META:
-                epochs = [int(meta["epoch"])] if meta.get("state_file") else []
-            else:
-                epochs = [int(s["epoch"]) for s in meta["slices"].values()]
+                epochs, done = [int(meta["epoch"])] if meta.get("state_file") else [], 0
+            else:  # a sweep's finished groups count too
+                epochs, done = [int(s["epoch"]) for s in meta["slices"].values()], len(meta.get("done", {}))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        if epochs:
-            low, high = min(epochs), max(epochs)
-            return f"epoch {low}" if low == high else f"epochs {low}-{high}"
+        if epochs or done:
+            low, high = min(epochs, default=0), max(epochs, default=0)
+            at = f"epoch {low}" if low == high else f"epochs {low}-{high}"
+            return at if not done else f"{done} finished group{'s' if done != 1 else ''}" + (f", {at}" if epochs
+                                                                                               else "")
     return None

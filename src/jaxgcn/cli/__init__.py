@@ -88,14 +88,16 @@ def interrupted_line(args: Any, started: float, how: str = "interrupted") -> str
     with; after a ``--checkpoint-every`` run wrote a checkpoint (since ``started``, a :func:`time.time`),
     where it is and how to resume from it."""
     save, every = getattr(args, "save", None), getattr(args, "checkpoint_every", None)
+    sweep = getattr(args, "command", None) == "sweep"  # a saved sweep keeps its finished groups too
     # without jaxgcn.app.saving loaded this process wrote no checkpoint (and importing it starts JAX)
-    if save is None or every is None or "jaxgcn.app.saving" not in sys.modules:
+    if save is None or (every is None and not sweep) or "jaxgcn.app.saving" not in sys.modules:
         return f"jaxgcn: {how}"
     from jaxgcn.app.saving import resumable_since
 
     where = resumable_since(save, started)
     if where is None:
-        return f"jaxgcn: {how} before the first checkpoint (--checkpoint-every {every}); nothing to resume"
+        first = "the first group finished" if every is None else f"the first checkpoint (--checkpoint-every {every})"
+        return f"jaxgcn: {how} before {first}; nothing to resume"
     return f"jaxgcn: {how}; the last checkpoint is in {save} ({where}): resume with --resume {save}"
 
 

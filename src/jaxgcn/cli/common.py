@@ -27,13 +27,18 @@ from jaxgcn.progress import check_log
 OUTPUTS = {
     "train": (("--json", "json", "file"), ("--save-split", "save_split", "file"), ("--log", "log", "append"),
               ("--save", "save", "checkpoint"), ("--tensorboard", "tensorboard", "dir")),
-    "sweep": (("--json", "json", "file"), ("--csv", "csv", "file"), ("--save-split", "save_split", "file")),
+    "sweep": (("--json", "json", "file"), ("--csv", "csv", "file"), ("--save-split", "save_split", "file"),
+              ("--save", "save", "sweep")),
     "evaluate": (("--json", "json", "file"),),
     "predict": (("--out", "out", "file"),),
     "plot": (("--out", "out", "file"),),
     "info": (("--json", "json", "file"), ("--save-split", "save_split", "file")),
     "partition": (("--out", "out", "partitions"), ("--save-split", "save_split", "file")),
 }
+# What a --save folder that jaxgcn replaces holds: one run's checkpoint, several runs' manifest, or a
+# batch's resumable state; a finished sweep's report, or its progress
+SAVE_MARKERS = {"checkpoint": (("checkpoint.json", "runs.json", "batch-state"), "a checkpoint to replace"),
+                "sweep": (("sweep.json", "batch-state"), "a saved sweep to replace")}
 INPUTS = (("--edges", "edges"), ("--features", "features"), ("--labels", "labels"), ("--split-file", "split_file"),
           ("--checkpoint", "checkpoint"), ("--sweep-json", "sweep_json"))
 EXAMPLES = {"--json": "results.json", "--csv": "sweep.csv", "--save-split": "split.csv", "--log": "train.jsonl"}
@@ -72,10 +77,9 @@ def _check_output(args: argparse.Namespace, flag: str, path: Path, kind: str) ->
         if kind == "append":
             check_new_log(args, flag, path, target)
         return target
-    if kind == "checkpoint":
-        # one run's checkpoint, several runs' manifest, or a batch's resumable state
-        target = outputs.check_dir(flag, path, marker=("checkpoint.json", "runs.json", "batch-state"),
-                                   what="a checkpoint to replace")
+    if kind in SAVE_MARKERS:
+        marker, what = SAVE_MARKERS[kind]
+        target = outputs.check_dir(flag, path, marker=marker, what=what)
         refuse_linked_folders(flag, path, target)
         return target
     if kind == "partitions":
@@ -256,11 +260,25 @@ def check_split_flags_early(args: argparse.Namespace) -> None:
         check_split_flags(args)
 
 
+def check_sweep_save(args: argparse.Namespace) -> None:
+    """``sweep``'s ``--checkpoint-every`` needs ``--save`` (or ``--resume``, which saves where it
+    resumes); a ``--distributed`` sweep keeps no progress (its processes would each write it)."""
+    if args.command != "sweep":
+        return
+    save = args.save if args.save is not None else args.resume
+    if args.checkpoint_every is not None and save is None:
+        raise ValueError("--checkpoint-every K needs --save DIR (where the sweep's progress goes)")
+    if args.distributed and save is not None:
+        flag = f"--save {args.save}" if args.save is not None else f"--resume {args.resume}"
+        raise ValueError(f"{flag} with --distributed: a sweep's progress is kept by a one-process sweep only; drop "
+                         "--distributed, or --save and --resume")
+
+
 # What jaxgcn.cli.main checks right after parsing, before JAX is imported: each function takes the
 # parsed arguments and raises a ValueError naming the flag. A check that needs no data belongs here.
 BEFORE_JAX: list[Callable[[argparse.Namespace], None]] = [
     check_dataset, check_own_files_early, check_numbers, check_ranges, check_split_flags_early, check_inputs,
-    check_outputs_early]
+    check_outputs_early, check_sweep_save]
 
 
 def before_jax(args: argparse.Namespace) -> None:

@@ -341,15 +341,7 @@ def _add_training_args(p: argparse.ArgumentParser, grid: bool) -> None:
 
 def _add_output_args(o: argparse._ArgumentGroup, grid: bool) -> None:
     o.add_argument("--json", type=v.path, help="write the results to this JSON file")
-    if not grid:
-        o.add_argument("--save", type=v.path, help="save the trained model as a checkpoint directory")
-        o.add_argument("--overwrite", action="store_true",
-                       help="with --save: replace the model of another run (other settings or data) that the "
-                            "directory holds (without it such a directory is refused)")
-        o.add_argument("--checkpoint-every", type=v.positive_int, default=None,
-                       help="with --save: also save the whole run state every K epochs (for --resume)")
-        o.add_argument("--resume", type=v.path, default=None,
-                       help="continue an interrupted --checkpoint-every run from its checkpoint directory")
+    _add_save_args(o, grid)
     o.add_argument("--quiet", action="store_true", help="only the final summary (no bar, no progress lines)")
     if not grid:
         o.add_argument("--verbose", action="store_true",
@@ -367,6 +359,31 @@ def _add_output_args(o: argparse._ArgumentGroup, grid: bool) -> None:
                             "run's config_id; `jaxgcn plot curves --config-id` picks one)")
         o.add_argument("--tensorboard", type=v.path, default=None,
                        help="also write TensorBoard event files here (needs tensorboardX)")
+
+
+# --save, --overwrite, --checkpoint-every and --resume of train (False) and sweep (True)
+SAVE_HELP = {
+    False: ("save the trained model as a checkpoint directory",
+            "with --save: replace the model of another run (other settings or data) that the directory holds "
+            "(without it such a directory is refused)",
+            "with --save: also save the whole run state every K epochs (for --resume)",
+            "continue an interrupted --checkpoint-every run from its checkpoint directory"),
+    True: ("keep the sweep's progress in this directory (each finished group's results; with --checkpoint-every, "
+           "the state of the runs in training) for --resume; at the end it holds sweep.json and sweep.csv",
+           "with --save: replace the save of another run or sweep that the directory holds (without it such a "
+           "directory is refused)",
+           "with --save: also save the state of the runs in training every K epochs",
+           "continue an interrupted --save sweep from its directory: finished groups are not trained again, "
+           "started runs go on from their last checkpoint"),
+}
+
+
+def _add_save_args(o: argparse._ArgumentGroup, grid: bool) -> None:
+    save, overwrite, every, resume = SAVE_HELP[grid]
+    o.add_argument("--save", type=v.path, help=save)
+    o.add_argument("--overwrite", action="store_true", help=overwrite)
+    o.add_argument("--checkpoint-every", type=v.positive_int, default=None, help=every)
+    o.add_argument("--resume", type=v.path, default=None, help=resume)
 
 
 def _add_job_args(g: argparse._ArgumentGroup, grid: bool) -> None:

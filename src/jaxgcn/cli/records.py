@@ -51,6 +51,7 @@ DATA_CHOICE = ("dataset", "data_dir", "ogb_split", "features", "nodes", "classes
 CHECKPOINT_JSON = ("checkpoint.json", "batch-state/state.json")
 # where a --save folder's model records its options: one run's checkpoint, a batch's state, or its first run
 SAVED_JSON = (CHECKPOINT_JSON[0], CHECKPOINT_JSON[1], "run-000/checkpoint.json")
+SWEEP_JSON = "sweep.json"  # a finished `sweep --save DIR`'s report (jaxgcn.app.sweep.REPORT), its record inside
 # options that do not make another model: outputs, display, the files that set defaults, where data is cached
 NOT_COMPARED = (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS, "data_root")
 
@@ -231,13 +232,32 @@ def recorded_options(meta: dict[str, Any] | None) -> dict[str, Any] | None:
 def _resume_defaults(command: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
     """``train --resume DIR``: the options its checkpoint (or a batch's state) records, as defaults."""
     resume = Path(args.resume)
-    options = recorded_options(_checkpoint_json(resume, CHECKPOINT_JSON[::-1]))  # a batch's state first
+    meta = _checkpoint_json(resume, CHECKPOINT_JSON[::-1])  # a batch's (or a sweep's) state first
+    refuse_other_command(f"--resume {resume}", meta, args.command, f"resume it with `jaxgcn {{}} --resume {resume}`")
+    options = recorded_options(meta)
     if options is None:
         refuse_nothing_to_resume(resume)
         return {}
     kept = {k: v for k, v in options.items()
             if k in RESUMED_OUTPUTS or k not in (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS)}
     return {**to_defaults(command, kept, f"--resume {resume}"), "save": args.resume}
+
+
+def saved_command(meta: dict[str, Any] | None) -> str:
+    """The command whose save ``meta`` (a checkpoint's or a batch state's JSON) is: a sweep's state
+    says so (``extra``'s ``command``); every other save is train's."""
+    extra = meta.get("extra") if isinstance(meta, dict) else None
+    command = extra.get("command") if isinstance(extra, dict) else None
+    return command if isinstance(command, str) else "train"
+
+
+def refuse_other_command(flag: str, meta: dict[str, Any] | None, command: str, fix: str) -> None:
+    """A folder holding another command's save (a train batch's state given to ``sweep``, a sweep's
+    to ``train``) is refused; ``fix`` names what to do, ``{}`` standing for the other command."""
+    other = saved_command(meta)
+    if meta is not None and other != command:
+        what = "a sweep" if other == "sweep" else f"a `jaxgcn {other}` run"
+        raise ValueError(f"{flag}: holds the save of {what}, not of a `jaxgcn {command}` one; {fix.format(other)}")
 
 
 def refuse_nothing_to_resume(resume: Path) -> None:
@@ -248,6 +268,10 @@ def refuse_nothing_to_resume(resume: Path) -> None:
     flag, state = f"--resume {resume}", resume / CHECKPOINT_JSON[1]
     if (resume / CHECKPOINT_JSON[0]).exists():  # a one-run checkpoint: its reader names any damage
         return
+    if (resume / SWEEP_JSON).exists() and not state.parent.exists():
+        raise ValueError(f"{flag}: holds a finished sweep ({SWEEP_JSON}, sweep.csv, no batch state): nothing to "
+                         f"resume; its results are in {resume / SWEEP_JSON}, or re-run it with `jaxgcn sweep "
+                         f"--from-record {resume / SWEEP_JSON}`")
     if state.parent.is_symlink() or (state.parent.exists() and not state.parent.is_dir()):
         raise ValueError(f"{flag}: {state.parent.name} is {'a link' if state.parent.is_symlink() else 'a file'}, not "
                          "the folder jaxgcn keeps a batch's state in; nothing to resume: remove it and train again")
@@ -345,9 +369,10 @@ def refuse_another_runs_model(parser: argparse.ArgumentParser, args: argparse.Na
     if save is None or getattr(args, "overwrite", True) or (
             args.resume is not None and Path(args.resume).resolve() == Path(save).resolve()):
         return
-    meta = _checkpoint_json(Path(save), SAVED_JSON)
+    meta = _checkpoint_json(Path(save), SAVED_JSON) or _finished_sweep(Path(save))
     if meta is None:
         return  # no model there (a folder of something else is for the output checks to judge)
+    refuse_other_command(f"--save {save}", meta, args.command, "give another folder, or --overwrite to replace it")
     recorded, mine = recorded_options(meta), options(args)
     actions = {a.dest: a for a in _command_parser(parser, args.command)._actions if a.option_strings}
     differ = [] if recorded is None else sorted(
@@ -361,6 +386,16 @@ def refuse_another_runs_model(parser: argparse.ArgumentParser, args: argparse.Na
     now = ", ".join(_flag_text(actions[d], mine[d]) for d in differ)
     raise ValueError(f"--save {save}: holds the model of another run, trained with {was}; this run gives {now} "
                      f"({fix})")
+
+
+def _finished_sweep(directory: Path) -> dict[str, Any] | None:
+    """A finished saved sweep's record as a checkpoint's metadata reads (``extra``: its command and
+    options), or None."""
+    report = _checkpoint_json(directory, (SWEEP_JSON,))
+    record = report.get("record") if report is not None else None
+    if not isinstance(record, dict):
+        return None
+    return {"extra": {"command": record.get("command", "sweep"), "options": record.get("options")}}
 
 
 _UNSET = object()
@@ -392,7 +427,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
         args = parser.parse_args(given)
     if getattr(args, "resume", None) is not None:
         refuse_resume_changes(parser, args, restored)
-    if args.command == "train":
+    if args.command in ("train", "sweep"):
         refuse_another_runs_model(parser, args)
     if hasattr(args, "edges"):  # which option chose the dataset, if any (own files conflict with it)
         args.dataset_origin = ("--dataset" if _on_command_line(parser, args.command, given, "dataset")

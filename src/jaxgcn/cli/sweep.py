@@ -1,25 +1,28 @@
-"""``jaxgcn sweep``: a hyperparameter grid x seeds x splits in few compiled programs
-(:func:`jaxgcn.sweep.run_grid`); with ``--distributed`` the runs are shared out over the processes."""
+"""``jaxgcn sweep``: a hyperparameter grid x seeds x splits in few compiled programs, run by
+:func:`jaxgcn.app.sweep.run` (with ``--save``/``--resume``, its progress kept); with
+``--distributed`` the runs are shared out over the processes. Then the table, and the outputs."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from typing import Any
 
 import jax
 
-from jaxgcn import outputs, reports
-from jaxgcn.cli import records
+from jaxgcn import batch_state, outputs, reports
+from jaxgcn.app import sweep as app_sweep
 from jaxgcn.app.train import plan
+from jaxgcn.cli import records
 from jaxgcn.cli.common import Say, prelude
 from jaxgcn.cli.config import sweep_base, sweep_grid
 from jaxgcn.cli.data import Loaded, load, split_csv
 from jaxgcn.cli.runtime import is_writer
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.progress import Progress
-from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json, run_grid
+from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json
 from jaxgcn.training.config import TrainConfig
 
 
@@ -35,16 +38,16 @@ def _share(args: argparse.Namespace, say: Say) -> dict[str, Any]:
             "combine": lambda local: multihost_utils.process_allgather(local).sum(axis=0)}
 
 
-def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int], model_config: GCNConfig,
-         train_config: TrainConfig, execution: Execution, say: Say) -> list[Row]:
+def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int],
+         configs: tuple[GCNConfig, TrainConfig, Execution], say: Say) -> list[Row]:
     share = _share(args, say)
     # a bar per group on a terminal; off a terminal the one-line-per-group log is the progress
-    bar = Progress(train_config.epochs, every=args.log_every, quiet=args.quiet or not is_writer(),
+    bar = Progress(configs[1].epochs, every=args.log_every, quiet=args.quiet or not is_writer(),
                    desc="sweep") if sys.stdout.isatty() else None
+    saving = app_sweep.Saving(args.save, args.checkpoint_every, args.resume, records.options(args))
     try:
-        return run_grid(loaded.prepared.data, loaded.prepared.n_classes, grid, seeds, n_splits=args.splits,
-                        model_config=model_config, config=train_config, execution=execution,
-                        memory_budget=args.memory_budget, log=say, progress=bar, **share)
+        return app_sweep.run(loaded, grid, seeds, configs, splits=args.splits, memory_budget=args.memory_budget,
+                             saving=saving, say=say, progress=bar, share=share)
     finally:
         if bar is not None:
             bar.done()
@@ -52,20 +55,39 @@ def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int],
 
 def _write(args: argparse.Namespace, loaded: Loaded, grid: Grid, train_config: TrainConfig, seeds: list[int],
            rows: list[Row], record: dict[str, Any] | None) -> None:
-    """Together at the end, the split file last; nothing on an error."""
+    """Together at the end, the split file last; nothing on an error. A ``--save`` folder gets the
+    report (with the record) and the table; then its progress goes (a finished sweep holds no state)."""
+    dataset = reports.dataset_report(loaded.prepared.info, loaded.prepared.backend)
     with outputs.Staged() as out:
         if args.csv is not None:
             out.add(args.csv, csv_text(rows), label=f"--csv {args.csv}")
         if args.json is not None:
-            report = reports.sweep_report(reports.dataset_report(loaded.prepared.info, loaded.prepared.backend),
-                                          grid, train_config, seeds, args.splits, rows_to_json(rows), record)
+            report = reports.sweep_report(dataset, grid, train_config, seeds, args.splits, rows_to_json(rows), record)
             out.add(args.json, reports.json_text(report), label=f"--json {args.json}")
+        if args.save is not None:
+            kept = record if record is not None else records.record(args, loaded.prepared.data)
+            report = reports.sweep_report(dataset, grid, train_config, seeds, args.splits, rows_to_json(rows), kept)
+            out.add(args.save / app_sweep.REPORT, reports.json_text(report), label=f"--save {args.save}",
+                    follow=False)
+            out.add(args.save / app_sweep.TABLE, csv_text(rows), label=f"--save {args.save}", follow=False)
         if args.save_split is not None:
             out.add(args.save_split, split_csv(loaded), label=f"--save-split {args.save_split}")
+    if args.save is not None:
+        batch_state.remove(args.save)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.resume is not None and args.save is None:
+        args.save = args.resume  # a resumed sweep goes on saving where it was saved
     prelude(args)
+    lock: Any = contextlib.nullcontext()
+    if args.save is not None:  # a failed sweep keeps what it saved: its finished groups are worth resuming
+        lock = outputs.locked_dir("--save", args.save, remove_on_error=False)
+    with lock:
+        return _sweep(args)
+
+
+def _sweep(args: argparse.Namespace) -> int:
     say = (lambda msg: None) if args.quiet or not is_writer() else print
     grid = sweep_grid(args)  # every configuration validated before any work
     loaded = load(args, say)
@@ -78,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     total = n_configs * len(seeds) * args.splits
     say(f"sweep: {n_configs} configuration{'s' if n_configs != 1 else ''} x {len(seeds)} "
         f"seed{'s' if len(seeds) != 1 else ''} x {args.splits} split(s) = {total} run{'s' if total != 1 else ''}")
-    rows = _run(args, loaded, grid, seeds, model_config, train_config, execution, say)
+    rows = _run(args, loaded, grid, seeds, (model_config, train_config, execution), say)
     if not is_writer():
         return 0
     print(format_table(rows))
