@@ -4,7 +4,8 @@ A grid is lowered to a list of entries (:func:`lower`), each the full configs of
 seed and split (:class:`jaxgcn.training.runs.Entry`), and the entries are run (:func:`run_entries`):
 learning rate, L2 factor and dropout vary per run inside one program (:mod:`jaxgcn.training.runs`);
 entries whose configs differ in anything else (hidden width, layer count, optimizer, epochs, ...)
-form separate groups (:func:`jaxgcn.training.runs.program_key`). A group too large for the memory budget is split into chunks.
+form separate groups (:func:`jaxgcn.training.runs.program_key`). A group too large for the memory
+budget is split into chunks.
 """
 
 from __future__ import annotations
