@@ -71,7 +71,8 @@ class Execution:
             sparse product and pair, the per-run dense products): decided once by the execution
             plan (:func:`jaxgcn.plan.planned`: the backend is ``csr`` and the kernel can run here),
             which ``fit``, ``fit_runs`` and ``fit_sharded`` apply to the execution they are given.
-            ``None``: not planned (a forward pass then runs without the kernel).
+            ``None``: not planned (a forward pass then runs without the kernel). The forward pass and
+            the step read the :class:`jaxgcn.ops.Ops` this decision maps to (:func:`jaxgcn.plan.ops_for`).
     """
 
     backend: str = "auto"

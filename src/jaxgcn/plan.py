@@ -13,8 +13,9 @@ compiles (:func:`resolve`).
 The engine reads these decisions from the :class:`~jaxgcn.models.Execution` it is given
 (``backend``, ``kernels``, ``aggregate_first``) and from the :class:`~jaxgcn.ops.Ops` the plan
 chose for it (:func:`ops_for`: XLA's, the C++ kernel's or a registered backend's): nothing under
-``jit`` asks whether the kernel exists, and only the plan and the kernel's own modules ask at all. ``fit``, ``fit_runs`` and ``fit_sharded`` plan the execution they are given
-(:func:`planned`), so a library user gets the same decisions as the command line.
+``jit`` asks whether the kernel exists, and only the plan and the kernel's own modules ask at all.
+``fit``, ``fit_runs`` and ``fit_sharded`` plan the execution they are given (:func:`planned`), so
+a library user gets the same decisions as the command line.
 """
 
 from __future__ import annotations
