@@ -53,6 +53,8 @@ def _train(prepared, backend):
 def test_a_toy_backend_registered_from_a_test_trains_as_the_segment_backend(toy, small):
     CALLS.clear()
     assert plan.ops_for(Execution(backend="toy")).name == "toy"
+    resolved = plan.resolve(Execution(backend="toy"), small.data, GCNConfig(hidden=8), small.n_classes)
+    assert (resolved.backend, resolved.ops.name, resolved.note) == ("toy", "toy", None)
     got, want = _train(small, "toy"), _train(small, "segment")
     assert CALLS, "the toy backend's propagation was never called"
     assert len(got.history["loss"]) == 6
