@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, spmm, spmm_given, spmm_pair, spmm_rows, spmm_xla
-from jaxgcn.fused import hash_dropout, run_matmul
+from jaxgcn import ops as ops_
 from jaxgcn.graph import Graph, RowPlan
 from jaxgcn import hyper
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse
-from jaxgcn.propagate import BACKENDS, propagate
+from jaxgcn.ops import Ops, Propagate, spmm_rows
+from jaxgcn.propagate import BACKENDS
 
-# (graph, x [n, width]) -> Â·x [n, width]: how a layer aggregates. The default is
-# jaxgcn.propagate.propagate with the config's backend; sharded training passes its block exchange.
-Propagate = Callable[[Any, jax.Array], jax.Array]
+# Propagate: (graph, x [n, width]) -> Â·x [n, width], how a layer aggregates (jaxgcn.ops). The
+# default is the ops' (the execution's backend); sharded training passes its block exchange.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +72,8 @@ class Execution:
             sparse product and pair, the per-run dense products): decided once by the execution
             plan (:func:`jaxgcn.plan.planned`: the backend is ``csr`` and the kernel can run here),
             which ``fit``, ``fit_runs`` and ``fit_sharded`` apply to the execution they are given.
-            ``None``: not planned (a forward pass then runs without the kernel).
+            ``None``: not planned (a forward pass then runs without the kernel). The forward pass and
+            the step read the :class:`jaxgcn.ops.Ops` this decision maps to (:func:`jaxgcn.plan.ops_for`).
     """
 
     backend: str = "auto"
@@ -85,8 +83,9 @@ class Execution:
     kernels: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.backend not in ("auto", *BACKENDS):
-            raise ValueError(f"backend={self.backend!r} must be one of {('auto', *BACKENDS)}")
+        if self.backend not in ("auto", *BACKENDS, *ops_.registered_backends()):
+            raise ValueError(f"backend={self.backend!r} must be one of "
+                             f"{('auto', *BACKENDS, *ops_.registered_backends())}")
         if self.chunk_edges is not None and (self.chunk_edges < 1 or self.backend not in ("segment", "auto")):
             raise ValueError(f"chunk_edges={self.chunk_edges} needs the segment backend and a value >= 1 "
                              f"(backend is {self.backend!r}; csr has no message buffer to bound)")
@@ -108,12 +107,13 @@ def _widths(config: GCNConfig, in_dim: int, n_classes: int) -> list[int]:
 
 
 def gcn(config: GCNConfig = GCNConfig(), execution: Execution = Execution(), *,
-        propagate: Propagate | None = None) -> Model:
+        propagate: Propagate | None = None, ops: Ops | None = None) -> Model:
     """Build the GCN's pure init/apply functions.
 
     ``apply`` is :func:`apply_runs` (the one forward pass, written on a run axis) for a batch of
-    one run, run as ``execution`` says. ``propagate`` replaces the aggregation ``Â·x`` (default:
-    the execution's backend).
+    one run, run as ``execution`` says, with ``ops`` (:class:`jaxgcn.ops.Ops`; default: those of
+    the planned ``execution``, :func:`ops_of`). ``propagate`` replaces the aggregation ``Â·x``
+    (default: the ops').
 
     Params are ``{"layer_0": {"w", "b", ["w_res"], ["ln"]}, ..., "layer_{L-1}": {"w", "b"}}``;
     ``w_res`` (residual projection) exists in the first layer, whose input may be sparse, and where
@@ -171,19 +171,19 @@ def gcn(config: GCNConfig = GCNConfig(), execution: Execution = Execution(), *,
             keys = jax.random.split(key, config.layers)[:, None]  # [layers, 1 run]
         stacked = jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 1 if leaf.ndim == 2 else 0), params)
         out = apply_runs(config, stacked, graph, x, one, execution=execution, keys=keys, train=train,
-                         aggregated=aggregated, embed=embed, propagate=propagate)
+                         aggregated=aggregated, embed=embed, propagate=propagate, ops=ops)
         return out[:, 0]
 
     return Model(init, apply)
 
 
 def aggregate_input(execution: Execution, graph: Graph, x: Features, *,
-                    propagate: Propagate | None = None) -> jax.Array | None:
+                    propagate: Propagate | None = None, ops: Ops | None = None) -> jax.Array | None:
     """``Â · x`` when the first layer aggregates first (dense ``x``), else None: computed once per
     training loop and reused by every evaluation forward, which then skips a propagation."""
     if not execution.aggregate_first or is_sparse(x):
         return None
-    return (propagate or _default_propagate(execution))(graph, x)
+    return (propagate or ops_of(execution, ops).propagate)(graph, x)
 
 
 # --- the one forward pass, on a run axis ---------------------------------------------------------
@@ -259,20 +259,15 @@ def _drop_input(execution: Execution, x: Features, key: jax.Array, runs: RunInpu
     return jnp.where(keep, x[:, None, :] / runs.keep_scale[None, :, None], 0.0)
 
 
-def fused_hidden_dropout(execution: Execution) -> bool:
-    """Whether the hidden layers' relu and dropout run as one kernel pass (:func:`jaxgcn.fused.hash_dropout`):
-    the kernel runs here and the masks are the counter hash's."""
-    return kernels_for(execution) and execution.dropout_rng == "hash"
-
-
 def _drop_hidden(execution: Execution, h: jax.Array, key: jax.Array, runs: RunInputs, *,
-                 relu: bool = False, ids: jax.Array | None = None) -> jax.Array:
+                 relu: bool = False, ids: jax.Array | None = None, ops: Ops | None = None) -> jax.Array:
     """Per-run dropout of hidden activations [n, R, H] (with ``relu``: of ``relu(h)``); element
     (i, j) of run r uses counter ``i * hidden_r + j``, as a single run of width ``hidden_r`` does
     (``ids[i] * hidden_r + j`` with the node ids ``ids`` of ``h``'s rows: each node's own mask)."""
     n, r, width = h.shape
-    if fused_hidden_dropout(execution):  # one kernel pass, the same masks (the mask kept for the gradient)
-        return hash_dropout(h.astype(jnp.float32), _hash_seeds(key), runs.hidden.astype(jnp.uint32),
+    ops = ops_of(execution, ops)
+    if ops.drop_hidden is not None:  # one kernel pass, the same masks (the mask kept for the gradient)
+        return ops.drop_hidden(h.astype(jnp.float32), _hash_seeds(key), runs.hidden.astype(jnp.uint32),
                             runs.keep_threshold, runs.keep_scale.astype(jnp.float32), relu, ids).astype(h.dtype)
     if relu:
         h = jax.nn.relu(h)
@@ -303,45 +298,21 @@ def _materialize(x: jax.Array, key: jax.Array) -> jax.Array:
 
 
 def kernels_for(execution: Execution) -> bool:
-    """Whether the products of a forward pass run on the C++ kernel (:mod:`jaxgcn.csr`): what the
-    execution plan decided (``Execution.kernels``; ``--backend segment`` means no C++ kernel
-    anywhere, the dense per-run products included)."""
+    """Whether the execution plan gave ``execution`` the C++ kernel (``Execution.kernels``); the
+    forward pass reads its :class:`jaxgcn.ops.Ops` instead (:func:`ops_of`)."""
     return bool(execution.kernels)
 
 
 def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array, kernels: bool) -> jax.Array:
-    """Per-run ``x_r @ w_r`` -> [n, R, out] with ``w``: [in, R, out]; on the C++ kernel when ``kernels``.
+    """Per-run ``x_r @ w_r`` -> [n, R, out] of the kernel's ops (``kernels``) or XLA's
+    (:attr:`jaxgcn.ops.Ops.matmul_runs`)."""
+    return ops_of(Execution(kernels=kernels)).matmul_runs(x, values, w)
 
-    ``x`` is the shared input (sparse, with per-run ``values`` [nnz, R] after dropout or shared
-    when ``values`` is None; or dense [n, in]) or per-run hidden activations [n, R, in].
-    """
-    d_in, r, d_out = w.shape
-    if isinstance(x, CSR):
-        if kernels:  # the fused kernel: R matrices with one pattern, no [nnz, R*out] buffer
-            return spmm(x, w.reshape(d_in, r * d_out), values).reshape(x.shape[0], r, d_out)
-        vals = x.data[:, None] if values is None else values  # XLA where the kernel cannot run (GPU)
-        return jnp.stack([spmm_xla(x._replace(data=vals[:, min(k, vals.shape[1] - 1)]), w[:, k])
-                          for k in range(r)], axis=1)
-    if isinstance(x, jsparse.BCOO):
-        rows, cols = x.indices[:, 0], x.indices[:, 1]
-        vals = x.data[:, None, None] if values is None else values[:, :, None]
-        msgs = w[cols] * vals.astype(w.dtype)  # one gather of R * out-wide rows
-        return jax.ops.segment_sum(msgs, rows, num_segments=x.shape[0], indices_are_sorted=True)
-    if x.ndim == 2:
-        return jnp.einsum("nf,fro->nro", x, w) if r > 1 else (x @ w.reshape(d_in, d_out))[:, None, :]
-    # one run: a plain matmul (a batched dot of one costs XLA more to compile); with the kernel, the
-    # kernel's, whose weight gradient sums the live rows in order: the same sums over some rows
-    # only (jaxgcn.graph.row_plan) as over every row, bit for bit, where XLA's dot blocks them anew
-    if r == 1 and not kernels:
-        return (x.reshape(x.shape[0], d_in) @ w.reshape(d_in, d_out))[:, None, :]
-    # per-run hidden [n, R, in] x [in, R, out], node-major. A batched dot (einsum "nrf,fro->nro")
-    # makes XLA transpose the activations to [R, in, n] and back, strided by R * in floats: 53-69%
-    # of a batched epoch on Cora for R = 8-100 (benchmarks/profile_epoch.py). The kernel reads
-    # each array once in its own layout; without it, a broadcast product summed over ``in``
-    # (which XLA materializes as [n, R, in, out] once ``in`` is large).
-    if kernels:
-        return run_matmul(x, w)
-    return jnp.sum(x[:, :, :, None] * w.transpose(1, 0, 2)[None], axis=2)
+
+def ops_of(execution: Execution, ops: Ops | None = None) -> Ops:
+    """``ops`` when given, else those of ``execution`` as planned (:func:`jaxgcn.plan.ops_for`
+    decides its ``kernels``; not planned: XLA's)."""
+    return ops if ops is not None else ops_.for_execution(execution)
 
 
 class FirstLayer(NamedTuple):
@@ -358,22 +329,23 @@ class FirstLayer(NamedTuple):
 
 
 def first_layer_pair(params: Params, x: Features, runs: RunInputs, *, execution: Execution,
-                     keys: jax.Array) -> tuple[FirstLayer, FirstLayer] | None:
+                     keys: jax.Array, ops: Ops | None = None) -> tuple[FirstLayer, FirstLayer] | None:
     """The first layer's products for a training step that drops with ``keys[0]`` and for an
     evaluation, both through ``params``' first-layer weights, from ONE pass of the CSR kernel over
-    the features and the weights (:func:`jaxgcn.csr.spmm_pair`); None where that kernel does not
-    run (the forward pass then computes its own).
+    the features and the weights (``ops.pair``, :func:`jaxgcn.csr.spmm_pair`); None where the ops
+    have no pair for ``x`` (the forward pass then computes its own).
 
     The training loop evaluates a step's new params, then trains the next step from the same
     params: one gather of each weight row serves both (the evaluation forward was 25-35% of the
     first layer's time, benchmarks/profile_epoch.py).
     """
-    if not (isinstance(x, CSR) and kernels_for(execution)):
+    pair = ops_of(execution, ops).pair(x)
+    if pair is None:
         return None
     w = params["layer_0"]["w"]
     d_in, r, d_out = w.shape
     values = _drop_input(execution, x, keys[0], runs)
-    train, shared = spmm_pair(x, w.reshape(d_in, r * d_out), values)
+    train, shared = pair(x, w.reshape(d_in, r * d_out), values)
     n = x.shape[0]
     return FirstLayer(train.reshape(n, r, d_out), values), FirstLayer(shared.reshape(n, r, d_out), None)
 
@@ -389,7 +361,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
                execution: Execution = Execution(), keys: jax.Array | None = None, train: bool = False,
                aggregated: jax.Array | None = None, embed: bool = False,
                propagate: Propagate | None = None, first: FirstLayer | None = None,
-               rows: RowPlan | None = None) -> jax.Array:
+               rows: RowPlan | None = None, ops: Ops | None = None) -> jax.Array:
     """The GCN forward pass (Kipf & Welling 2017, arXiv:1609.02907, eq. 9) for R stacked runs.
 
     Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]`` and
@@ -407,24 +379,27 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         train: dropout on.
         aggregated: ``Â · x`` precomputed for an ``aggregate_first`` first layer (:func:`aggregate_input`).
         embed: return the input of the last layer ([n, R, hidden]) instead of the logits.
-        propagate: the aggregation; default :func:`jaxgcn.propagate.propagate` with the execution's backend.
+        propagate: the aggregation; default the ops' (the execution's backend).
         first: the first layer's product computed ahead (:func:`first_layer_pair`) with the dropout
             ``keys[0]`` draws (training) or none (evaluation); gradients flow as if computed here.
         rows: the rows each layer computes (:func:`jaxgcn.graph.row_plan`, the csr kernel's), when
             only the logits of ``rows.nodes`` are read: each layer propagates into the rows the
             layers above need, and its dropout draws each row's mask by its node id.
+        ops: what computes the products (:class:`jaxgcn.ops.Ops`); default those of the planned
+            ``execution`` (:func:`ops_of`).
 
     Returns:
         [n, R, n_classes] logits; [K, R, n_classes] with ``rows``, those of ``rows.nodes`` (each
         equal to that node's row of every node's logits).
     """
+    ops = ops_of(execution, ops)
     if propagate is None:
-        propagate = _default_propagate(execution)
-    kernels = kernels_for(execution)
+        propagate = ops.propagate
+    matmul = ops.matmul_runs
     n = x.shape[0]
     dropping = train and keys is not None  # per-run rates; a rate of 0 keeps everything
     # relu deferred into the next layer's dropout kernel (one pass, forward and gradient)
-    defer_relu = dropping and not config.residual and fused_hidden_dropout(execution)
+    defer_relu = dropping and not config.residual and ops.drop_hidden is not None
     h, values = x, None
     for i in range(config.layers):
         if embed and i == config.layers - 1:
@@ -437,24 +412,26 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             dropped = _drop_input(execution, x, keys[i], runs)
             h, values = (x, dropped) if is_sparse(x) else (dropped, None)
         elif dropping:
-            h = _drop_hidden(execution, h, keys[i], runs, relu=defer_relu, ids=None if rows is None else rows.ids[i])
+            h = _drop_hidden(execution, h, keys[i], runs, relu=defer_relu, ops=ops,
+                             ids=None if rows is None else rows.ids[i])
         m = h.shape[0]  # the rows h holds: every node's, or those of rows.ids[i]
         if i == 0 and execution.aggregate_first and values is None and not is_sparse(h):
             # (Â · drop(X)) · W for dense inputs (see Execution); Â·X precomputed when X is undropped
             agg = aggregated if aggregated is not None and h is x else propagate(graph, h.reshape(n, -1))
-            out = _matmul_runs(agg.reshape(h.shape), None, layer["w"], kernels)  # shared [n, F] or per run [n, R, F]
+            out = matmul(agg.reshape(h.shape), None, layer["w"])  # shared [n, F] or per run [n, R, F]
             if pos is not None:  # the rows the layers above read
                 out = jnp.take(out, pos, axis=0)
         else:
             if i == 0 and first is not None:
                 d_in, r, width = layer["w"].shape
-                out = spmm_given(x, layer["w"].reshape(d_in, r * width), values,
+                out = ops.given(x, layer["w"].reshape(d_in, r * width), values,
                                  first.product.reshape(n, r * width)).reshape(n, r, width)
             else:
-                out = _matmul_runs(h, values, layer["w"], kernels)
+                out = matmul(h, values, layer["w"])
             r, width = out.shape[1], out.shape[2]
             if mat is not None:  # the rows the layers above read (all the logits: rows.nodes')
-                out = spmm_rows(mat, out.reshape(m, r * width).astype(jnp.float32)).astype(out.dtype)
+                rows_product = ops.rows_product or spmm_rows
+                out = rows_product(mat, out.reshape(m, r * width).astype(jnp.float32)).astype(out.dtype)
             else:
                 out = propagate(graph, out.reshape(n, r * width))
             out = out.reshape(-1, r, width)
@@ -467,11 +444,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         if not defer_relu:
             out = jax.nn.relu(out)
         if config.residual:
-            skip = _matmul_runs(h, values, layer["w_res"], kernels) if "w_res" in layer else h
+            skip = matmul(h, values, layer["w_res"]) if "w_res" in layer else h
             out = out + (skip if pos is None else jnp.take(skip, pos, axis=0))
         h, values = out, None
     raise AssertionError("unreachable")
-
-
-def _default_propagate(execution: Execution) -> Propagate:
-    return functools.partial(propagate, backend=execution.backend, chunk_edges=execution.chunk_edges)

@@ -11,9 +11,11 @@ compiles (:func:`resolve`).
   back from the kernel.
 
 The engine reads these decisions from the :class:`~jaxgcn.models.Execution` it is given
-(``backend``, ``kernels``, ``aggregate_first``): nothing under ``jit`` asks whether the kernel
-exists. ``fit``, ``fit_runs`` and ``fit_sharded`` plan the execution they are given
-(:func:`planned`), so a library user gets the same decisions as the command line.
+(``backend``, ``kernels``, ``aggregate_first``) and from the :class:`~jaxgcn.ops.Ops` the plan
+chose for it (:func:`ops_for`: XLA's, the C++ kernel's or a registered backend's): nothing under
+``jit`` asks whether the kernel exists, and only the plan and the kernel's own modules ask at all.
+``fit``, ``fit_runs`` and ``fit_sharded`` plan the execution they are given (:func:`planned`), so
+a library user gets the same decisions as the command line.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from jaxgcn import memory, ops as ops_
 from jaxgcn.csr import kernel_status, require_kernel  # noqa: F401 - the CLI asks the plan
 from jaxgcn.layers import is_sparse
-from jaxgcn import memory
 from jaxgcn.memory import MemoryEstimate
 from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.ops import Ops
 from jaxgcn.propagate import graph_backend
 
 # Runs per device in one execution of the program: a power of two (XLA's CPU loops over a
@@ -66,6 +69,19 @@ def planned(execution: Execution, graph: Any = None) -> Execution:
         backend = "csr" if graph is None else graph_backend(graph)
     kernels = backend == "csr" and kernel_status()[0]
     return dataclasses.replace(execution, backend=backend, kernels=kernels)
+
+
+def ops_for(execution: Execution, graph: Any = None) -> Ops:
+    """THE choice of what computes a run's products (:class:`jaxgcn.ops.Ops`): ``execution``
+    planned (:func:`planned`), then a registered backend's ops, the C++ kernel's
+    (:func:`jaxgcn.ops.native`) where it runs the products, else XLA's."""
+    return ops_.for_execution(planned(execution, graph))
+
+
+def kernel_available() -> tuple[bool, str]:
+    """Whether the C++ kernel can run here, and why not: what the CLI and the sharded path ask the plan
+    (:func:`jaxgcn.csr.kernel_status`, asked only here and in the kernel's own modules)."""
+    return kernel_status()
 
 
 def aggregate_first(choice: str, n_features: int, hidden: int, dense: bool) -> bool:
@@ -125,16 +141,25 @@ class Plan(NamedTuple):
     """How a training job runs (:func:`resolve`).
 
     Attributes:
-        execution: concrete backend, ``kernels`` and ``aggregate_first`` decided.
+        execution: concrete backend (never ``auto``), ``kernels`` and ``aggregate_first`` decided.
         runs: the runs one execution of the program trains (1 for a single run).
         memory: the peak-memory estimate of that execution.
         note: why ``auto`` kept off the C++ kernel (one line), or None.
+        ops: what computes the products (:func:`ops_for`): XLA's, the kernel's or a registered backend's.
+        platform: the platform JAX runs on (``jax.default_backend()``: cpu, gpu, tpu).
     """
 
     execution: Execution
     runs: int
     memory: MemoryEstimate
     note: str | None
+    ops: Ops | None = None
+    platform: str = "cpu"
+
+    @property
+    def backend(self) -> str:
+        """The concrete propagation backend."""
+        return self.execution.backend
 
 
 def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes: int, *, n_runs: int = 1,
@@ -153,7 +178,8 @@ def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes:
                    hidden=model_config.hidden, layers=model_config.layers, backend=execution.backend,
                    feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,
                    symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
-    return Plan(execution, runs, est, fallback_note(requested, execution.backend))
+    return Plan(execution, runs, est, fallback_note(requested, execution.backend), ops_.for_execution(execution),
+                jax.default_backend())
 
 
 def fallback_note(requested: str, backend: str) -> str | None:

@@ -41,9 +41,9 @@ def choose_backend(n_nodes: int, n_edges: int, backend: str = "auto") -> str:
     if backend == "auto":
         if n_nodes <= DENSE_MAX_NODES and n_edges >= DENSE_MIN_DENSITY * n_nodes * n_nodes:
             return "dense"
-        from jaxgcn.csr import kernel_status
+        from jaxgcn import native_ops
 
-        return "csr" if kernel_status()[0] else "segment"
+        return "csr" if native_ops.available() else "segment"
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not one of {('auto', *BACKENDS)}")
     return backend

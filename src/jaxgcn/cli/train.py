@@ -149,14 +149,14 @@ def phases_line(outcome: Outcome) -> str:
     0.61s | total 4.08s (kernel: built at install time, in ...)``: a kernel compiled on first use
     counts in the fourth phase."""
     from jaxgcn.cli import phases, since_process_start
-    from jaxgcn.plan import kernel_status
+    from jaxgcn.plan import kernel_available
 
     total = since_process_start()
     parts = phases()
     parts["data, kernel, plan, evaluate, report"] = max(0.0, total - sum(parts.values()) - outcome.compile_seconds
                                                   - outcome.train_seconds)
     parts.update({"compile": outcome.compile_seconds, "train": outcome.train_seconds})
-    ok, reason = kernel_status()
+    ok, reason = kernel_available()
     return ("phases: " + " | ".join(f"{name} {seconds:.2f}s" for name, seconds in parts.items())
             + f" | total {total:.2f}s (kernel: {reason if ok else 'not used: ' + reason})")
 

@@ -5,7 +5,7 @@ propagation (:func:`propagate_block`)."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -146,15 +146,18 @@ def partition_stats(graph: Graph, n_parts: int) -> dict[str, Any]:
             "halo_rows": local + n_parts * width, "all_gather_rows": local * n_parts}
 
 
-def propagate_block(block: GraphBlock, x: jax.Array) -> jax.Array:
-    """``Â · x`` for this device's rows (inside ``shard_map``): exchange the source rows, aggregate."""
+def propagate_block(block: GraphBlock, x: jax.Array, *,
+                    product: Callable[[CSR, jax.Array], jax.Array] = csr_matmul) -> jax.Array:
+    """``Â · x`` for this device's rows (inside ``shard_map``): exchange the source rows, aggregate
+    them with ``product`` (the plan's :attr:`jaxgcn.ops.Ops.csr_product`,
+    :func:`jaxgcn.distributed.sharded.block_propagation`)."""
     if block.send is None:
         sources = jax.lax.all_gather(x, AXIS, tiled=True)  # [P * L, width]
     else:
         received = jax.lax.all_to_all(x[block.send], AXIS, 0, 0)  # [P, H, width]: [q] came from device q
         sources = jnp.concatenate([x, received.reshape(-1, x.shape[-1])])
     # the fused kernel on the CPU; XLA's gather + segment sum on GPUs/TPUs (no custom call there)
-    return block.self_weights[:, None].astype(x.dtype) * x + csr_matmul(block.adj, sources)
+    return block.self_weights[:, None].astype(x.dtype) * x + product(block.adj, sources)
 
 
 def shard_nodes(x: Any, n_pad: int, n_parts: int) -> Any:

@@ -5,6 +5,7 @@ injected (:func:`sharded_model`), the loss and metrics summed over devices, the 
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -17,7 +18,7 @@ from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import block_of_this_device, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
-from jaxgcn.plan import planned
+from jaxgcn.plan import ops_for, planned
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.loop import FitResult, compile_programs, run_one
 from jaxgcn.training.losses import masked_sums
@@ -25,9 +26,15 @@ from jaxgcn.training.state import RunState
 from jaxgcn.training.step import Collective, Runner, make_runner
 
 
+def block_propagation(execution: Execution) -> Callable[[GraphBlock, jax.Array], jax.Array]:
+    """:func:`propagate_block` with the row-block product the plan chose for ``execution``
+    (:attr:`jaxgcn.ops.Ops.csr_product`: the fused kernel where it runs, else XLA's)."""
+    return functools.partial(propagate_block, product=ops_for(execution).csr_product)
+
+
 def sharded_model(model_config: GCNConfig, execution: Execution = Execution()) -> Model:
     """The GCN whose propagation is :func:`propagate_block` (to be applied inside ``shard_map``)."""
-    return gcn(model_config, execution, propagate=propagate_block)
+    return gcn(model_config, execution, propagate=block_propagation(execution))
 
 
 def sharded_apply(model_config: GCNConfig, mesh: jax.sharding.Mesh, execution: Execution = Execution()) -> Any:
@@ -90,8 +97,8 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
     update, so the replicated params stay identical. Device p draws its dropout masks from
     ``fold_in(key, p)``.
     """
-    runner = make_runner(model_config, config, n_features, n_classes, execution, propagate=propagate_block,
-                         collective=NODES)
+    runner = make_runner(model_config, config, n_features, n_classes, execution,
+                         propagate=block_propagation(execution), collective=NODES)
     spec, rep = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
 
     def on_mesh(fn: Callable[..., Any], in_specs: tuple) -> Callable[..., Any]:

@@ -81,7 +81,7 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
 
 def fused_adam_applies(config: TrainConfig, kernels: bool | None) -> bool:
     """Whether the step's Adam/AdamW runs as one kernel pass per params leaf (:func:`fused_adam`):
-    the kernel runs here (the execution's ``kernels``) and no clipping comes first."""
+    the ops offer it (``kernels``: :attr:`jaxgcn.ops.Ops.fused_adam`) and no clipping comes first."""
     return bool(kernels) and config.optimizer in ("adam", "adamw") and not config.clip_norm
 
 

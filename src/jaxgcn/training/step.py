@@ -18,8 +18,8 @@ import optax
 from jaxgcn import hyper
 from jaxgcn.data import TrainData
 from jaxgcn.layers import Params
-from jaxgcn.models import (Execution, FirstLayer, GCNConfig, Propagate, RunInputs, aggregate_input, apply_runs,
-                           first_layer_pair, gcn, kernels_for, make_run_inputs)
+from jaxgcn.models import (Execution, FirstLayer, GCNConfig, Ops, Propagate, RunInputs, aggregate_input, apply_runs,
+                           first_layer_pair, gcn, make_run_inputs, ops_of)
 from jaxgcn.training.axes import insert_axes, run_axes, select_running, unstacked_shapes
 from jaxgcn.training.config import Patience, RUNNING, TrainConfig
 from jaxgcn.training.losses import masked_sums, per_run_l2
@@ -85,13 +85,22 @@ class BatchRunner(NamedTuple):
 
 class Step(NamedTuple):
     """The settings of THE training step (:func:`make_batch_runner`) and its parts, each a pure
-    function of its arguments (compiled with ``jax.jit`` by the callers)."""
+    function of its arguments (compiled with ``jax.jit`` by the callers). ``ops`` compute the
+    products (:class:`jaxgcn.ops.Ops`, chosen by the plan; None: those of the planned execution):
+    the step reads its kernel-only shortcuts (row plans, the fused Adam pass, the first layer's
+    pair) from them (:attr:`products`)."""
 
     model_config: GCNConfig
     config: TrainConfig
     execution: Execution
     propagate: Propagate | None
     collective: Collective
+    ops: Ops | None = None
+
+    @property
+    def products(self) -> Ops:
+        """The ops that compute the products (:func:`jaxgcn.models.ops_of`)."""
+        return ops_of(self.execution, self.ops)
 
     @property
     def keep_best(self) -> bool:
@@ -105,11 +114,11 @@ class Step(NamedTuple):
 
     def rows(self, data: TrainData, *, train: bool) -> Any:
         """The rows each layer computes (:func:`jaxgcn.graph.row_plan`) for the logits a training
-        step's loss (``train``) or the loop's evaluation reads, where the forward pass is the csr
-        kernel's default propagation with 2 or more layers and the hash's dropout masks (drawn by
-        node id; ``jax.random`` draws a layer's masks by row); else None (every row)."""
-        usable = (self.propagate is None and self.model_config.layers > 1 and self.execution.backend == "csr"
-                  and kernels_for(self.execution) and self.execution.dropout_rng == "hash")
+        step's loss (``train``) or the loop's evaluation reads, where the forward pass is the ops'
+        default propagation with 2 or more layers and the ops take row plans (the csr kernel's, with
+        the hash's dropout masks, drawn by node id; ``jax.random`` draws a layer's masks by row);
+        else None (every row)."""
+        usable = self.propagate is None and self.model_config.layers > 1 and self.products.row_plans
         return (data.train_rows if train else data.eval_rows) if usable else None
 
     def focused(self, data: TrainData, logits: jax.Array, *ms: jax.Array, rows: Any = None) -> tuple[jax.Array, ...]:
@@ -141,7 +150,7 @@ class Step(NamedTuple):
 
     def forward(self, params: Params, data: TrainData, runs: RunInputs, **kwargs: Any) -> jax.Array:
         return apply_runs(self.model_config, params, data.graph, data.x, runs, execution=self.execution,
-                          propagate=self.propagate, **kwargs)
+                          propagate=self.propagate, ops=self.products, **kwargs)
 
     def init(self, params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
         config = self.config
@@ -162,7 +171,7 @@ class Step(NamedTuple):
         """The first layer of the next training step of ``st`` and of an evaluation of its params,
         in one kernel pass (:func:`jaxgcn.models.first_layer_pair`; None where it does not apply)."""
         return first_layer_pair(runs_of(st).stack(st.params), data.x, runs, execution=self.execution,
-                                keys=self.step_keys(st)[1])
+                                keys=self.step_keys(st)[1], ops=self.products)
 
     def gradients(self, st: RunState, data: TrainData, runs: RunInputs, n_train: jax.Array, layer_keys: jax.Array,
                   first: FirstLayer | None, l2: bool = True) -> tuple[jax.Array, Params]:
@@ -205,7 +214,7 @@ class Step(NamedTuple):
         state_ax = axes_of_state(axes, opt_axes)
         train_m, val_m, _ = self.masks(data, runs)
         key, layer_keys = self.step_keys(st)
-        fused = fused_adam_applies(config, self.execution.kernels)
+        fused = fused_adam_applies(config, self.products.fused_adam)
         loss, grads = self.gradients(st, data, runs, n_train, layer_keys, first, l2=not fused)
         # The one optimizer, per run (vmapped over a batch): each run's clipping, moments and
         # injected learning rate / weight decay, exactly as it would compute them alone.
@@ -250,7 +259,8 @@ class Step(NamedTuple):
 
         total = self.collective.total
         n_train = jnp.maximum(total(jnp.sum(self.masks(data, runs)[0], axis=1)), 1.0)  # [R], every device's
-        aggregated = aggregate_input(self.execution, data.graph, data.x, propagate=self.propagate)  # once per call
+        aggregated = aggregate_input(self.execution, data.graph, data.x, propagate=self.propagate,  # once per call
+                                     ops=self.products)
         # The first step's first-layer product; each step then computes the next one together with
         # its evaluation. Rebuilt from the state at every call, so a resumed run computes the same.
         pair = self.ahead(state.runs, data, runs)
@@ -270,7 +280,8 @@ class Step(NamedTuple):
 
 
 def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: Execution = Execution(), *,
-                      propagate: Propagate | None = None, collective: Collective = LOCAL) -> BatchRunner:
+                      propagate: Propagate | None = None, collective: Collective = LOCAL,
+                      ops: Ops | None = None) -> BatchRunner:
     """THE training step, for R runs at once (compile the functions with ``jax.jit``): every path
     (one run, many runs, sharded) runs these functions (:class:`Step`).
 
@@ -284,9 +295,10 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
     masks may be stacked ``[n_splits, n_nodes]``; each run reads the split its
     :class:`jaxgcn.models.RunInputs` names. The first layer of a step and of its evaluation come
     from one kernel pass wherever the kernel runs (:func:`jaxgcn.models.first_layer_pair`; on a
-    sharded run, over the device's block of rows: the first layer is row-local).
+    sharded run, over the device's block of rows: the first layer is row-local). ``ops``: what
+    computes the products (default: those of the planned ``execution``, :func:`jaxgcn.plan.ops_for`).
     """
-    step = Step(model_config, config, execution, propagate, collective)
+    step = Step(model_config, config, execution, propagate, collective, ops_of(execution, ops))
     return BatchRunner(step.init, step.run_until, step.evaluate, step.final_params)
 
 
@@ -305,13 +317,13 @@ class Runner(NamedTuple):
 
 def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
                 execution: Execution = Execution(), *,
-                propagate: Propagate | None = None, collective: Collective = LOCAL) -> Runner:
+                propagate: Propagate | None = None, collective: Collective = LOCAL, ops: Ops | None = None) -> Runner:
     """The (uncompiled) functions of ONE training run: :func:`make_batch_runner`'s step, carrying one
     run's own :class:`RunState` (no run axis: what checkpoints hold; the step gives the forward
     pass its params with a run axis of 1). ``propagate`` and ``collective`` as in
-    :func:`make_batch_runner` (sharded training)."""
+    :func:`make_batch_runner` (sharded training), and ``ops``."""
     model = gcn(model_config)
-    batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective)
+    batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective, ops=ops)
     keep_best = isinstance(config.early_stopping, Patience)
 
     def one() -> RunInputs:  # this run's settings, as a batch of one

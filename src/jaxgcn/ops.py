@@ -1,0 +1,134 @@
+"""THE seam between the model and what computes its products: an :class:`Ops` value, the functions a
+forward pass and a training step call (in the style of jraph's ``GraphConvolution(aggregate_nodes_fn=...)``).
+
+Two implementations ship: :func:`xla_ops` (pure XLA, any device) and :func:`native` (the C++
+kernel's functions, from :mod:`jaxgcn.native_ops`). The execution plan
+(:func:`jaxgcn.plan.ops_for`) decides which one a run gets; :mod:`jaxgcn.models` only calls them.
+
+A new propagation backend registers its own :class:`Ops` factory under its name (:func:`register`):
+``Execution(backend=name)`` then accepts the name and every forward pass of that execution runs it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import sparse as jsparse
+
+from jaxgcn import native_ops
+from jaxgcn.csr import CSR, spmm_rows, spmm_xla  # noqa: F401 - spmm_rows: the model's default row product
+from jaxgcn.propagate import BACKENDS, propagate
+
+# (graph, x [n, width]) -> Â·x [n, width]: how a layer aggregates.
+Propagate = Callable[[Any, jax.Array], jax.Array]
+# (x, values [nnz, R] | None, w [in, R, out]) -> [n, R, out]: the per-run products x_r @ w_r.
+MatmulRuns = Callable[[Any, Any, jax.Array], jax.Array]
+
+
+class Ops(NamedTuple):
+    """What computes a forward pass's products and a step's optimizer pass.
+
+    Attributes:
+        name: ``xla``, ``native`` or a registered backend's name.
+        propagate: the default aggregation ``Â·x`` (graph, [n, width]) -> [n, width].
+        matmul_runs: per-run ``x_r @ w_r`` -> [n, R, out] (:data:`MatmulRuns`): ``x`` the shared input
+            (sparse with per-run ``values`` [nnz, R] or shared when None; or dense [n, in]) or
+            per-run hidden activations [n, R, in].
+        pair: ``pair(x)``: a function ``(x, w [in, R*out], values [nnz, R]) -> (train, shared)``
+            computing the first layer's product for a training step and for an evaluation in one pass
+            (:func:`jaxgcn.csr.spmm_pair`), or None where it does not run for ``x``.
+        given: ``(x, w, values, product) -> product`` with the gradients of the product (used with ``pair``).
+        rows_product: ``(rows, x [m, W]) -> [K, W]``: some rows of the propagation (row plans); None:
+            :data:`spmm_rows` (:func:`jaxgcn.csr.spmm_rows`, whose sums are the kernel's propagation's).
+        drop_hidden: the hidden layers' (relu and) hash dropout in one pass
+            (:func:`jaxgcn.fused.hash_dropout`'s signature), or None: XLA draws the masks.
+        fused_adam: Adam/AdamW may run as one kernel pass per params leaf (:func:`jaxgcn.training.optim.fused_adam`).
+        row_plans: a step may compute only the rows its loss reads (:func:`jaxgcn.graph.row_plan`).
+        csr_product: ``(a: CSR, b [m, W]) -> a @ b``: a sharded run's row-block product.
+    """
+
+    name: str
+    propagate: Propagate
+    matmul_runs: MatmulRuns
+    pair: Callable[[Any], Callable[..., tuple[jax.Array, jax.Array]] | None]
+    given: Callable[..., jax.Array] | None = None
+    rows_product: Callable[[Any, jax.Array], jax.Array] | None = None
+    drop_hidden: Callable[..., jax.Array] | None = None
+    fused_adam: bool = False
+    row_plans: bool = False
+    csr_product: Callable[[Any, jax.Array], jax.Array] = spmm_xla
+
+
+def xla_matmul_runs(x: Any, values: jax.Array | None, w: jax.Array) -> jax.Array:
+    """Per-run ``x_r @ w_r`` in XLA (:attr:`Ops.matmul_runs`; ``w``: [in, R, out])."""
+    d_in, r, d_out = w.shape
+    if isinstance(x, CSR):
+        vals = x.data[:, None] if values is None else values  # XLA where the kernel cannot run (GPU)
+        return jnp.stack([spmm_xla(x._replace(data=vals[:, min(k, vals.shape[1] - 1)]), w[:, k])
+                          for k in range(r)], axis=1)
+    if isinstance(x, jsparse.BCOO):
+        rows, cols = x.indices[:, 0], x.indices[:, 1]
+        vals = x.data[:, None, None] if values is None else values[:, :, None]
+        msgs = w[cols] * vals.astype(w.dtype)  # one gather of R * out-wide rows
+        return jax.ops.segment_sum(msgs, rows, num_segments=x.shape[0], indices_are_sorted=True)
+    if x.ndim == 2:
+        return jnp.einsum("nf,fro->nro", x, w) if r > 1 else (x @ w.reshape(d_in, d_out))[:, None, :]
+    # one run: a plain matmul (a batched dot of one costs XLA more to compile)
+    if r == 1:
+        return (x.reshape(x.shape[0], d_in) @ w.reshape(d_in, d_out))[:, None, :]
+    # per-run hidden [n, R, in] x [in, R, out], node-major. A batched dot (einsum "nrf,fro->nro")
+    # makes XLA transpose the activations to [R, in, n] and back, strided by R * in floats: 53-69%
+    # of a batched epoch on Cora for R = 8-100 (benchmarks/profile_epoch.py). A broadcast product
+    # summed over ``in`` instead (which XLA materializes as [n, R, in, out] once ``in`` is large).
+    return jnp.sum(x[:, :, :, None] * w.transpose(1, 0, 2)[None], axis=2)
+
+
+def xla_ops(execution: Any) -> Ops:
+    """The pure-XLA :class:`Ops` of ``execution`` (its ``backend`` and ``chunk_edges`` propagate)."""
+    return Ops("xla", functools.partial(propagate, backend=execution.backend, chunk_edges=execution.chunk_edges),
+               xla_matmul_runs, lambda x: None)
+
+
+def native(execution: Any) -> Ops:
+    """The C++ kernel's :class:`Ops` of a planned ``execution`` (:func:`jaxgcn.native_ops.fields`)."""
+    return Ops("native", xla_ops(execution).propagate,
+               functools.partial(native_ops.matmul_runs, xla=xla_matmul_runs), **native_ops.fields(execution))
+
+
+# name -> (execution -> Ops): the registered propagation backends (a new one plugs in here).
+_REGISTRY: dict[str, Callable[[Any], Ops]] = {}
+
+
+def register(name: str, factory: Callable[[Any], Ops]) -> None:
+    """Register ``factory(execution) -> Ops`` under ``name``, a new propagation backend
+    (``Execution(backend=name)`` then runs these ops).
+
+    >>> register("toy", lambda execution: xla_ops(execution)._replace(name="toy"))
+    >>> "toy" in registered_backends()
+    True
+    >>> unregister("toy")
+    """
+    if not isinstance(name, str) or not name or name in ("auto", *BACKENDS):
+        raise ValueError(f"register: name={name!r} must be a new backend name (not 'auto' or one of {BACKENDS})")
+    _REGISTRY[name] = factory
+
+
+def unregister(name: str) -> None:
+    """Forget the implementation registered under ``name`` (a test's toy backend)."""
+    _REGISTRY.pop(name, None)
+
+
+def registered_backends() -> tuple[str, ...]:
+    """The propagation backends registered with :func:`register`."""
+    return tuple(_REGISTRY)
+
+
+def for_execution(execution: Any) -> Ops:
+    """The :class:`Ops` of a PLANNED execution (:func:`jaxgcn.plan.ops_for` decides ``kernels``):
+    a registered backend's, the C++ kernel's where ``kernels`` is set, else XLA's."""
+    if execution.backend in _REGISTRY:
+        return _REGISTRY[execution.backend](execution)
+    return native(execution) if execution.kernels else xla_ops(execution)

@@ -1,0 +1,148 @@
+"""The ops seam (jaxgcn.ops.Ops): a propagation backend plugs in from outside the package with one
+registration line; the model reads the ops it is given; the plan alone decides which ops a run gets
+and alone asks whether the C++ kernel can run."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxgcn import datasets, ops, plan
+from jaxgcn.csr import kernel_status
+from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.train import TrainConfig, fit
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "jaxgcn"
+needs_kernel = pytest.mark.skipif(not kernel_status()[0], reason="the C++ kernel cannot be built here")
+CALLS: list[int] = []
+
+
+def toy_ops(execution: Execution) -> ops.Ops:
+    """A toy backend: ``Â`` built densely from the edge list at every call, then one matmul."""
+    def dense_propagate(graph, x):
+        CALLS.append(x.shape[1])
+        n = x.shape[0]
+        adj = jnp.zeros((n, n), x.dtype).at[graph.receivers, graph.senders].add(jnp.asarray(graph.weights, x.dtype))
+        return (adj + jnp.diag(jnp.asarray(graph.self_weights, x.dtype))) @ x
+    return ops.xla_ops(execution)._replace(name="toy", propagate=dense_propagate)
+
+
+@pytest.fixture
+def toy():
+    ops.register("toy", toy_ops)  # the one registration line
+    yield "toy"
+    ops.unregister("toy")
+
+
+@pytest.fixture(scope="module")
+def small():
+    return datasets.prepare(datasets.synthetic(n_nodes=150, n_classes=3, n_features=8, seed=3), backend="segment")
+
+
+def _train(prepared, backend):
+    return fit(prepared.data, prepared.n_classes, model_config=GCNConfig(hidden=8),
+               execution=Execution(backend=backend), config=TrainConfig(epochs=6, early_stopping=None),
+               key=jax.random.key(0), log=None)
+
+
+def test_a_toy_backend_registered_from_a_test_trains_as_the_segment_backend(toy, small):
+    CALLS.clear()
+    assert plan.ops_for(Execution(backend="toy")).name == "toy"
+    resolved = plan.resolve(Execution(backend="toy"), small.data, GCNConfig(hidden=8), small.n_classes)
+    assert (resolved.backend, resolved.ops.name, resolved.note) == ("toy", "toy", None)
+    got, want = _train(small, "toy"), _train(small, "segment")
+    assert CALLS, "the toy backend's propagation was never called"
+    assert len(got.history["loss"]) == 6
+    np.testing.assert_allclose(got.history["loss"], want.history["loss"], rtol=1e-5)
+    np.testing.assert_allclose(got.history["val_acc"], want.history["val_acc"], rtol=1e-5)
+    for leaf_got, leaf_want in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params)):
+        np.testing.assert_allclose(leaf_got, leaf_want, rtol=1e-4, atol=1e-6)
+
+
+def test_the_model_runs_the_ops_it_is_given(small):
+    # injected, not registered: the forward pass calls these ops' propagation, and equals segment's
+    from jaxgcn.models import gcn
+
+    CALLS.clear()
+    execution = Execution(backend="segment")
+    model, given = gcn(GCNConfig(hidden=8), execution), gcn(GCNConfig(hidden=8), execution, ops=toy_ops(execution))
+    params = model.init(jax.random.key(1), small.data.x.shape[1], small.n_classes)
+    want = model.apply(params, small.data.graph, small.data.x)
+    assert not CALLS
+    got = given.apply(params, small.data.graph, small.data.x)
+    assert CALLS == [8, small.n_classes]  # one propagation per layer, of that layer's width
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
+def test_the_step_reads_its_kernel_shortcuts_from_the_ops_it_is_given():
+    # a step planned for the kernel but handed XLA's ops takes no row plans and no fused Adam pass
+    from jaxgcn.data import with_focus
+    from jaxgcn.training.step import LOCAL, Step
+
+    data = with_focus(datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=8, seed=0)).data, 2)
+    kernel = Execution(backend="csr", kernels=True)
+    step = Step(GCNConfig(), TrainConfig(), kernel, None, LOCAL)
+    assert step.products.name == "native" and step.rows(data, train=True) is data.train_rows
+    xla = step._replace(ops=ops.xla_ops(kernel))
+    assert xla.products.name == "xla" and not xla.products.fused_adam and xla.rows(data, train=True) is None
+
+
+def test_an_unregistered_backend_is_refused_and_registration_checks_the_name():
+    with pytest.raises(ValueError, match=r"backend='toy' must be one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"):
+        Execution(backend="toy")
+    with pytest.raises(ValueError, match=r"register: name='segment' must be a new backend name"):
+        ops.register("segment", toy_ops)
+    with pytest.raises(ValueError, match=r"register: name='auto' must be a new backend name"):
+        ops.register("auto", toy_ops)
+
+
+@needs_kernel
+def test_the_plan_gives_the_kernel_ops_to_csr_and_xla_ops_to_other_backends(monkeypatch):
+    native = plan.ops_for(Execution(backend="csr"))
+    assert native.name == "native" and native.fused_adam and native.row_plans and native.drop_hidden is not None
+    assert plan.ops_for(Execution(backend="csr", dropout_rng="jax")).row_plans is False
+    for backend in ("segment", "bcoo", "dense"):
+        chosen = plan.ops_for(Execution(backend=backend))
+        assert chosen.name == "xla" and not chosen.fused_adam and chosen.drop_hidden is None, backend
+    monkeypatch.setattr(plan, "kernel_status", lambda: (False, "no kernel here"))
+    assert plan.ops_for(Execution(backend="csr")).name == "xla"
+
+
+def test_the_plan_holds_the_ops_and_the_platform(small):
+    resolved = plan.resolve(Execution(), small.data, GCNConfig(), small.n_classes)
+    assert resolved.backend == "segment" and resolved.ops.name == "xla"
+    assert resolved.platform == jax.default_backend()
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            names.add(node.module or "")
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def test_the_model_imports_neither_the_kernel_nor_its_fused_ops():
+    imported = _imports(SRC / "models.py")
+    assert "jaxgcn.ops" in imported
+    assert not [name for name in imported if name.startswith(("jaxgcn.csr", "jaxgcn.fused", "jaxgcn.native_ops"))]
+
+
+def test_only_the_plan_and_the_kernels_modules_ask_whether_the_kernel_runs():
+    askers = set()
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name == "kernel_status":
+                    askers.add(path.relative_to(SRC).as_posix())
+    assert askers == {"plan.py", "csr.py", "native_ops.py"}
