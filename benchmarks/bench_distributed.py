@@ -92,7 +92,7 @@ def worker(args: argparse.Namespace) -> dict:
     from jaxgcn.datasets import RawGraph, prepare
     from jaxgcn.memory import estimate_sharded
     from jaxgcn.models import Execution, GCNConfig
-    from jaxgcn.train import TrainConfig, compile_programs
+    from jaxgcn.train import TrainConfig, compile
 
     n_parts = args.devices
     assert len(jax.devices()) == n_parts
@@ -113,18 +113,19 @@ def worker(args: argparse.Namespace) -> dict:
     config = TrainConfig(epochs=total, early_stopping=None)
     runner = distributed.make_sharded_runner(model_config, config, 100, host.n_classes, mesh, execution)
     key = jax.random.key(0)
-    programs = compile_programs(runner, key, None, sharded.data)  # init, run_until and evaluate
+    runs = jax.tree.map(np.asarray, runner.inputs())
+    programs = compile(("bench", args.exchange), runner, (key, None, runs), sharded.data)  # init, run_until, evaluate
     compile_s = programs.compile_seconds
-    state, compiled = programs.init(key, None), programs.run_until
-    mem = compiled.program.memory_analysis()
+    state, compiled = programs.init(key, None, runs), programs.run_until
+    mem = compiled.memory_analysis()
     program = (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
                - mem.alias_size_in_bytes) if mem is not None else float("nan")
-    state = compiled(state, sharded.data, jnp.int32(1))  # warm-up epoch
+    state = compiled(state, sharded.data, runs, jnp.int32(1))  # warm-up epoch
     jax.block_until_ready(state.epoch)
     times = []
     for epoch in range(1, total):
         t = time.perf_counter()
-        state = compiled(state, sharded.data, jnp.int32(epoch + 1))
+        state = compiled(state, sharded.data, runs, jnp.int32(epoch + 1))
         jax.block_until_ready(state.epoch)
         times.append(time.perf_counter() - t)
     per_device = {d.id: 0 for d in mesh.devices.flat}

@@ -54,11 +54,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.batched import compile_batch, entries_for, init_params, run_inputs
+from jaxgcn.batched import entries_for, init_params, run_inputs
 from jaxgcn.data import with_focus
 from jaxgcn.datasets import load_dataset, prepare
 from jaxgcn.models import Execution, GCNConfig
-from jaxgcn.train import TrainConfig
+from jaxgcn.plan import planned
+from jaxgcn.train import TrainConfig, compile, make_batch_runner, signature
 
 PARTS = (
     "first layer X·W (fwd, train+eval)",
@@ -381,11 +382,13 @@ def profile(prepared: Any, r: int, seconds: float, repeat: int, limits: dict[str
     # as fit_runs trains it: the loss and metrics on the masked nodes, the gradient on the rows it reaches
     data = with_focus(prepared.data, model_config.layers)
     n_features = int(data.x.shape[1])
-    execution = Execution(backend=prepared.backend)
+    execution = planned(Execution(backend=prepared.backend), data.graph)
     entries = entries_for(list(range(r)), model_config=model_config, config=config)
     params = init_params(model_config, entries, n_features, prepared.n_classes)
     runs, seeds = run_inputs(entries), jnp.asarray([e.seed for e in entries], jnp.int32)
-    (init, run_until, _, _, _), _ = compile_batch(model_config, config, execution, params, data, runs, seeds, None)
+    runner = make_batch_runner(model_config, config, execution)  # as fit_runs compiles it (one device)
+    key = ("profile", model_config, config, execution, signature(data), r)
+    init, run_until = compile(key, runner, (params, seeds, runs), data)[:2]
     hlo = Hlo(run_until.as_text())
     hlo.x_nnz = {int(data.x.cols.shape[0])}  # the features' products: every entry, or the gradient's reached ones
     if data.x_reached is not None:

@@ -76,7 +76,7 @@ def test_sharded_runs_differing_only_in_lr_weight_decay_and_dropout_share_one_pr
 
     from jaxgcn.distributed import make_sharded_runner, node_mesh, shard_data
     from jaxgcn.models import GCNConfig
-    from jaxgcn.train import TrainConfig, compile_programs
+    from jaxgcn.train import TrainConfig, compile
 
     p = datasets.prepare(datasets.synthetic(403, n_classes=3, n_features=6, homophily=0.3, seed=0), on_device=False)
     sharded = shard_data(p.data, node_mesh(1))
@@ -84,12 +84,40 @@ def test_sharded_runs_differing_only_in_lr_weight_decay_and_dropout_share_one_pr
 
     def program(model_config, train_config) -> str:
         runner = make_sharded_runner(model_config, train_config, sharded.n_features, p.n_classes, sharded.mesh)
-        text = compile_programs(runner, jax.random.key(0), None, sharded.data).run_until.as_text()
+        runs = jax.tree.map(np.asarray, runner.inputs())
+        text = compile(("text of", model_config, train_config), runner, (jax.random.key(0), None, runs),
+                       sharded.data).run_until.as_text()
         text = re.sub(r"\nFileNames\n.*?\n(?=%|ENTRY)", "\n", text, flags=re.S)
         return re.sub(r", metadata=\{[^}]*\}", "", text)
 
     assert program(GCNConfig(), config) == program(
         GCNConfig(dropout=0.3), dataclasses.replace(config, lr=0.05, weight_decay=1e-3))
+
+
+def test_a_second_sharded_fit_with_the_same_settings_compiles_nothing():
+    """fit_sharded compiles through the one cache (jaxgcn.training.loop.compile), as fit does
+    (tests/test_train.py): the same settings on a mesh of the same devices again report no compile
+    time and train the same run; another learning rate (an input of the program) trains another."""
+    import dataclasses
+
+    import jax
+
+    from jaxgcn.distributed import fit_sharded, node_mesh, shard_data
+    from jaxgcn.models import GCNConfig
+    from jaxgcn.train import TrainConfig
+
+    p = datasets.prepare(datasets.synthetic(403, n_classes=3, n_features=6, homophily=0.3, seed=0), on_device=False)
+    config = TrainConfig(epochs=7, early_stopping=None)
+    kw = dict(model_config=GCNConfig(hidden=8), key=jax.random.key(0), log=None)
+    first = fit_sharded(shard_data(p.data, node_mesh(1)), p.n_classes, config=config, **kw)
+    again = fit_sharded(shard_data(p.data, node_mesh(1)), p.n_classes, config=config, **kw)
+    assert first.compile_seconds > 0.0 and again.compile_seconds == 0.0
+    assert again.epochs_run == first.epochs_run == 7
+    np.testing.assert_array_equal(again.history["loss"], first.history["loss"])
+    jax.tree.map(np.testing.assert_array_equal, again.params, first.params)
+    other = fit_sharded(shard_data(p.data, node_mesh(1)), p.n_classes, config=dataclasses.replace(config, lr=0.05),
+                        **kw)
+    assert other.history["loss"][1] != first.history["loss"][1]
 
 
 @pytest.mark.parametrize("kernels", ["fused", "xla"])

@@ -26,13 +26,13 @@ from jaxgcn.training.config import (  # noqa: F401
     DIVERGED, FINISHED, L2_SCOPES, OPTIMIZERS, RUNNING, STOPPED_EARLY, Kipf, Patience, TrainConfig, TrainingDiverged,
     early_stopping_from)
 from jaxgcn.training.loop import (  # noqa: F401
-    COMPILED, Chunk, Compiled, FitResult, Hook, WithRuns, compile_programs, compile_runner, drive, fit, log_hook,
-    progress_hook, run_one, signature, single_view)
+    COMPILED, Chunk, Compiled, FitResult, Hook, Layout, WithRuns, compile, compile_runner, drive, fit,
+    fit_result, log_hook, progress_hook, run, signature, single_program, single_view)
 from jaxgcn.training.losses import (  # noqa: F401
     l2_covers, l2_penalty, masked_accuracy, masked_cross_entropy, masked_sums, per_run_l2)
 from jaxgcn.training.optim import make_optimizer, optimizer_factory, standard_promotion  # noqa: F401
 from jaxgcn.training.state import (  # noqa: F401
-    BatchState, Evaluation, RunState, RunsView, axes_of_state, init_run_state, optimizer_axes, record_epoch, runs_of,
-    should_stop_early, state_axes)
+    BatchState, Evaluation, RunState, RunsView, axes_of_state, init_run_state, optimizer_axes, record_epoch, run_keys,
+    runs_of, should_stop_early, state_axes)
 from jaxgcn.training.step import (  # noqa: F401
     LOCAL, BatchRunner, Collective, Runner, make_batch_runner, make_runner)

@@ -6,7 +6,6 @@ injected (:func:`sharded_model`), the loss and metrics summed over devices, the 
 from __future__ import annotations
 
 import functools
-import time
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -20,7 +19,7 @@ from jaxgcn.distributed.runtime import block_of_this_device, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
 from jaxgcn.plan import ops_for, planned
 from jaxgcn.training.config import TrainConfig
-from jaxgcn.training.loop import FitResult, compile_programs, run_one
+from jaxgcn.training.loop import FitResult, Layout, compile, fit_result, run, signature
 from jaxgcn.training.losses import masked_sums
 from jaxgcn.training.state import RunState
 from jaxgcn.training.step import Collective, Runner, make_runner
@@ -149,19 +148,15 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     work as in :func:`jaxgcn.train.fit` (every process must pass ``checkpoint_every``, since the
     chunks are collective; one process writes). Each device draws its dropout masks from its
     index, so a resumed run equals the uninterrupted one on the same device count only."""
-    data = sharded.data
-    execution = planned(execution)  # row blocks: the csr product, the kernel where it can run
+    data, execution = sharded.data, planned(execution)  # row blocks: the csr product, the kernel where it can run
     runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh, execution)
-    start = time.perf_counter()
-    if progress is not None:
-        progress.compiling()
-    compiled = compile_programs(runner, key, None, data)
-    state = compiled.init(key, None)
-    compile_seconds = time.perf_counter() - start
-    if progress is not None:
-        progress.compiled(compile_seconds)
+    runs = jax.tree.map(np.asarray, runner.inputs())
+    cache_key = ("sharded", model_config, config, execution, n_classes, signature(data), sharded.mesh,
+                 sharded.exchange, key.shape, str(key.dtype))
+    program = compile(cache_key, runner, (key, None, runs), data, progress=progress)
+    state = program.init(key, None, runs)
     if resume is not None:
         state = resume(state)
-    return run_one(compiled, data, state, config, compile_seconds=compile_seconds, log_every=log_every, log=log,
-                   checkpoint_every=checkpoint_every, on_checkpoint=on_checkpoint, progress=progress,
-                   diverged=lambda epoch: divergence_message(None, config, epoch))
+    return fit_result(run(program, state, data, runs, Layout(), config, log=log, log_every=log_every,
+                          progress=progress, checkpoint_every=checkpoint_every, checkpoint=on_checkpoint,
+                          diverged=lambda bad, epoch: divergence_message(None, config, epoch)))

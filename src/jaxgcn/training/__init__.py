@@ -5,9 +5,10 @@ Its modules import downward only (the import-linter contract in ``pyproject.toml
 - :mod:`~jaxgcn.training.config` and :mod:`~jaxgcn.training.axes`: the settings and the run axis;
 - :mod:`~jaxgcn.training.losses`: THE masked cross-entropy and metrics, THE L2 term;
 - :mod:`~jaxgcn.training.optim`: THE optimizer factory;
-- :mod:`~jaxgcn.training.state`: a run's state, its one initializer, the early-stopping rule;
+- :mod:`~jaxgcn.training.state`: a run's state, THE seed-to-key rule, its one initializer, the early-stopping rule;
 - :mod:`~jaxgcn.training.step`: THE training step, for R runs at once (one run is a batch of one);
-- :mod:`~jaxgcn.training.loop`: the one compile cache, the one host loop (:func:`~jaxgcn.training.loop.drive`),
+- :mod:`~jaxgcn.training.loop`: the one compile cache (:func:`~jaxgcn.training.loop.compile`), the one host
+  loop (:func:`~jaxgcn.training.loop.drive`), the one host driver (:func:`~jaxgcn.training.loop.run`),
   :func:`~jaxgcn.training.loop.fit` (one run);
 - :mod:`~jaxgcn.training.runs`: many runs as one program, in slices (:func:`~jaxgcn.training.runs.fit_runs`).
 

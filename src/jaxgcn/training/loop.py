@@ -1,5 +1,6 @@
-"""The host side of training: the one compile cache, :func:`drive` (the one host loop, with hooks),
-:func:`run_one` (one run from its compiled programs) and :func:`fit`."""
+"""The host side of training: the one compile cache (:func:`compile`), :func:`drive` (the one host
+loop, with hooks), :func:`run` (the one host driver: a run or a batch slice from its program) and
+:func:`fit`."""
 
 from __future__ import annotations
 
@@ -16,31 +17,37 @@ from jaxgcn.diagnostics import divergence_message
 from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs
 from jaxgcn.plan import planned
-from jaxgcn.progress import epoch_line
+from jaxgcn.progress import epoch_line, runs_line
+from jaxgcn.training.axes import run_axis
 from jaxgcn.training.config import DIVERGED, Patience, RUNNING, STOPPED_EARLY, TrainConfig, TrainingDiverged
-from jaxgcn.training.state import Evaluation, RunState
-from jaxgcn.training.step import Runner, make_runner
+from jaxgcn.training.state import RunState
+from jaxgcn.training.step import make_runner
 
 
 class WithRuns(NamedTuple):
-    """A compiled :class:`Runner` function with its last argument, the run's settings, bound."""
+    """A compiled program with its argument ``at``, the run's settings, bound (what
+    :func:`compile_runner` returns: ``init(key, data)``, ``run_until(state, data, stop)``,
+    ``evaluate(params, data)``)."""
 
     program: Any  # jax.stages.Compiled
     runs: RunInputs
+    at: int = 2
 
     def __call__(self, *args: Any) -> Any:
-        return self.program(*args, self.runs)
+        return self.program(*args[:self.at], self.runs, *args[self.at:])
 
     def as_text(self) -> str:
         return self.program.as_text()
 
 
 class Compiled(NamedTuple):
-    """AOT-compiled :class:`Runner` functions for one configuration and one data signature."""
+    """A program: AOT-compiled runner functions for one configuration and one data signature,
+    called alike for one run and for a batch: ``init(..., runs)``, ``run_until(state, data, runs,
+    stop)``, ``evaluate(params, data, runs)``; ``final_params(state)`` picks fields (no program)."""
 
-    init: Callable[..., RunState]
-    run_until: Callable[..., RunState]
-    evaluate: Callable[..., Evaluation]
+    init: Callable[..., Any]
+    run_until: Callable[..., Any]
+    evaluate: Callable[..., Any]
     final_params: Callable[..., Params]
     compile_seconds: float
 
@@ -53,35 +60,58 @@ def signature(data: TrainData) -> Any:
     return treedef, tuple((leaf.shape, str(leaf.dtype)) for leaf in leaves)
 
 
-def compile_programs(runner: Runner, key: jax.Array, init_data: Any, data: Any) -> Compiled:
-    """AOT-compile a :class:`Runner`'s functions for ``data``, with the run's settings
-    (``runner.inputs()``, host values, the same on every process) bound as their last argument:
-    runs that differ only in lr, weight decay or dropout share one program. ``init_data`` is the
-    second argument ``init`` is called with (a single run's data, a sharded run's ``None``; either
-    ``init`` reads only the key); ``run_until`` and ``evaluate`` are lowered for the state's shapes and dtypes, with no
-    placement: the state ``init`` returns is uncommitted, so a sharded run's programs replicate it
-    over their mesh."""
-    start = time.perf_counter()
+def compile(key: Any, runner: Any, init_args: tuple, data: Any, *, shardings: Any = None,
+            progress: Any = None) -> Compiled:
+    """THE compile cache of every path (one run, a batch's slices, the graph sharded): the
+    :class:`Compiled` program of ``runner`` (a batch's or one run's :class:`Runner`), once per
+    ``key`` (the configuration, the data's signature, the mesh). ``init_args`` are what ``init``
+    takes, the run inputs last; ``run_until`` and ``evaluate`` are lowered for the state's shapes
+    and dtypes, placed by ``shardings`` (a batch's run axis over its mesh; None: uncommitted, so a
+    sharded run's programs replicate it over their mesh). ``progress`` sees the compile phase."""
+    if progress is not None:
+        progress.compiling()
+    if key in COMPILED:
+        program = COMPILED[key]._replace(compile_seconds=0.0)
+    else:
+        start = time.perf_counter()
+        runs = init_args[-1]
+        init = jit(runner.init, out_shardings=shardings).lower(*init_args).compile()
+        state = _placed(jax.eval_shape(runner.init, *init_args), shardings)
+        run_until = jit(runner.run_until, donate_argnums=0, out_shardings=shardings) \
+            .lower(state, data, runs, jnp.int32(0)).compile()
+        evaluate = jit(runner.evaluate).lower(runner.final_params(state), data, runs).compile()
+        program = COMPILED[key] = Compiled(init, run_until, evaluate, runner.final_params, time.perf_counter() - start)
+    if progress is not None:
+        progress.compiled(program.compile_seconds)
+    return program
+
+
+def _placed(shapes: Any, shardings: Any) -> Any:
+    """The state's shapes and dtypes, each with its sharding (as the state ``init`` returns is placed)."""
+    if shardings is None:
+        return shapes
+    return jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes,
+                        shardings)
+
+
+def single_program(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int,
+                   execution: Execution = Execution(), progress: Any = None) -> tuple[Compiled, RunInputs]:
+    """One run's program (:func:`compile`) and its settings (host values), with ``execution``
+    planned for ``data`` (:func:`jaxgcn.plan.planned`)."""
+    execution = planned(execution, data.graph)
+    cache_key = (model_config, config, execution, n_classes, signature(data))
+    runner = make_runner(model_config, config, data.x.shape[1], n_classes, execution)
     runs = jax.tree.map(np.asarray, runner.inputs())
-    init = jit(runner.init).lower(key, init_data, runs).compile()
-    state = jax.eval_shape(runner.init, key, init_data, runs)
-    run_until = jit(runner.run_until, donate_argnums=0).lower(state, data, jnp.int32(0), runs).compile()
-    evaluate = jit(runner.evaluate).lower(state.params, data, runs).compile()
-    return Compiled(WithRuns(init, runs), WithRuns(run_until, runs), WithRuns(evaluate, runs), runner.final_params,
-                    time.perf_counter() - start)
+    return compile(cache_key, runner, (jax.random.key(0), data, runs), data, progress=progress), runs
 
 
 def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int,
                    execution: Execution = Execution()) -> Compiled:
-    """Compile (once per configuration and data shapes; cached) the functions of a training run, with
-    ``execution`` planned for ``data`` (:func:`jaxgcn.plan.planned`)."""
-    execution = planned(execution, data.graph)
-    cache_key = (model_config, config, execution, n_classes, signature(data))
-    if cache_key in COMPILED:
-        return COMPILED[cache_key]._replace(compile_seconds=0.0)
-    runner = make_runner(model_config, config, data.x.shape[1], n_classes, execution)
-    COMPILED[cache_key] = compile_programs(runner, jax.random.key(0), data, data)
-    return COMPILED[cache_key]
+    """One run's program (:func:`single_program`) with the run's settings bound: ``init(key, data)``,
+    ``run_until(state, data, stop)``, ``evaluate(params, data)``."""
+    program, runs = single_program(model_config, config, data, n_classes, execution)
+    return program._replace(init=WithRuns(program.init, runs), run_until=WithRuns(program.run_until, runs),
+                            evaluate=WithRuns(program.evaluate, runs))
 
 
 class FitResult(NamedTuple):
@@ -176,6 +206,126 @@ def single_view(state: RunState) -> tuple[int, dict[str, np.ndarray], np.ndarray
     return int(state.epoch), {k: np.asarray(v) for k, v in state.history.items()}, np.asarray([int(state.reason)])
 
 
+class Layout(NamedTuple):
+    """How :func:`run` reads a state: ``n`` None for ONE run's own :class:`RunState` (no run axis:
+    what a single run's checkpoints hold), else a batch's :class:`BatchState` of which the first
+    ``n`` runs are kept (a slice's padding dropped)."""
+
+    n: int | None = None
+
+    def view(self, state: Any) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
+        if self.n is None:
+            return single_view(state)
+        history = {k: np.asarray(v)[:self.n] for k, v in state.runs.history.items()}
+        return int(state.step), history, np.asarray(state.runs.reason)[:self.n]
+
+    def runs(self, state: Any) -> RunState:
+        """The records of the kept runs, on a run axis (host arrays; params left out)."""
+        one = self.n is None
+        st = state if one else state.runs
+        take = (lambda v: np.asarray(v)[None]) if one else (lambda v: np.asarray(v)[:self.n])
+        return st._replace(params=None, opt_state=None, best_params=None, key=None, val_window=None,
+                           epoch=take(st.epoch), reason=take(st.reason), best_epoch=take(st.best_epoch),
+                           history={k: take(v) for k, v in st.history.items()})
+
+    def host(self, params: Params, evaluation: Any) -> tuple[Params, dict[str, np.ndarray]]:
+        """The kept runs' params (one run's as host NumPy, a batch's stacked) and metrics [n]."""
+        if self.n is None:
+            return jax.tree.map(np.asarray, params), {k: np.asarray(v)[None] for k, v in evaluation._asdict().items()}
+        params = jax.tree.map(lambda leaf: jnp.take(leaf, jnp.arange(self.n), axis=run_axis(leaf)), params)
+        return params, {k: np.asarray(v)[:self.n] for k, v in evaluation.items()}
+
+
+class BatchResult(NamedTuple):
+    """Outcome of a batch of runs (host NumPy, one entry per run), and what :func:`run` returns
+    (one run's as a batch of one: :func:`fit_result`).
+
+    Attributes:
+        entries: the runs.
+        metrics: ``{"train_acc", "val_acc", "test_acc", ...}`` -> [R] of the final (or best) params.
+        epochs_run: [R]. stopped_early: [R] bool.
+        history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [R, epochs] (NaN after a run stopped).
+        params: stacked final params (see :func:`jaxgcn.training.runs.unstack_params`).
+        compile_seconds, train_seconds: wall times of compiling and of running the batch.
+        restored_epoch: with ``patience`` early stopping, [R] the epoch (1-based) whose params each
+            run returns (its best validation accuracy); ``None`` otherwise.
+    """
+
+    entries: list[Any]  # each a jaxgcn.training.runs.Entry
+    metrics: dict[str, np.ndarray]
+    epochs_run: np.ndarray
+    stopped_early: np.ndarray
+    history: dict[str, np.ndarray]
+    params: Params
+    compile_seconds: float
+    train_seconds: float
+    restored_epoch: np.ndarray | None = None
+
+
+def run(program: Compiled, state: Any, data: Any, runs: RunInputs, layout: Layout, config: TrainConfig, *,
+        diverged: Callable[[np.ndarray, int], str], log: Callable[[str], None] | None = None, log_every: int = 0,
+        progress: Any = None, checkpoint_every: int | None = None,
+        checkpoint: Callable[[Any], None] | None = None) -> BatchResult:
+    """THE host driver of every run (:func:`fit`, each slice of :func:`jaxgcn.training.runs.fit_runs`,
+    :func:`jaxgcn.distributed.fit_sharded`), from its program and its (fresh or restored) state:
+    the hooks (:func:`hooks`), :func:`drive`, the divergence check (``diverged(bad_runs, epoch of
+    the first)`` words the :class:`TrainingDiverged`), the final evaluation and the host results."""
+    start = time.perf_counter()
+    chunk = checkpoint_every or (log_every if log_every > 0 or layout.n is None else config.epochs)
+    state, seen = drive(lambda s, stop: program.run_until(s, data, runs, jnp.int32(stop)), state, layout.view,
+                        epochs=config.epochs, chunk=chunk,
+                        hooks=hooks(layout, layout.view(state)[0], log if log_every > 0 else None, log_every, progress,
+                                    checkpoint))
+    records = layout.runs(state)
+    bad = np.flatnonzero(seen.reason == DIVERGED)
+    if bad.size:
+        raise TrainingDiverged(diverged(bad, int(records.epoch[bad[0]])))
+    final = program.final_params(state)
+    params, metrics = layout.host(final, program.evaluate(final, data, runs))
+    restored = records.best_epoch if isinstance(config.early_stopping, Patience) else None
+    return BatchResult([], metrics, records.epoch, seen.reason == STOPPED_EARLY, records.history, params,
+                       program.compile_seconds, time.perf_counter() - start, restored)
+
+
+def hooks(layout: Layout, since: int, log: Callable[[str], None] | None, log_every: int, progress: Any,
+          checkpoint: Callable[[Any], None] | None) -> list[Hook]:
+    """The hooks of :func:`run`, after each chunk: the log lines (one run's epoch lines after epoch
+    ``since``, a resumed run's restored epochs not logged again; a batch's line of runs still
+    training), the progress display, and the checkpoints (one run's while it runs; a batch slice's
+    at every chunk, the last included, so a resumed job skips a finished slice; never once a run
+    diverged: a NaN/inf state never replaces the last good checkpoint)."""
+    out: list[Hook] = []
+    if log is not None:
+        out.append(log_hook(log, log_every, since) if layout.n is None else runs_log_hook(log, layout.n))
+    if progress is not None:
+        if since:  # a display of one's own need not know of resuming (Progress does)
+            progress.resumed(since)
+        out.append(progress_hook(progress))
+    if checkpoint is not None and layout.n is None:
+        out.append(lambda s, seen: checkpoint(s) if seen.reason[0] == RUNNING else None)
+    elif checkpoint is not None:
+        out.append(lambda s, seen: None if np.any(seen.reason == DIVERGED) else checkpoint(s))
+    return out
+
+
+def runs_log_hook(log: Callable[[str], None], n_runs: int) -> Hook:
+    """A batch's log line per chunk: the epoch, runs still training, mean validation accuracy."""
+    def hook(_: Any, seen: Chunk) -> None:
+        val = seen.history["val_acc"][:, seen.epoch - 1]
+        log(runs_line(seen.epoch, int(np.sum(seen.reason == RUNNING)), n_runs,
+                      float(np.nanmean(val)) if np.any(np.isfinite(val)) else float("nan")))
+    return hook
+
+
+def fit_result(runs: BatchResult) -> FitResult:
+    """One run's :class:`FitResult` from :func:`run`'s results."""
+    epoch = int(runs.epochs_run[0])
+    restored = None if runs.restored_epoch is None else int(runs.restored_epoch[0])
+    return FitResult(runs.params, {k: float(v[0]) for k, v in runs.metrics.items()}, epoch,
+                     bool(runs.stopped_early[0]), {k: v[0][:epoch] for k, v in runs.history.items()},
+                     runs.compile_seconds, runs.train_seconds, restored)
+
+
 def fit(
     data: TrainData,
     n_classes: int,
@@ -207,47 +357,10 @@ def fit(
     key = jax.random.key(0) if key is None else key
     execution = planned(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
     data = with_focus(data, model_config.layers)
-    if progress is not None:
-        progress.compiling()
-    compiled = compile_runner(model_config, config, data, n_classes, execution)
-    if progress is not None:
-        progress.compiled(compiled.compile_seconds)
-    state = compiled.init(key, data)
+    program, runs = single_program(model_config, config, data, n_classes, execution, progress)
+    state = program.init(key, data, runs)
     if resume is not None:
         state = resume(state)
-    return run_one(compiled, data, state, config, compile_seconds=compiled.compile_seconds, log_every=log_every,
-                   log=log, checkpoint_every=checkpoint_every, on_checkpoint=on_checkpoint, progress=progress,
-                   diverged=lambda epoch: divergence_message(data, config, epoch))
-
-
-def run_one(compiled: Compiled, data: Any, state: RunState, config: TrainConfig, *, compile_seconds: float,
-            log_every: int, log: Callable[[str], None] | None, checkpoint_every: int | None,
-            on_checkpoint: Callable[[RunState], None] | None, progress: Any,
-            diverged: Callable[[int], str]) -> FitResult:
-    """THE host side of one run, from its compiled programs and its (fresh or restored) state:
-    hooks (log lines, progress, checkpoints every ``checkpoint_every`` epochs while it runs),
-    :func:`drive`, the divergence check (``diverged(epoch)`` words it), the final evaluation and
-    the :class:`FitResult` with host NumPy params. :func:`fit` and sharded training
-    (:func:`jaxgcn.distributed.fit_sharded`) both end here."""
-    start = time.perf_counter()
-    since = int(state.epoch)  # 0, or the epoch a resumed run continues from
-    hooks: list[Hook] = []
-    if log is not None and log_every > 0:
-        hooks.append(log_hook(log, log_every, since))
-    if progress is not None:
-        if since:  # a display of one's own need not know of resuming (Progress does)
-            progress.resumed(since)
-        hooks.append(progress_hook(progress))
-    if on_checkpoint is not None:
-        hooks.append(lambda s, seen: on_checkpoint(s) if seen.reason[0] == RUNNING else None)
-    state, seen = drive(lambda s, stop: compiled.run_until(s, data, jnp.int32(stop)), state, single_view,
-                        epochs=config.epochs, chunk=checkpoint_every or log_every, hooks=hooks)
-    epoch, reason = seen.epoch, int(seen.reason[0])
-    if reason == DIVERGED:
-        raise TrainingDiverged(diverged(epoch))
-    params = compiled.final_params(state)
-    metrics = {k: float(v) for k, v in compiled.evaluate(params, data)._asdict().items()}
-    history = {k: np.asarray(v)[:epoch] for k, v in state.history.items()}
-    restored = int(state.best_epoch) if isinstance(config.early_stopping, Patience) else None
-    return FitResult(jax.tree.map(np.asarray, params), metrics, epoch, reason == STOPPED_EARLY, history,
-                     compile_seconds, time.perf_counter() - start, restored)
+    return fit_result(run(program, state, data, runs, Layout(), config, log=log, log_every=log_every,
+                          progress=progress, checkpoint_every=checkpoint_every, checkpoint=on_checkpoint,
+                          diverged=lambda bad, epoch: divergence_message(data, config, epoch)))

@@ -18,7 +18,7 @@ its own early stopping (per-run masks freeze a run once it has stopped). A run i
 from __future__ import annotations
 
 import dataclasses
-import time
+import functools
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -32,12 +32,11 @@ from jaxgcn.data import with_focus
 from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
 from jaxgcn.plan import batch_mesh, planned, slice_size
-from jaxgcn.progress import runs_line
 from jaxgcn.data import TrainData
 from jaxgcn.training.axes import run_axis
-from jaxgcn.training.config import DIVERGED, RUNNING, STOPPED_EARLY, Patience, TrainConfig, TrainingDiverged
-from jaxgcn.training.loop import COMPILED, Chunk, Compiled, drive, progress_hook, signature
-from jaxgcn.training.state import BatchState, state_axes
+from jaxgcn.training.config import TrainConfig
+from jaxgcn.training.loop import BatchResult, Compiled, Layout, compile, run, signature  # noqa: F401
+from jaxgcn.training.state import BatchState, run_keys, state_axes
 from jaxgcn.training.step import make_batch_runner
 
 class Entry(NamedTuple):
@@ -126,37 +125,12 @@ def init_params(config: GCNConfig, entries: Sequence[Entry], n_features: int, n_
 
 def _init_stacked(config: GCNConfig, n_features: int, n_classes: int, seeds: jax.Array) -> Params:
     model = gcn(config)
-    keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[0])(seeds)
+    keys = jax.vmap(lambda s: run_keys(s)[0])(seeds)  # THE seed-to-key rule
     stacked = jax.vmap(lambda k: model.init(k, n_features, n_classes))(keys)
     return jax.tree.map(lambda leaf: jnp.moveaxis(leaf, 0, 1) if leaf.ndim == 3 else leaf, stacked)
 
 
 # --- the host-side driver ---------------------------------------------------------------------------
-
-
-class BatchResult(NamedTuple):
-    """Outcome of a batch of runs (host NumPy, one entry per run).
-
-    Attributes:
-        entries: the runs.
-        metrics: ``{"train_acc", "val_acc", "test_acc", ...}`` -> [R] of the final (or best) params.
-        epochs_run: [R]. stopped_early: [R] bool.
-        history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [R, epochs] (NaN after a run stopped).
-        params: stacked final params (see :func:`unstack_params`).
-        compile_seconds, train_seconds: wall times of compiling and of running the batch.
-        restored_epoch: with ``patience`` early stopping, [R] the epoch (1-based) whose params each
-            run returns (its best validation accuracy); ``None`` otherwise.
-    """
-
-    entries: list[Entry]
-    metrics: dict[str, np.ndarray]
-    epochs_run: np.ndarray
-    stopped_early: np.ndarray
-    history: dict[str, np.ndarray]
-    params: Params
-    compile_seconds: float
-    train_seconds: float
-    restored_epoch: np.ndarray | None = None
 
 
 def _shard_runs(tree: Any, mesh: jax.sharding.Mesh | None, axes: Any = 0) -> Any:
@@ -200,30 +174,6 @@ def _state_shardings(state: BatchState, config: TrainConfig, mesh: jax.sharding.
     return jax.tree.map(spec, state, axes, is_leaf=lambda x: x is None)
 
 
-def compile_batch(model_config: GCNConfig, config: TrainConfig, execution: Execution, params: Params,
-                  data: TrainData, runs: RunInputs, seeds: jax.Array, mesh: Any) -> tuple[Compiled, BatchState]:
-    """Compile a batch's programs (once per configuration, shapes and mesh, in the one cache of
-    :mod:`jaxgcn.training.loop`) and return them with the initial state; ``execution`` planned
-    for ``data`` (:func:`jaxgcn.plan.planned`)."""
-    execution = planned(execution, data.graph)
-    key = ("runs", model_config, config, execution, signature(data), jax.tree.structure(params),
-           tuple(leaf.shape for leaf in jax.tree.leaves(params)), mesh)
-    if key in COMPILED:
-        compiled = COMPILED[key]._replace(compile_seconds=0.0)
-        return compiled, compiled.init(params, seeds, runs)
-    start = time.perf_counter()
-    runner = make_batch_runner(model_config, config, execution)
-    shardings = _state_shardings(jax.eval_shape(runner.init, params, seeds, runs), config, mesh)
-    init = jit(runner.init, out_shardings=shardings).lower(params, seeds, runs).compile()
-    state = init(params, seeds, runs)
-    run_until = jit(runner.run_until, donate_argnums=0, out_shardings=shardings) \
-        .lower(state, data, runs, jnp.int32(0)).compile()
-    evaluate = jit(runner.evaluate).lower(params, data, runs).compile()
-    final = jit(runner.final_params).lower(state).compile()
-    COMPILED[key] = Compiled(init, run_until, evaluate, final, time.perf_counter() - start)
-    return COMPILED[key], state
-
-
 def fit_runs(
     data: TrainData,
     n_classes: int,
@@ -260,22 +210,12 @@ def fit_runs(
     entries = list(entries)
     model_config, config = program_of(entries)
     execution = planned(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
-    n = len(entries)
-    size = slice_size(n, model_config.hidden, execution, n_devices, data.graph, runs_per_device)
+    size = slice_size(len(entries), model_config.hidden, execution, n_devices, data.graph, runs_per_device)
     data = with_focus(data, model_config.layers)
     options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,
                        on_checkpoint, resume)
-    if n <= size:
-        return _fit_slice(data, n_classes, entries, options)
-    parts = []
-    for start in range(0, n, size):
-        part = entries[start:start + size]
-        if log is not None and log_every > 0:
-            log(f"runs {start + 1}-{start + len(part)} of {n}")
-        if progress is not None:
-            progress.start_slice(start, f"runs {start + 1}-{start + len(part)} of {n}")
-        parts.append(_fit_slice(data, n_classes, _padded(part, size), options, keep=len(part), first=start))
-    return _concat_results(entries, parts)
+    parts = [_slice(data, n_classes, entries, first, size, options) for first in range(0, len(entries), size)]
+    return parts[0] if len(parts) == 1 else _concat_results(entries, parts)
 
 
 def fit_batch(data: TrainData, n_classes: int, entries: Sequence[Entry], **options: Any) -> BatchResult:
@@ -316,47 +256,36 @@ def _concat_results(entries: list[Entry], parts: list[BatchResult]) -> BatchResu
     )
 
 
-def _fit_slice(data: TrainData, n_classes: int, entries: list[Entry], options: _Options, keep: int | None = None,
-               first: int = 0) -> BatchResult:
-    """One slice of :func:`fit_runs` in ONE execution of its program. ``keep`` drops trailing runs
-    from the result (the padding); ``first`` is the index of the slice's first run among all
-    runs, what the checkpoint hooks receive."""
-    n_runs = len(entries) if keep is None else keep
-    config = options.config
-    compiled, state, data, runs = _start(options, entries, data, n_classes)
-    run_until, evaluate, final, compile_s = compiled[1:]
-    saved = None if options.resume is None else options.resume(first, state)
-    if saved is not None:  # uncommitted arrays: the program places them over its mesh as its own output
-        state = saved
+def _slice(data: TrainData, n_classes: int, entries: list[Entry], first: int, size: int,
+           options: _Options) -> BatchResult:
+    """The slice of :func:`fit_runs` whose first run is ``first``, in ONE execution of its program
+    through the one host driver (:func:`jaxgcn.training.loop.run`). One of several slices is
+    announced and padded to ``size`` runs (every slice one shape, the padding dropped from the
+    result); its checkpoints are the slice's (``first``)."""
+    part = entries[first:first + size]
+    if len(entries) > size:
+        label = f"runs {first + 1}-{first + len(part)} of {len(entries)}"
+        if options.log is not None and options.log_every > 0:
+            options.log(label)
         if options.progress is not None:
-            options.progress.resumed(int(state.step))
-    start = time.perf_counter()
-
-    def view(s: BatchState) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
-        history = {k: np.asarray(v)[:n_runs] for k, v in s.runs.history.items()}
-        return int(s.step), history, np.asarray(s.runs.reason)[:n_runs]
-
-    log_every = options.log_every
-    hooks = _hooks(n_runs, options.log if log_every > 0 else None, options.progress, options.on_checkpoint, first)
-    state, seen = drive(lambda s, stop: run_until(s, data, runs, jnp.int32(stop)), state, view, epochs=config.epochs,
-                        chunk=options.checkpoint_every or (log_every if log_every > 0 else config.epochs), hooks=hooks)
-    _raise_if_diverged(entries, data, state, seen.reason)
-    params = final(state)
-    metrics = {k: np.asarray(v)[:n_runs] for k, v in evaluate(params, data, runs).items()}
-    epochs = np.asarray(state.runs.epoch)[:n_runs]
-    history = {k: np.asarray(v)[:n_runs] for k, v in state.runs.history.items()}
-    params = jax.tree.map(lambda leaf: jnp.take(leaf, jnp.arange(n_runs), axis=run_axis(leaf)), params)
-    restored = np.asarray(state.runs.best_epoch)[:n_runs] if isinstance(config.early_stopping, Patience) else None
-    return BatchResult(entries[:n_runs], metrics, epochs, seen.reason == STOPPED_EARLY, history, params, compile_s,
-                       time.perf_counter() - start, restored)
+            options.progress.start_slice(first, label)
+    padded = _padded(part, size) if len(entries) > size else part
+    program, state, data, runs = _start(options, padded, data, n_classes)
+    saved = None if options.resume is None else options.resume(first, state)
+    state = state if saved is None else saved  # uncommitted: the program places it over its mesh as its own output
+    save = None if options.on_checkpoint is None else functools.partial(options.on_checkpoint, first)
+    done = run(program, state, data, runs, Layout(len(part)), options.config, log=options.log,
+               log_every=options.log_every, progress=options.progress, checkpoint_every=options.checkpoint_every,
+               checkpoint=save, diverged=lambda bad, epoch: _diverged(padded, data, bad, epoch))
+    return done._replace(entries=part)
 
 
 def _start(options: _Options, entries: list[Entry], data: TrainData,
            n_classes: int) -> tuple[Compiled, BatchState, TrainData, RunInputs]:
-    """A slice's compiled programs, initial state, and data and run inputs placed on its mesh (the
-    runs padded to a multiple of its devices)."""
-    model_config, config, execution, progress = options.model_config, options.config, options.execution, \
-        options.progress
+    """A slice's program (:func:`jaxgcn.training.loop.compile`, once per configuration, shapes and
+    mesh), its initial state, and its data and run inputs placed on its mesh (the runs padded to a
+    multiple of its devices)."""
+    model_config, config, execution = options.model_config, options.config, options.execution
     mesh = batch_mesh(len(entries), execution, options.n_devices, data.graph)
     padded = _padded(entries, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
@@ -364,42 +293,20 @@ def _start(options: _Options, entries: list[Entry], data: TrainData,
     runs = _shard_runs(run_inputs(padded), mesh)
     seeds = _shard_runs(jnp.asarray(_seeds(padded), jnp.int32), mesh)
     data = _replicate(data, mesh)
-    if progress is not None:
-        progress.compiling()
-    compiled, state = compile_batch(model_config, config, execution, params, data, runs, seeds, mesh)
-    if progress is not None:
-        progress.compiled(compiled.compile_seconds)
-    return compiled, state, data, runs
+    runner = make_batch_runner(model_config, config, execution)
+    shardings = _state_shardings(jax.eval_shape(runner.init, params, seeds, runs), config, mesh)
+    key = ("runs", model_config, config, execution, signature(data), jax.tree.structure(params),
+           tuple(leaf.shape for leaf in jax.tree.leaves(params)), mesh)
+    program = compile(key, runner, (params, seeds, runs), data, shardings=shardings, progress=options.progress)
+    return program, program.init(params, seeds, runs), data, runs
 
 
-def _hooks(n_runs: int, log: Callable[[str], None] | None, progress: Any,
-           on_checkpoint: Callable[[int, BatchState], None] | None, first: int) -> list[Any]:
-    """A batch's hooks: one log line per chunk (the epoch, runs still training, mean validation
-    accuracy), the progress display, and its slice's checkpoints (at every chunk, the last
-    included: a resumed job skips a finished slice; none once a run of the slice diverged)."""
-    def log_runs(_: Any, seen: Chunk) -> None:
-        val = seen.history["val_acc"][:, seen.epoch - 1]
-        log(runs_line(seen.epoch, int(np.sum(seen.reason == RUNNING)), n_runs,
-                      float(np.nanmean(val)) if np.any(np.isfinite(val)) else float("nan")))
-
-    hooks: list[Any] = [log_runs] if log is not None else []
-    if progress is not None:
-        hooks.append(progress_hook(progress))
-    if on_checkpoint is not None:
-        # a diverged run's NaN/inf state never replaces the slice's last good checkpoint
-        hooks.append(lambda s, seen: None if np.any(seen.reason == DIVERGED) else on_checkpoint(first, s))
-    return hooks
-
-
-def _raise_if_diverged(entries: list[Entry], data: TrainData, state: BatchState, reason: np.ndarray) -> None:
-    """:class:`TrainingDiverged` naming the runs whose loss became NaN/inf (the first one's seed
-    and learning rate, and the likely causes)."""
-    if not np.any(reason == DIVERGED):
-        return
-    bad = np.flatnonzero(reason == DIVERGED)
+def _diverged(entries: list[Entry], data: TrainData, bad: np.ndarray, epoch: int) -> str:
+    """The :class:`TrainingDiverged` message naming the runs whose loss became NaN/inf (the first
+    one's seed and learning rate, and the likely causes)."""
     worst = entries[int(bad[0])]
-    raise TrainingDiverged(f"run(s) {bad.tolist()} (seed {worst.seed}, lr {worst.train.lr:g}): "
-                           + divergence_message(data, worst.train, int(np.asarray(state.runs.epoch)[int(bad[0])])))
+    return f"run(s) {bad.tolist()} (seed {worst.seed}, lr {worst.train.lr:g}): " + divergence_message(
+        data, worst.train, epoch)
 
 
 def unstack_params(params: Params, run: int) -> Params:

@@ -49,6 +49,25 @@ class Evaluation(NamedTuple):
     test_acc: jax.Array
 
 
+def run_keys(seed: Any) -> tuple[jax.Array, jax.Array]:
+    """THE seed-to-key rule of every run (one run, a batch, the graph sharded): a run of seed ``s``
+    (an int, or a key already made of it) initializes its params from the first half of
+    ``split(key(s))`` and draws its dropout masks from the second. A batch equals its single runs
+    because the three places that turn a seed into keys (:func:`jaxgcn.training.runs.init_params`,
+    the batch's and the single run's initial state) all call this one."""
+    key = seed if _is_key(seed) else jax.random.key(seed)
+    init_key, run_key = jax.random.split(key)
+    return init_key, run_key
+
+
+def _is_key(value: Any) -> bool:
+    """A typed PRNG key, or a raw ``uint32[2]`` one (``jax.random.PRNGKey``), rather than a seed."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return False
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) or (dtype == jnp.uint32 and jnp.ndim(value) == 1)
+
+
 def init_run_state(config: TrainConfig, params: Params, key: jax.Array, lr: Any, weight_decay: Any) -> RunState:
     """THE initial :class:`RunState` of one run (no run axis): its params, its optimizer's state with
     its learning rate and weight decay, its key, empty early-stopping records and a NaN history. A

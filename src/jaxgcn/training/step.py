@@ -25,7 +25,7 @@ from jaxgcn.training.config import Patience, RUNNING, TrainConfig
 from jaxgcn.training.losses import masked_sums, per_run_l2
 from jaxgcn.training.optim import fused_adam, fused_adam_applies, optimizer_factory
 from jaxgcn.training.state import (BatchState, Evaluation, RunState, axes_of_state, init_run_state, optimizer_axes,
-                                   record_epoch, runs_of, state_axes)
+                                   record_epoch, run_keys, runs_of, state_axes)
 
 
 @jax.custom_vjp
@@ -74,13 +74,23 @@ class Collective(NamedTuple):
 LOCAL = Collective(total=lambda tree: tree, device_key=lambda key: key)
 
 
-class BatchRunner(NamedTuple):
-    """The pure functions of a batch of runs (see :func:`make_batch_runner`)."""
+class Runner(NamedTuple):
+    """THE runner type: the pure functions of a batch of runs (:func:`make_batch_runner`) or of one
+    run (:func:`make_runner`), called alike: ``init(..., runs)`` (a batch's stacked params and
+    seeds, one run's key and data), ``run_until(state, data, runs, stop)``, ``evaluate(params,
+    data, runs)``, ``final_params(state)``. Each takes the runs' :class:`jaxgcn.models.RunInputs`:
+    passed so, the learning rate, weight decay and dropout rate are inputs of the compiled program,
+    not constants in it, so runs that differ only in them share one program (and its
+    persistent-cache entry). One run's also gives them (``inputs()``); a batch's come from its entries."""
 
-    init: Callable[[Params, jax.Array, RunInputs], BatchState]
-    run_until: Callable[[BatchState, TrainData, RunInputs, jax.Array], BatchState]
-    evaluate: Callable[[Params, TrainData, RunInputs], dict[str, jax.Array]]
-    final_params: Callable[[BatchState], Params]
+    init: Callable[..., Any]
+    run_until: Callable[..., Any]
+    evaluate: Callable[..., Any]
+    final_params: Callable[[Any], Params]
+    inputs: Callable[[], RunInputs] | None = None
+
+
+BatchRunner = Runner  # the name a batch's runner always had
 
 
 class Step(NamedTuple):
@@ -154,7 +164,7 @@ class Step(NamedTuple):
 
     def init(self, params: Params, seeds: jax.Array, runs_in: RunInputs) -> BatchState:
         config = self.config
-        keys = jax.vmap(lambda s: jax.random.split(jax.random.key(s))[1])(seeds)
+        keys = jax.vmap(lambda s: run_keys(s)[1])(seeds)  # THE seed-to-key rule
         runs = jax.vmap(functools.partial(init_run_state, config), in_axes=(run_axes(params), 0, 0, 0),
                         out_axes=state_axes(config, params))(params, keys, runs_in.lr, runs_in.weight_decay)
         return BatchState(runs, jnp.int32(0))
@@ -281,7 +291,7 @@ class Step(NamedTuple):
 
 def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: Execution = Execution(), *,
                       propagate: Propagate | None = None, collective: Collective = LOCAL,
-                      ops: Ops | None = None) -> BatchRunner:
+                      ops: Ops | None = None) -> Runner:
     """THE training step, for R runs at once (compile the functions with ``jax.jit``): every path
     (one run, many runs, sharded) runs these functions (:class:`Step`).
 
@@ -299,20 +309,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
     computes the products (default: those of the planned ``execution``, :func:`jaxgcn.plan.ops_for`).
     """
     step = Step(model_config, config, execution, propagate, collective, ops_of(execution, ops))
-    return BatchRunner(step.init, step.run_until, step.evaluate, step.final_params)
-
-
-class Runner(NamedTuple):
-    """The pure functions of one training run (see :func:`make_runner`). Each also takes the run's
-    :class:`jaxgcn.models.RunInputs` (``inputs()``) as its last argument: passed so, the run's
-    learning rate, weight decay and dropout rate are inputs of the compiled program, not constants
-    in it, so runs that differ only in them share one program (and its persistent-cache entry)."""
-
-    init: Callable[..., RunState]
-    run_until: Callable[..., RunState]
-    evaluate: Callable[..., Evaluation]
-    final_params: Callable[[RunState], Params]
-    inputs: Callable[[], RunInputs]
+    return Runner(step.init, step.run_until, step.evaluate, step.final_params)
 
 
 def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
@@ -330,11 +327,11 @@ def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n
         return make_run_inputs(**{k: [v] for k, v in hyper.values_of(model_config, config).items()})
 
     def init(key: jax.Array, data: TrainData, runs: RunInputs) -> RunState:
-        k_init, k_run = jax.random.split(key)
+        k_init, k_run = run_keys(key)
         return init_run_state(config, model.init(k_init, n_features, n_classes), k_run, runs.lr[0],
                               runs.weight_decay[0])
 
-    def run_until(state: RunState, data: TrainData, stop_epoch: jax.Array, runs: RunInputs) -> RunState:
+    def run_until(state: RunState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> RunState:
         return batch.run_until(BatchState(state, state.epoch), data, runs, stop_epoch).runs
 
     def evaluate(params: Params, data: TrainData, runs: RunInputs) -> Evaluation:
