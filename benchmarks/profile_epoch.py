@@ -58,7 +58,7 @@ from jaxgcn.batched import entries_for, init_params, run_inputs
 from jaxgcn.data import with_focus
 from jaxgcn.datasets import load_dataset, prepare
 from jaxgcn.models import Execution, GCNConfig
-from jaxgcn.plan import planned
+from jaxgcn.plan import concrete
 from jaxgcn.train import TrainConfig, compile, make_batch_runner, signature
 
 PARTS = (
@@ -382,7 +382,7 @@ def profile(prepared: Any, r: int, seconds: float, repeat: int, limits: dict[str
     # as fit_runs trains it: the loss and metrics on the masked nodes, the gradient on the rows it reaches
     data = with_focus(prepared.data, model_config.layers)
     n_features = int(data.x.shape[1])
-    execution = planned(Execution(backend=prepared.backend), data.graph)
+    execution = concrete(Execution(backend=prepared.backend), data.graph)
     entries = entries_for(list(range(r)), model_config=model_config, config=config)
     params = init_params(model_config, entries, n_features, prepared.n_classes)
     runs, seeds = run_inputs(entries), jnp.asarray([e.seed for e in entries], jnp.int32)

@@ -116,3 +116,49 @@ def test_auto_exchange_takes_the_halo_only_when_it_receives_fewer_rows(halo, all
     assert plan.exchange_for("auto", stats) == chosen
     for given in ("halo", "all_gather"):  # a named exchange is taken as named, whatever the rows
         assert plan.exchange_for(given, stats) == given
+
+
+def test_only_the_plan_decides_an_execution():
+    # issue 44: planned() is called by the plan only; each public entry point (fit, fit_runs,
+    # fit_sharded, compile_runner, inference) asks plan.concrete once and the engine receives decided
+    # values (the kernel oracle's askers: tests/test_ops_seam.py)
+    import ast
+    import pathlib
+
+    src = pathlib.Path(plan.__file__).parent
+    callers = {path.relative_to(src).as_posix() for path in src.rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+               and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "planned"}
+    assert callers == {"plan.py"}
+
+
+def test_the_engine_refuses_an_execution_the_plan_did_not_decide():
+    from jaxgcn.train import TrainConfig, single_program
+
+    p = datasets.prepare(datasets.synthetic(60, n_classes=2, n_features=4, seed=0), backend="segment")
+    with pytest.raises(ValueError, match=r"^execution backend='auto' kernels=None reached the engine undecided; "
+                                         r"decide it first with jaxgcn\.plan\.concrete\(execution, graph\)$"):
+        single_program(GCNConfig(), TrainConfig(epochs=1), p.data, p.n_classes, Execution())
+    decided = plan.concrete(Execution(), p.data.graph)
+    assert (decided.backend, decided.kernels) == ("segment", False) and plan.require_decided(decided) is decided
+    with pytest.raises(ValueError, match="backend='csr' kernels=None"):
+        plan.require_decided(Execution(backend="csr"))
+
+
+def test_the_plan_decides_the_backend_before_the_graph_is_laid_out():
+    # issue 44: `auto` was decided inside datasets.prepare; now the plan decides (backend_for) and the
+    # layout step takes the decided backend only, so an app path handing it `auto` fails loudly
+    from jaxgcn import app
+    from jaxgcn.datasets.loading import clean, lay_out
+
+    raw = datasets.synthetic(60, n_classes=2, n_features=4, avg_degree=12.0, train_per_class=5, n_val=10, n_test=10,
+                             seed=0)  # small and dense: auto is dense
+    undecided = (r"^backend 'auto' reached lay_out undecided; decide it first with "
+                 r"jaxgcn\.plan\.backend_for \(one of \('dense', 'segment', 'bcoo', 'csr'\)\)$")
+    with pytest.raises(ValueError, match=undecided):
+        lay_out(clean(raw), "auto")
+    loaded = app.data.load(app.DataRequest("synthetic"), lambda line: None, backend="auto", raw=raw)
+    cleaned = clean(raw)
+    assert plan.backend_for("auto", cleaned.graph.n_nodes, cleaned.graph.n_edges) == "dense"
+    assert loaded.prepared.backend == "dense" and loaded.prepared.data.graph.dense is not None
+    assert datasets.prepare(raw).backend == "dense"  # the library's convenience asks the same plan

@@ -10,7 +10,8 @@ from jax.test_util import check_grads
 
 from jaxgcn.csr import kernel_status
 from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_csr, with_dense
-from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, choose_backend, graph_backend, propagate
+from jaxgcn.plan import backend_for
+from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, graph_backend, propagate
 
 NORMS = ("sym", "row", "none")
 # (backend, what to attach first: "dense" with with_dense, "csr" with with_csr, None)
@@ -91,32 +92,32 @@ def test_gradient_is_transpose_of_adjacency(graph, node_features):
 
 def test_choose_backend_by_size():
     sparse = "csr" if kernel_status()[0] else "segment"
-    assert choose_backend(6, 8) == "dense"  # 8 of 36 pairs
-    assert choose_backend(100, 1000) == "dense"
-    assert choose_backend(100, 999) == sparse
-    assert choose_backend(DENSE_MAX_NODES, DENSE_MAX_NODES**2 // 5) == "dense"
-    assert choose_backend(DENSE_MAX_NODES + 1, DENSE_MAX_NODES**2 // 5) == sparse
-    assert choose_backend(2708, 10556) == sparse  # Cora
-    assert choose_backend(3327, 9104) == sparse  # CiteSeer
+    assert backend_for("auto", 6, 8) == "dense"  # 8 of 36 pairs
+    assert backend_for("auto", 100, 1000) == "dense"
+    assert backend_for("auto", 100, 999) == sparse
+    assert backend_for("auto", DENSE_MAX_NODES, DENSE_MAX_NODES**2 // 5) == "dense"
+    assert backend_for("auto", DENSE_MAX_NODES + 1, DENSE_MAX_NODES**2 // 5) == sparse
+    assert backend_for("auto", 2708, 10556) == sparse  # Cora
+    assert backend_for("auto", 3327, 9104) == sparse  # CiteSeer
 
 
 def test_choose_backend_falls_back_to_segment_without_the_kernel(monkeypatch):
     import jaxgcn.csr
 
     monkeypatch.setattr(jaxgcn.csr, "kernel_status", lambda: (False, "no C++ compiler found"))
-    assert choose_backend(2708, 10556) == "segment"
+    assert backend_for("auto", 2708, 10556) == "segment"
 
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_choose_backend_keeps_explicit_names(name):
-    assert choose_backend(2708, 10556, name) == name
-    assert choose_backend(6, 8, name) == name
+    assert backend_for(name, 2708, 10556) == name
+    assert backend_for(name, 6, 8) == name
 
 
 def test_choose_backend_rejects_unknown_name():
     with pytest.raises(ValueError,
                        match=r"backend 'sparse' is not one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"):
-        choose_backend(10, 10, "sparse")
+        backend_for("sparse", 10, 10)
 
 
 def test_propagate_rejects_unknown_backend(graph, node_features):

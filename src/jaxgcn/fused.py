@@ -121,9 +121,9 @@ def run_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     Node-major throughout (no transposes); the gradients skip the all-zero rows of the incoming
     gradient (a loss masked to a few training nodes). Needs :func:`jaxgcn.csr.kernel_status`.
 
-    >>> from jaxgcn.csr import kernel_status
+    >>> from jaxgcn.native_ops import available
     >>> x, w = jnp.ones((3, 2, 4)), jnp.arange(16.0).reshape(4, 2, 2)
-    >>> run_matmul(x, w)[0].tolist() if kernel_status()[0] else [[24.0, 28.0], [32.0, 36.0]]
+    >>> run_matmul(x, w)[0].tolist() if available() else [[24.0, 28.0], [32.0, 36.0]]
     [[24.0, 28.0], [32.0, 36.0]]
     """
     require_kernel()

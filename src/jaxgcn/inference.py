@@ -20,7 +20,7 @@ from jaxgcn import checkpoint
 from jaxgcn.checkpoint import SPLIT_CODES, Checkpoint
 from jaxgcn.datasets import Prepared, RawGraph, prepare
 from jaxgcn.models import Execution, GCNConfig, gcn
-from jaxgcn.plan import planned
+from jaxgcn.plan import concrete
 
 __all__ = [
     "Adapted", "IdentityFeaturesNeeded", "InflatedScore", "NoSavedSplit", "check_features", "checkpoint_model",
@@ -193,5 +193,5 @@ def logits(ck: Checkpoint, prepared: Prepared, *, embed: bool = False) -> Any:
     hidden layer ([n_nodes, hidden]; a 1-layer model's input features, possibly sparse)."""
     config, params = checkpoint_model(ck)
     graph, x = prepared.data.graph, prepared.data.x
-    model = gcn(config, planned(Execution(), graph))  # the backend the graph was prepared for, its kernels
+    model = gcn(config, concrete(Execution(), graph))  # the backend the graph was prepared for, its kernels
     return jax.jit(lambda p, g, x: model.apply(p, g, x, embed=embed))(params, graph, x)

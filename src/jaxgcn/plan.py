@@ -1,7 +1,8 @@
 """THE execution plan: every decision about how a training job runs, made once, before anything
 compiles (:func:`resolve`).
 
-- the concrete backend, never ``auto``: the layout the graph was prepared with;
+- the concrete backend, never ``auto`` (:func:`backend_for`, asked before the graph is laid out:
+  :func:`jaxgcn.datasets.prepare` lays it out for the backend decided here);
 - whether the C++ kernel runs the products (the propagation, the first layer's pair, the per-run
   dense products): where the backend is ``csr`` and the kernel can run here. ``--backend
   segment`` means no C++ kernel anywhere;
@@ -14,8 +15,10 @@ The engine reads these decisions from the :class:`~jaxgcn.models.Execution` it i
 (``backend``, ``kernels``, ``aggregate_first``) and from the :class:`~jaxgcn.ops.Ops` the plan
 chose for it (:func:`ops_for`: XLA's, the C++ kernel's or a registered backend's): nothing under
 ``jit`` asks whether the kernel exists, and only the plan and the kernel's own modules ask at all.
-``fit``, ``fit_runs`` and ``fit_sharded`` plan the execution they are given (:func:`planned`), so
-a library user gets the same decisions as the command line.
+Each public entry point (``fit``, ``fit_runs``, ``fit_sharded``, ``compile_runner``, inference)
+decides the execution it is given once, at its top (:func:`concrete`), so a library user gets the
+same decisions as the command line; the engine below them receives decided values and refuses an
+undecided one (:func:`require_decided`).
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxgcn import memory, ops as ops_
+from jaxgcn import memory, native_ops, ops as ops_
 from jaxgcn.csr import kernel_status, require_kernel  # noqa: F401 - the CLI asks the plan
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.ops import Ops
-from jaxgcn.propagate import graph_backend
+from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, DENSE_MIN_DENSITY, graph_backend
 
 # Runs per device in one execution of the program: a power of two (XLA's CPU loops over a
 # [.., R] axis of 12 ran 1.5-2x slower per element than over 8 or 16) with R x hidden about 256
@@ -57,6 +60,26 @@ def runs_per_device_for(hidden: int) -> int:
     return min(MAX_RUNS_PER_DEVICE, 1 << (fit.bit_length() - 1))
 
 
+def backend_for(requested: str, n_nodes: int, n_edges: int) -> str:
+    """THE backend decision: ``requested`` made concrete for a cleaned graph of ``n_nodes`` nodes and
+    ``n_edges`` directed off-diagonal edges; explicit names are validated and kept.
+
+    ``auto`` is ``dense`` for graphs of at most 1,024 nodes where at least 10% of the node pairs
+    are edges; otherwise ``csr`` where the fused kernel runs (CPU with a C++ compiler; it builds on
+    first use), else ``segment``.
+
+    >>> backend_for("auto", 100, 2000), backend_for("auto", 100, 400) in ("csr", "segment")
+    ('dense', True)
+    """
+    if requested == "auto":
+        if n_nodes <= DENSE_MAX_NODES and n_edges >= DENSE_MIN_DENSITY * n_nodes * n_nodes:
+            return "dense"
+        return "csr" if native_ops.available() else "segment"
+    if requested not in BACKENDS:
+        raise ValueError(f"backend {requested!r} is not one of {('auto', *BACKENDS)}")
+    return requested
+
+
 def planned(execution: Execution, graph: Any = None) -> Execution:
     """``execution`` with its backend made concrete (``auto``: the layout ``graph`` was prepared
     with; a sharded run's row blocks, ``graph=None``: ``csr``) and ``kernels`` decided (the
@@ -69,6 +92,23 @@ def planned(execution: Execution, graph: Any = None) -> Execution:
         backend = "csr" if graph is None else graph_backend(graph)
     kernels = backend == "csr" and kernel_status()[0]
     return dataclasses.replace(execution, backend=backend, kernels=kernels)
+
+
+def concrete(execution: Execution, graph: Any = None) -> Execution:
+    """THE decision a public entry point makes once, at its top, before it builds anything: ``execution``
+    with its backend concrete and its kernels decided (:func:`planned`) for ``graph`` (None: a sharded
+    run's row blocks)."""
+    return planned(execution, graph)
+
+
+def require_decided(execution: Execution) -> Execution:
+    """``execution`` as it is, where the plan decided it (backend not ``auto``, ``kernels`` set); else a
+    ValueError: an engine function was handed an execution nobody planned (it would silently run
+    without the kernel, or on a backend other than the one the graph was prepared for)."""
+    if execution.backend == "auto" or execution.kernels is None:
+        raise ValueError(f"execution backend={execution.backend!r} kernels={execution.kernels!r} reached the engine "
+                         "undecided; decide it first with jaxgcn.plan.concrete(execution, graph)")
+    return execution
 
 
 def ops_for(execution: Execution, graph: Any = None) -> Ops:

@@ -7,7 +7,7 @@
 - ``bcoo``: ``jax.experimental.sparse.BCOO`` matrix product.
 - ``csr``: the fused CSR kernel of :mod:`jaxgcn.csr` (CPU; no [edges, width] buffer), with the
   adjacency attached by :func:`jaxgcn.graph.with_csr`.
-- ``auto``: :func:`choose_backend` picks from the graph size.
+- ``auto``: the plan picks from the graph size (:func:`jaxgcn.plan.backend_for`).
 """
 
 from __future__ import annotations
@@ -26,27 +26,6 @@ BACKENDS = ("dense", "segment", "bcoo", "csr")
 # beats `segment` (Cora training 0.50 s per run against 0.96 s; 2.5x on 100k nodes).
 DENSE_MAX_NODES = 1024
 DENSE_MIN_DENSITY = 0.1
-
-
-def choose_backend(n_nodes: int, n_edges: int, backend: str = "auto") -> str:
-    """Resolve ``auto`` to a concrete backend; validate explicit names.
-
-    ``auto`` is ``dense`` for graphs of at most 1,024 nodes where at least 10% of the node pairs
-    are edges (``n_edges`` counts directed off-diagonal edges); otherwise ``csr`` where the fused
-    kernel runs (CPU with a C++ compiler; it builds on first use), else ``segment``.
-
-    >>> choose_backend(100, 2000), choose_backend(100, 400) in ("csr", "segment")
-    ('dense', True)
-    """
-    if backend == "auto":
-        if n_nodes <= DENSE_MAX_NODES and n_edges >= DENSE_MIN_DENSITY * n_nodes * n_nodes:
-            return "dense"
-        from jaxgcn import native_ops
-
-        return "csr" if native_ops.available() else "segment"
-    if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not one of {('auto', *BACKENDS)}")
-    return backend
 
 
 def graph_backend(graph: Graph) -> str:

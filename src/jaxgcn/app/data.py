@@ -18,7 +18,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from jaxgcn.datasets import Prepared, RawGraph, load_dataset, prepare, split_codes, with_random_splits, with_splits
+from jaxgcn.datasets import Prepared, RawGraph, load_dataset, split_codes, with_random_splits, with_splits
+from jaxgcn.datasets.loading import clean, lay_out
 from jaxgcn.datasets.base import check_own_files
 from jaxgcn.datasets.catalogue import SEVERAL_SPLIT_PROTOCOLS, Dataset, lookup
 from jaxgcn.datasets.download import data_root as default_root
@@ -27,6 +28,7 @@ from jaxgcn.datasets.named import protocol_info, protocol_name, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.machine import REORDER_MIN_NODES
 from jaxgcn.memory import MemoryEstimate, estimate
+from jaxgcn.plan import backend_for
 from jaxgcn.datasets.stats import edge_count
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 
@@ -283,8 +285,9 @@ def load(request: DataRequest, say: Say, *, backend: str = "auto", on_device: bo
     reorder = request.reorder
     if reorder == "auto":
         reorder = "rcm" if n_nodes >= REORDER_MIN_NODES else "none"
-    prepared = prepare(raw, norm=request.norm, feature_norm=request.feature_norm, symmetrize=request.symmetrize,
-                       backend=backend, reorder=reorder, on_device=on_device)
+    cleaned = clean(raw, norm=request.norm, symmetrize=request.symmetrize, reorder=reorder)
+    backend = backend_for(backend, cleaned.graph.n_nodes, cleaned.graph.n_edges)  # the plan decides, prepare lays out
+    prepared = lay_out(cleaned, backend, feature_norm=request.feature_norm, on_device=on_device)
     node_ids = raw.node_ids
     protocol = (protocol_splits(raw, request.protocol, request.splits, request.data_seed)
                 if request.several_protocol_splits else None)

@@ -28,7 +28,8 @@ from jaxgcn.graph import from_edges, gcn_norm, with_csr, with_dense
 from jaxgcn.graph import reorder as reorder_graph
 from jaxgcn.layers import sparse_features
 from jaxgcn.memory import GiB, available_bytes
-from jaxgcn.propagate import choose_backend
+from jaxgcn.plan import backend_for
+from jaxgcn.propagate import BACKENDS
 from jaxgcn.data import SPLIT_CODES, TrainData
 from jaxgcn.validate import INT32_MAX, check_allocation, check_graph_size, check_sparse
 
@@ -209,6 +210,31 @@ def prepare(
     >>> p.info["n_nodes"], p.info["undirected_edges"], p.n_classes, p.backend
     (2708, 5278, 7, 'csr')
     """
+    cleaned = clean(raw, norm=norm, symmetrize=symmetrize, add_self_loops=add_self_loops, reorder=reorder,
+                    require_split=require_split)
+    backend = backend_for(backend, cleaned.graph.n_nodes, cleaned.graph.n_edges)  # THE plan decides (jaxgcn.plan)
+    return lay_out(cleaned, backend, feature_norm=feature_norm, feature_statistics=feature_statistics,
+                   on_device=on_device)
+
+
+class Cleaned(NamedTuple):
+    """A :class:`RawGraph` cleaned and normalized (:func:`clean`), before the plan picks its backend."""
+
+    raw: RawGraph
+    graph: Any
+    order: np.ndarray | None
+    masks: list[np.ndarray]
+    report: dict[str, Any]
+    norm: str
+    symmetrize: bool
+    reorder: str
+
+
+def clean(raw: RawGraph, *, norm: str = "sym", symmetrize: bool = True, add_self_loops: bool = True,
+          reorder: str = "none", require_split: bool = True) -> Cleaned:
+    """The host half of :func:`prepare` that decides nothing: the features and labels checked, the
+    edges cleaned (and reordered), the split masks built and the adjacency normalized. What the
+    plan sizes the backend on (:func:`jaxgcn.plan.backend_for`: ``graph.n_nodes``, ``graph.n_edges``)."""
     n_nodes = _check_features_labels(raw)
     graph, report = from_edges(raw.senders, raw.receivers, raw.weights, n_nodes=n_nodes,
                                symmetrize=symmetrize, add_self_loops=add_self_loops, source=raw.name)
@@ -227,8 +253,19 @@ def prepare(
         masks = _masks(raw, n_nodes)
     else:  # prediction: no split needed
         masks = [np.zeros(n_nodes, np.float32)] * 3
-    graph = gcn_norm(graph, norm)
-    backend = choose_backend(n_nodes, graph.n_edges, backend)
+    return Cleaned(raw, gcn_norm(graph, norm), order, masks, report, norm, symmetrize, reorder)
+
+
+def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
+            feature_statistics: dict[str, Any] | None = None, on_device: bool = True) -> Prepared:
+    """The device half of :func:`prepare`: ``cleaned`` laid out for the concrete ``backend`` the plan
+    decided (:func:`jaxgcn.plan.backend_for`; ``auto`` is refused: the decision is not made here) and
+    its features normalized (and moved to the device unless ``on_device`` is False)."""
+    raw, graph, order, masks, report = cleaned.raw, cleaned.graph, cleaned.order, cleaned.masks, cleaned.report
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} reached lay_out undecided; decide it first with "
+                         f"jaxgcn.plan.backend_for (one of {BACKENDS})")
+    n_nodes, norm, symmetrize = graph.n_nodes, cleaned.norm, cleaned.symmetrize
     if backend == "dense":
         dense_bytes = 4 * n_nodes * n_nodes
         if dense_bytes > available_bytes() // 2:
@@ -254,7 +291,7 @@ def prepare(
     n_classes = int(raw.labels.max()) + 1 if raw.labels.size else 0
     info = {"dataset": raw.name, "n_nodes": n_nodes, "n_edges": report["undirected_edges"],
             "n_features": int(raw.features.shape[1]), "n_classes": n_classes, **report,
-            "split_sizes": {k: int(len(v)) for k, v in raw.splits.items()}, "reorder": reorder,
+            "split_sizes": {k: int(len(v)) for k, v in raw.splits.items()}, "reorder": cleaned.reorder,
             "class_names": raw.class_names, "norm": norm, "feature_norm": feature_norm, "feature_stats": stats,
             "symmetrized": symmetrize}
     if order is not None:

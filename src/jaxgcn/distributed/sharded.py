@@ -17,7 +17,7 @@ from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import block_of_this_device, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
-from jaxgcn.plan import ops_for, planned
+from jaxgcn.plan import concrete, ops_for
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.loop import FitResult, Layout, compile, fit_result, run, signature
 from jaxgcn.training.losses import masked_sums
@@ -148,7 +148,7 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     work as in :func:`jaxgcn.train.fit` (every process must pass ``checkpoint_every``, since the
     chunks are collective; one process writes). Each device draws its dropout masks from its
     index, so a resumed run equals the uninterrupted one on the same device count only."""
-    data, execution = sharded.data, planned(execution)  # row blocks: the csr product, the kernel where it can run
+    data, execution = sharded.data, concrete(execution)  # row blocks: the csr product, the kernel where it can run
     runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh, execution)
     runs = jax.tree.map(np.asarray, runner.inputs())
     cache_key = ("sharded", model_config, config, execution, n_classes, signature(data), sharded.mesh,

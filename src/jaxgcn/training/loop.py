@@ -16,7 +16,7 @@ from jaxgcn.data import TrainData, with_focus
 from jaxgcn.diagnostics import divergence_message
 from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs
-from jaxgcn.plan import planned
+from jaxgcn.plan import concrete, require_decided
 from jaxgcn.progress import epoch_line, runs_line
 from jaxgcn.training.axes import run_axis
 from jaxgcn.training.config import DIVERGED, Patience, RUNNING, STOPPED_EARLY, TrainConfig, TrainingDiverged
@@ -96,9 +96,9 @@ def _placed(shapes: Any, shardings: Any) -> Any:
 
 def single_program(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int,
                    execution: Execution = Execution(), progress: Any = None) -> tuple[Compiled, RunInputs]:
-    """One run's program (:func:`compile`) and its settings (host values), with ``execution``
-    planned for ``data`` (:func:`jaxgcn.plan.planned`)."""
-    execution = planned(execution, data.graph)
+    """One run's program (:func:`compile`) and its settings (host values), for an ``execution`` the
+    plan decided (:func:`jaxgcn.plan.concrete`; an undecided one is refused)."""
+    execution = require_decided(execution)
     cache_key = (model_config, config, execution, n_classes, signature(data))
     runner = make_runner(model_config, config, data.x.shape[1], n_classes, execution)
     runs = jax.tree.map(np.asarray, runner.inputs())
@@ -109,7 +109,7 @@ def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData
                    execution: Execution = Execution()) -> Compiled:
     """One run's program (:func:`single_program`) with the run's settings bound: ``init(key, data)``,
     ``run_until(state, data, stop)``, ``evaluate(params, data)``."""
-    program, runs = single_program(model_config, config, data, n_classes, execution)
+    program, runs = single_program(model_config, config, data, n_classes, concrete(execution, data.graph))
     return program._replace(init=WithRuns(program.init, runs), run_until=WithRuns(program.run_until, runs),
                             evaluate=WithRuns(program.evaluate, runs))
 
@@ -355,7 +355,7 @@ def fit(
         TrainingDiverged: the loss became NaN/inf; the message names the likely causes.
     """
     key = jax.random.key(0) if key is None else key
-    execution = planned(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
+    execution = concrete(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
     data = with_focus(data, model_config.layers)
     program, runs = single_program(model_config, config, data, n_classes, execution, progress)
     state = program.init(key, data, runs)

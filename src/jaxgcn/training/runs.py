@@ -31,7 +31,7 @@ from jaxgcn.diagnostics import divergence_message
 from jaxgcn.data import with_focus
 from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
-from jaxgcn.plan import batch_mesh, planned, slice_size
+from jaxgcn.plan import batch_mesh, concrete, require_decided, slice_size
 from jaxgcn.data import TrainData
 from jaxgcn.training.axes import run_axis
 from jaxgcn.training.config import TrainConfig
@@ -209,7 +209,7 @@ def fit_runs(
     """
     entries = list(entries)
     model_config, config = program_of(entries)
-    execution = planned(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
+    execution = concrete(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
     size = slice_size(len(entries), model_config.hidden, execution, n_devices, data.graph, runs_per_device)
     data = with_focus(data, model_config.layers)
     options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,
@@ -285,7 +285,7 @@ def _start(options: _Options, entries: list[Entry], data: TrainData,
     """A slice's program (:func:`jaxgcn.training.loop.compile`, once per configuration, shapes and
     mesh), its initial state, and its data and run inputs placed on its mesh (the runs padded to a
     multiple of its devices)."""
-    model_config, config, execution = options.model_config, options.config, options.execution
+    model_config, config, execution = options.model_config, options.config, require_decided(options.execution)
     mesh = batch_mesh(len(entries), execution, options.n_devices, data.graph)
     padded = _padded(entries, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
