@@ -1,6 +1,6 @@
 """Propagation backends head to head: median microseconds of a jitted ``Â @ x`` (and its gradient)
 on graphs of growing size, with the ratio to the ``segment`` backend measured in the same run.
-It is what ``choose_backend``'s ``auto`` thresholds rest on.
+It is what ``jaxgcn.plan.backend_for``'s ``auto`` thresholds rest on.
 
     python benchmarks/bench_propagate.py [--width 16] [--repeats 200]
 """

@@ -90,7 +90,7 @@ def test_gradient_is_transpose_of_adjacency(graph, node_features):
         np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-6, err_msg=backend)
 
 
-def test_choose_backend_by_size():
+def test_backend_for_by_size():
     sparse = "csr" if kernel_status()[0] else "segment"
     assert backend_for("auto", 6, 8) == "dense"  # 8 of 36 pairs
     assert backend_for("auto", 100, 1000) == "dense"
@@ -101,7 +101,7 @@ def test_choose_backend_by_size():
     assert backend_for("auto", 3327, 9104) == sparse  # CiteSeer
 
 
-def test_choose_backend_falls_back_to_segment_without_the_kernel(monkeypatch):
+def test_backend_for_falls_back_to_segment_without_the_kernel(monkeypatch):
     import jaxgcn.csr
 
     monkeypatch.setattr(jaxgcn.csr, "kernel_status", lambda: (False, "no C++ compiler found"))
@@ -109,12 +109,12 @@ def test_choose_backend_falls_back_to_segment_without_the_kernel(monkeypatch):
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-def test_choose_backend_keeps_explicit_names(name):
+def test_backend_for_keeps_explicit_names(name):
     assert backend_for(name, 2708, 10556) == name
     assert backend_for(name, 6, 8) == name
 
 
-def test_choose_backend_rejects_unknown_name():
+def test_backend_for_rejects_unknown_name():
     with pytest.raises(ValueError,
                        match=r"backend 'sparse' is not one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"):
         backend_for("sparse", 10, 10)
