@@ -16,7 +16,8 @@ def test_modules_import_downward_only():
     proc = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
                            "sys.exit(lint_imports())"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "4 kept, 0 broken" in proc.stdout  # the package's layers, the aliases' limit, training/'s and app/'s
+    # the package's layers, the two aliases' limits (train/batched, inference), training/'s and app/'s
+    assert "5 kept, 0 broken" in proc.stdout
 
 
 def test_ruff_is_clean():
@@ -67,7 +68,9 @@ def test_no_private_name_is_imported_from_another_module_and_the_cli_asks_the_pl
     assert not cli_low, cli_low
 
 
-FACES = ("jaxgcn.train", "jaxgcn.batched")  # the compatibility aliases: for users, never the package's own path
+FACES = ("jaxgcn.train", "jaxgcn.batched", "jaxgcn.inference")  # the compatibility aliases: for users, never the
+# package's own path
+FACE_FILES = tuple(face.removeprefix("jaxgcn.") + ".py" for face in FACES)
 
 
 def _modules_named(path: Path, tree: ast.AST) -> list[str]:
@@ -91,7 +94,7 @@ def faces_imported_inside() -> list[str]:
     """``file: face`` for each module of the package, other than the faces themselves, that names a face."""
     found = []
     for path in _python_modules():
-        if path.relative_to(SRC).as_posix() in ("train.py", "batched.py"):
+        if path.relative_to(SRC).as_posix() in FACE_FILES:
             continue
         named = _modules_named(path, ast.parse(path.read_text()))
         found += [f"{path.relative_to(SRC).as_posix()}: {face}" for face in FACES
@@ -100,8 +103,9 @@ def faces_imported_inside() -> list[str]:
 
 
 def test_no_module_of_the_package_imports_the_compatibility_faces():
-    # jaxgcn.train and jaxgcn.batched re-export jaxgcn.training for users; inside, every name has one
-    # address (jaxgcn.training.*), so the import contract needs no line for the faces
+    # jaxgcn.train and jaxgcn.batched re-export jaxgcn.training, jaxgcn.inference jaxgcn.app.inference, for
+    # users; inside, every name has one address (jaxgcn.training.*, jaxgcn.app.*), so the import contract
+    # needs no line of its own for the faces
     assert faces_imported_inside() == []
 
 
@@ -110,18 +114,21 @@ def test_the_face_scan_sees_every_spelling_of_an_import(tmp_path, monkeypatch):
                  "c.py": "from jaxgcn import train\n", "d.py": "from . import batched\n",
                  "e.py": "import importlib\nimportlib.import_module('jaxgcn.train')\n",
                  "sub/f.py": "from ..train import TrainConfig\n", "sub/g.py": "from jaxgcn.training import loop\n",
-                 "train.py": "from jaxgcn.training.loop import fit\n"}
+                 "train.py": "from jaxgcn.training.loop import fit\n", "h.py": "from jaxgcn import inference\n",
+                 "app/i.py": "from . import inference\nfrom jaxgcn.app.inference import logits\n",
+                 "app/j.py": "from .. import inference\n", "inference.py": "from jaxgcn.app.inference import logits\n"}
     for name, text in spellings.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
-    assert faces_imported_inside() == ["a.py: jaxgcn.train", "b.py: jaxgcn.batched", "c.py: jaxgcn.train",
-                                       "d.py: jaxgcn.batched", "e.py: jaxgcn.train", "sub/f.py: jaxgcn.train"]
+    assert faces_imported_inside() == ["a.py: jaxgcn.train", "app/j.py: jaxgcn.inference", "b.py: jaxgcn.batched",
+                                       "c.py: jaxgcn.train", "d.py: jaxgcn.batched", "e.py: jaxgcn.train",
+                                       "h.py: jaxgcn.inference", "sub/f.py: jaxgcn.train"]
 
 
 def test_the_faces_are_aliases_that_define_nothing():
     # an alias that grew its own function or constant would be a second address with its own behaviour
-    for name in ("train.py", "batched.py"):
+    for name in FACE_FILES:
         tree = ast.parse((SRC / name).read_text())
         assert ast.get_docstring(tree).startswith("An alias, for users' code"), name
         defined = [ast.unparse(node)[:60] for node in tree.body[1:] if not isinstance(node, ast.ImportFrom)]

@@ -1,14 +1,17 @@
-"""A saved model applied to data (jaxgcn.inference), called directly on typed values: identity
+"""A saved model applied to data (jaxgcn.app.inference), called directly on typed values: identity
 features aligned by node id, the saved split matched to new nodes, the evaluation split refused
 when it would score training nodes, and the saved model's logits against the dense formula."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxgcn import checkpoint, inference
+from jaxgcn import checkpoint
+from jaxgcn.app import inference
 from jaxgcn.checkpoint import Checkpoint
 from jaxgcn.datasets import RawGraph
 from jaxgcn.models import GCNConfig
@@ -151,3 +154,52 @@ def test_the_saved_model_s_logits_are_the_dense_gcn_formula(tmp_path):
         inference.prepare_as_trained(saved, data._replace(class_names=["q", "p"], splits={"train": np.array([0]),
                                      "val": np.array([1]), "test": np.array([2])}), require_split=True,
                                      labels_source="labels.csv")
+
+
+def _path_model(tmp_path) -> tuple[Checkpoint, RawGraph, np.ndarray]:
+    """A saved 2-layer model, a 4-node path graph with a split, and its logits by the dense formula."""
+    w0 = np.array([[0.5, -1.0], [2.0, 0.25], [-0.75, 1.5]], np.float32)
+    w1 = np.array([[1.0, 0.0], [0.0, 5.0]], np.float32)
+    info = {"n_features": 3, "n_classes": 2, "class_names": ["p", "q"], "feature_norm": "row", "norm": "sym"}
+    checkpoint.save(tmp_path / "ck", {"layer_0": {"w": w0}, "layer_1": {"w": w1}}, model_config=GCNConfig(hidden=2),
+                    train_config=TrainConfig(), info=info, epoch=3, metrics={})
+    x = np.array([[1, 0, 1], [0, 2, 0], [1, 1, 1], [3, 0, 1]], np.float32)
+    splits = {"train": np.array([0]), "val": np.array([1]), "test": np.array([2, 3])}
+    data = RawGraph("path", np.array([0, 1, 2]), np.array([1, 2, 3]), x, np.array([1, 1, 0, 0], np.int32), splits,
+                    class_names=["p", "q"])
+    a = np.eye(4) + np.diag(np.ones(3), 1) + np.diag(np.ones(3), -1)
+    d = a.sum(axis=1) ** -0.5
+    a_hat = d[:, None] * a * d[None, :]
+    return checkpoint.load(tmp_path / "ck"), data, a_hat @ np.maximum(a_hat @ (x / x.sum(axis=1, keepdims=True)) @ w0,
+                                                                       0.0) @ w1
+
+
+def test_evaluate_scores_the_chosen_nodes_and_predict_writes_every_node(tmp_path):
+    saved, data, dense = _path_model(tmp_path)
+    prepared = inference.prepare_as_trained(saved, data, require_split=True)
+    predicted = dense.argmax(axis=1)
+    assert predicted.tolist() == [1, 1, 0, 0]  # both classes predicted: the scores below are not trivial
+    for on, nodes in (("test", [2, 3]), ("train", [0]), ("labelled", [0, 1, 2, 3])):
+        m = inference.score(saved, prepared, on)
+        assert (m.n, m.accuracy) == (len(nodes), 1.0)  # the nodes of ``on``, each predicted as labelled
+    m = inference.score(saved, prepared._replace(data=prepared.data._replace(
+        labels=np.array([1, 1, 1, 0], np.int32))), "test")  # node 2 now mislabelled: half the test nodes right
+    assert (m.n, m.accuracy, m.confusion.tolist()) == (2, 0.5, [[1, 0], [1, 0]])
+    inference.write_report(tmp_path / "r.json", "test", inference.class_names(saved), m, label="--json r.json")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (report["on"], report["nodes"], report["accuracy"], report["classes"]) == ("test", 2, 0.5, ["p", "q"])
+    text, n = inference.predictions_csv(saved, prepared, np.array(["n0", "n1", "n2", "n3"]))
+    lines = text.splitlines()
+    assert n == 4 and lines[0] == "node,label,prob_p,prob_q" and [r.split(",")[:2] for r in lines[1:]] == [
+        ["n0", "q"], ["n1", "q"], ["n2", "p"], ["n3", "p"]]
+    probs = np.exp(dense) / np.exp(dense).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose([[float(v) for v in r.split(",")[2:]] for r in lines[1:]], probs, atol=1e-5)
+    assert inference.predictions_csv(saved, prepared, None)[0].splitlines()[1].startswith("0,q,")  # ids by position
+    assert inference.class_names(saved._replace(meta={**saved.meta, "class_names": None})) == ["0", "1"]
+
+
+def test_jaxgcn_inference_is_an_alias_of_the_application_layer_s():
+    import jaxgcn.inference as alias
+
+    for name in inference.__all__:
+        assert getattr(alias, name) is getattr(inference, name), name

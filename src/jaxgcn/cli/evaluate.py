@@ -1,25 +1,16 @@
-"""``jaxgcn evaluate``: a saved model's accuracy, macro-F1, per-class metrics and confusion matrix."""
+"""``jaxgcn evaluate``: a saved model's accuracy, macro-F1, per-class metrics and confusion matrix.
+
+The flags name the checkpoint and the data (:mod:`jaxgcn.cli.saved`); the scores and the JSON report
+are :mod:`jaxgcn.app.inference`'s; this module prints them."""
 
 from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
-from jaxgcn import outputs, reports
+from jaxgcn.app import inference
 from jaxgcn.cli.common import prelude
-from jaxgcn.cli.saved import ForCheckpoint, load_for_checkpoint, logits
-from jaxgcn.metrics import Classification, classification
-
-
-def score(loaded: ForCheckpoint, on: str) -> Classification:
-    """The saved model's metrics on the ``on`` nodes (a split, or every labelled node)."""
-    predicted = np.asarray(logits(loaded)).argmax(axis=1)
-    d = loaded.prepared.data
-    labels = np.asarray(d.labels)
-    mask = {"test": d.test_mask, "val": d.val_mask, "train": d.train_mask}.get(on)
-    chosen = labels >= 0 if mask is None else (np.asarray(mask).reshape(-1, labels.size)[0] > 0)
-    return classification(labels[chosen], predicted[chosen], loaded.ck.meta["n_classes"])
+from jaxgcn.cli.saved import load_for_checkpoint
+from jaxgcn.metrics import Classification
 
 
 def describe(on: str, names: list[str], m: Classification) -> list[str]:
@@ -40,11 +31,9 @@ def describe(on: str, names: list[str], m: Classification) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     prelude(args)
     loaded = load_for_checkpoint(args, need_split=True)
-    metrics = score(loaded, args.on)
-    k = loaded.ck.meta["n_classes"]
-    names = loaded.ck.meta["class_names"] or [str(c) for c in range(k)]
+    metrics = inference.score(loaded.ck, loaded.prepared, args.on)
+    names = inference.class_names(loaded.ck)
     print("\n".join(describe(args.on, names, metrics)))
     if args.json is not None:
-        outputs.write_atomic(args.json, reports.json_text(reports.evaluation_report(args.on, names, metrics)),
-                             label=f"--json {args.json}")
+        inference.write_report(args.json, args.on, names, metrics, label=f"--json {args.json}")
     return 0

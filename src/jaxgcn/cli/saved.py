@@ -1,5 +1,5 @@
 """A saved model (``--checkpoint``) and the data prepared the way it was trained: what
-``evaluate``, ``predict`` and ``plot embeddings`` start from. The work is :mod:`jaxgcn.inference`'s;
+``evaluate``, ``predict`` and ``plot embeddings`` start from. The work is :mod:`jaxgcn.app.inference`'s;
 this module reads the flags, prints its notes and words its refusals in flags."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxgcn import checkpoint, inference
+from jaxgcn import checkpoint
+from jaxgcn.app import inference
+from jaxgcn.app.inference import checkpoint_model
 from jaxgcn.checkpoint import Checkpoint
 from jaxgcn.cli import data, records
 from jaxgcn.datasets import Prepared, RawGraph
-from jaxgcn.inference import checkpoint_model
 
 __all__ = ["ForCheckpoint", "checkpoint_model", "load_for_checkpoint", "logits"]
 

@@ -1,0 +1,235 @@
+"""A saved model applied to data: the data aligned and prepared the way the model was trained, the
+split that scores it honestly, its logits, and what ``evaluate`` and ``predict`` make of them (the
+metrics and their JSON report, the predictions CSV).
+
+This is what ``jaxgcn evaluate``, ``predict`` and ``plot embeddings`` compute, on typed values (a
+:class:`~jaxgcn.checkpoint.Checkpoint`, a :class:`~jaxgcn.datasets.RawGraph`, plain flags). Nothing
+here reads arguments or prints: what the user should be told comes back as a ``note``, and a refusal
+whose fix the caller words in its own terms is a specific :class:`ValueError` subclass.
+:mod:`jaxgcn.inference` is an alias of this module for users' code; no module of the package imports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+import scipy.sparse as sp
+
+from jaxgcn import checkpoint, outputs, reports
+from jaxgcn.checkpoint import SPLIT_CODES, Checkpoint
+from jaxgcn.datasets import Prepared, RawGraph, prepare
+from jaxgcn.metrics import Classification, classification
+from jaxgcn.models import Execution, GCNConfig, gcn
+from jaxgcn.plan import concrete
+
+__all__ = [
+    "Adapted", "IdentityFeaturesNeeded", "InflatedScore", "NoSavedSplit", "check_features", "checkpoint_model",
+    "class_names", "evaluation_split", "identity_features", "logits", "positions", "predictions_csv",
+    "prepare_as_trained", "saved_codes", "score", "write_report",
+]
+
+
+class Adapted(NamedTuple):
+    """The data adapted to a saved model, and what to tell the user about it (None: nothing)."""
+
+    raw: RawGraph
+    note: str | None = None
+
+
+class IdentityFeaturesNeeded(ValueError):
+    """The model was trained on one-hot node ids, but the data comes with features of its own."""
+
+
+class NoSavedSplit(ValueError):
+    """Data without a split of its own, no split given, and no training split saved for its nodes."""
+
+
+class InflatedScore(ValueError):
+    """The nodes to score include nodes that trained the model.
+
+    Attributes: ``on`` (the scored split), ``seen`` (its training nodes), ``total`` (its nodes),
+    ``trained_split`` (the name of the split the model was trained on)."""
+
+    def __init__(self, on: str, seen: int, total: int, trained_split: str) -> None:
+        self.on, self.seen, self.total, self.trained_split = on, seen, total, trained_split
+        super().__init__(f"on={on!r}: {seen} of the {total} {on} nodes of this split trained the model (its split: "
+                         f"{trained_split}), so its score would be inflated; score the checkpoint's own split "
+                         "(split_given=False) or give the split the model was trained on")
+
+
+def positions(saved_ids: np.ndarray, ids: Any) -> np.ndarray:
+    """For each of ``ids`` ([m]), its index in ``saved_ids`` ([n], unique), -1 where absent: [m] int64.
+
+    >>> positions(np.array(["b", "a", "c"]), ["a", "z", "c"]).tolist()
+    [1, -1, 2]
+    """
+    ids = np.asarray(ids)
+    if saved_ids.size == 0:
+        return np.full(ids.size, -1, np.int64)
+    order = np.argsort(saved_ids, kind="stable")
+    pos = np.clip(np.searchsorted(saved_ids[order], ids), 0, saved_ids.size - 1)
+    return np.where(saved_ids[order][pos] == ids, order[pos], -1).astype(np.int64)
+
+
+def identity_features(ck: Checkpoint, raw: RawGraph, *, one_hot_now: bool, path: str | Path,
+                      source: str | Path | None = None) -> Adapted:
+    """``raw`` with features in the columns a one-hot-node-id model reads.
+
+    Such a model (trained on files without features) reads column ``j`` as node ``ck.node_ids[j]`` of
+    its training graph: the one-hot features are rebuilt on those columns, by id, so renamed, added or
+    removed nodes do not shift every other node's column. A node the model never saw gets an all-zero
+    row (its prediction comes from its neighbours alone), and the note counts them. Any other model
+    gets ``raw`` unchanged.
+
+    Args:
+        ck: the loaded checkpoint (``path``: its directory, named in messages).
+        raw: the data; ``raw.node_ids`` ([n_nodes] str) name its nodes when ``one_hot_now``.
+        one_hot_now: the data has no features of its own (one-hot node ids stand in for them).
+        source: what the note calls the data (default ``raw.name``).
+
+    Raises:
+        IdentityFeaturesNeeded: the model was trained on one-hot node ids and ``one_hot_now`` is False.
+        ValueError: the checkpoint lacks the node ids that give its columns their meaning.
+    """
+    trained = ck.meta.get("identity_features") or (  # checkpoints written before the flag: infer it
+        ck.node_ids is not None and one_hot_now and ck.node_ids.size == ck.meta["n_features"])
+    if trained and not one_hot_now:
+        raise IdentityFeaturesNeeded(f"checkpoint {path}: the model was trained on one-hot node ids (identity "
+                                     "features); give the graph without features (one_hot_now=True)")
+    if not (trained and one_hot_now):
+        return Adapted(raw)
+    if ck.node_ids is None:
+        raise ValueError(f"checkpoint {path}: the model was trained on one-hot node ids but the node id "
+                         "file is missing; save the model again")
+    pos = positions(ck.node_ids, raw.node_ids)
+    rows = np.flatnonzero(pos >= 0)
+    x = sp.csr_matrix((np.ones(rows.size, np.float32), (rows, pos[rows])), shape=(pos.size, ck.node_ids.size))
+    unseen = pos.size - rows.size
+    note = None if not unseen else (
+        f"{unseen} node(s) of {source or raw.name} were not in the training graph: without identity features their "
+        "predictions come from their neighbours alone")
+    return Adapted(raw._replace(features=x), note)
+
+
+def check_features(ck: Checkpoint, raw: RawGraph, *, path: str | Path,
+                   fix: str = "give features in the same feature space") -> None:
+    """Refuse data whose feature count is not the model's (``path``: the checkpoint, named in the
+    message; ``fix``: how to give the right data, which ends it)."""
+    n_features = int(raw.features.shape[1])
+    if n_features != ck.meta["n_features"]:
+        raise ValueError(f"checkpoint {path} was trained on {ck.meta['n_features']} features; this data has "
+                         f"{n_features}; {fix}")
+
+
+def saved_codes(ck: Checkpoint, raw: RawGraph) -> np.ndarray | None:
+    """The checkpoint's training split on ``raw``'s nodes: [n_nodes] int8 codes of
+    :data:`~jaxgcn.checkpoint.SPLIT_CODES` (0 for a node the model never saw), matched by node id, or
+    by position on the same named dataset of the same size; None when the nodes cannot be matched
+    (other node ids, another dataset) or no split was saved."""
+    if ck.split is None:
+        return None
+    if ck.node_ids is not None and raw.node_ids is not None:
+        pos = positions(ck.node_ids, raw.node_ids)
+    elif ck.node_ids is None and raw.node_ids is None and raw.name == ck.meta.get("dataset") \
+            and raw.labels.size == ck.split.size:
+        pos = np.arange(raw.labels.size)
+    else:
+        return None
+    return np.where(pos >= 0, ck.split[np.maximum(pos, 0)], 0).astype(np.int8)
+
+
+def evaluation_split(ck: Checkpoint, raw: RawGraph, *, split_given: bool, own_split: bool, on: str,
+                     path: str | Path) -> Adapted:
+    """``raw`` with the split to score ``on`` (``"train"|"val"|"test"|"labelled"``).
+
+    Without ``split_given`` that is the training split saved in the checkpoint (a note says so) when
+    it matches ``raw``'s nodes, else the data's own split (``own_split``: a dataset's public split). A
+    given split (``raw.splits``) is scored as it is unless its ``on`` nodes include nodes that trained
+    the model (which would inflate the score).
+
+    Raises:
+        NoSavedSplit: no split given, none of the data's own, and none saved for these nodes.
+        InflatedScore: the ``on`` nodes of the given split include training nodes.
+    """
+    codes = saved_codes(ck, raw)
+    trained_split = ck.meta.get("split") or "public"
+    if not split_given and codes is not None:
+        return Adapted(raw._replace(splits={k: np.flatnonzero(codes == c) for k, c in SPLIT_CODES.items()}),
+                       f"split: the model's training split, saved in {path} ({trained_split})")
+    if not split_given and not own_split:
+        raise NoSavedSplit(f"checkpoint {path}: holds no training split for these nodes; give the split it was "
+                           "trained on (the file `jaxgcn train --save-split FILE` writes) with split_given=True")
+    if codes is None or on in ("train", "labelled"):
+        return Adapted(raw)
+    scored = np.asarray(raw.splits.get(on, []), np.int64)
+    seen = int(np.sum(codes[scored] == SPLIT_CODES["train"]))
+    if seen:
+        raise InflatedScore(on, seen, int(scored.size), trained_split)
+    return Adapted(raw)
+
+
+def prepare_as_trained(ck: Checkpoint, raw: RawGraph, *, require_split: bool,
+                       labels_source: str | Path | None = None) -> Prepared:
+    """``raw`` cleaned and normalized with the checkpoint's normalizations and feature statistics.
+
+    With ``require_split`` (scoring) the data's class names, when both sides have them, must be the
+    model's (``labels_source``: what the message calls the labels, default ``raw.name``)."""
+    meta = ck.meta
+    prepared = prepare(raw, norm=meta["norm"] or "sym", feature_norm=meta["feature_norm"] or "row",
+                       require_split=require_split, feature_statistics=meta.get("feature_stats"))
+    if require_split and raw.class_names and meta["class_names"] and raw.class_names != meta["class_names"]:
+        raise ValueError(f"{labels_source or raw.name}: classes {raw.class_names} differ from the checkpoint's "
+                         f"{meta['class_names']}")
+    return prepared
+
+
+def checkpoint_model(ck: Checkpoint) -> tuple[GCNConfig, Any]:
+    """The saved model's architecture (checked when the checkpoint was loaded) and params (device
+    arrays). How it ran is not needed: here the backend follows the graph as prepared."""
+    return checkpoint.model_config(ck.meta), jax.tree.map(jax.numpy.asarray, ck.params)
+
+
+def logits(ck: Checkpoint, prepared: Prepared, *, embed: bool = False) -> Any:
+    """The saved model's logits ([n_nodes, n_classes]) on the prepared graph, or with ``embed`` its last
+    hidden layer ([n_nodes, hidden]; a 1-layer model's input features, possibly sparse)."""
+    config, params = checkpoint_model(ck)
+    graph, x = prepared.data.graph, prepared.data.x
+    model = gcn(config, concrete(Execution(), graph))  # the backend the graph was prepared for, its kernels
+    return jax.jit(lambda p, g, x: model.apply(p, g, x, embed=embed))(params, graph, x)
+
+
+def class_names(ck: Checkpoint) -> list[str]:
+    """The saved model's class names: the ones it was trained with, else ``"0"``, ``"1"``, ..."""
+    return ck.meta["class_names"] or [str(c) for c in range(ck.meta["n_classes"])]
+
+
+def score(ck: Checkpoint, prepared: Prepared, on: str) -> Classification:
+    """The saved model's metrics on the ``on`` nodes of the prepared graph (``"train"|"val"|"test"``:
+    that split; anything else: every labelled node)."""
+    predicted = np.asarray(logits(ck, prepared)).argmax(axis=1)
+    d = prepared.data
+    labels = np.asarray(d.labels)
+    mask = {"test": d.test_mask, "val": d.val_mask, "train": d.train_mask}.get(on)
+    chosen = labels >= 0 if mask is None else (np.asarray(mask).reshape(-1, labels.size)[0] > 0)
+    return classification(labels[chosen], predicted[chosen], ck.meta["n_classes"])
+
+
+def write_report(path: str | Path, on: str, names: list[str], metrics: Classification, *, label: str) -> None:
+    """The evaluation's JSON report (:func:`jaxgcn.reports.evaluation_report`) written atomically to
+    ``path`` (``label``: what an error calls it)."""
+    outputs.write_atomic(path, reports.json_text(reports.evaluation_report(on, names, metrics)), label=label)
+
+
+def predictions_csv(ck: Checkpoint, prepared: Prepared, node_ids: np.ndarray | None) -> tuple[str, int]:
+    """``node,label,prob_<class>...`` CSV text of every node of the prepared graph (named by
+    ``node_ids`` ([n_nodes] str), else by position), and the number of nodes."""
+    probs = np.asarray(jax.nn.softmax(logits(ck, prepared), axis=-1))
+    names = class_names(ck)
+    ids = node_ids if node_ids is not None else np.arange(probs.shape[0]).astype(str)
+    pred = np.asarray(names, dtype=object)[probs.argmax(axis=1)]
+    body = np.column_stack([ids.astype(str), pred.astype(str), np.char.mod("%.6f", probs).astype(str)])
+    text = "node,label," + ",".join(f"prob_{n}" for n in names) + "\n" + "\n".join(",".join(row) for row in body) + "\n"
+    return text, probs.shape[0]
