@@ -203,3 +203,26 @@ def test_jaxgcn_inference_is_an_alias_of_the_application_layer_s():
 
     for name in inference.__all__:
         assert getattr(alias, name) is getattr(inference, name), name
+
+
+def test_as_trained_adapts_the_data_in_order_and_says_each_note():
+    notes = []
+    saved = ck(norm="sym", feature_norm="row", class_names=None)
+    data = raw(["d", "c", "b", "a", "new"])._replace(labels=np.array([0, 1, 0, 1, 0], np.int32))
+    got = inference.as_trained(saved, data, path="ck", scoring=True, one_hot_now=True, split_given=False,
+                               own_split=False, source="edges.csv", say=notes.append)
+    assert notes == ["1 node(s) of edges.csv were not in the training graph: without identity features their "
+                     "predictions come from their neighbours alone",
+                     "split: the model's training split, saved in ck (random (seed 0))"]
+    d = got.prepared.data  # the saved split matched by id: a trains, b validates, c tests, d and new in none
+    assert [np.flatnonzero(np.asarray(m).reshape(-1)).tolist() for m in (d.train_mask, d.val_mask, d.test_mask)] == [
+        [3], [2], [1]]
+    assert got.node_ids.tolist() == ["d", "c", "b", "a", "new"] and got.ck is saved
+    drawn = inference.as_trained(saved, data, path="ck", scoring=True, one_hot_now=True, split_given=True,
+                                 draw_split=lambda r: {"train": np.array([4]), "val": np.array([0]),
+                                                       "test": np.array([1])}, say=notes.append)
+    assert np.flatnonzero(np.asarray(drawn.prepared.data.test_mask).reshape(-1)).tolist() == [1]  # the drawn split
+    with pytest.raises(inference.InflatedScore):  # node 3 ("a") trained the model: a drawn split scoring it is refused
+        inference.as_trained(saved, data, path="ck", scoring=True, one_hot_now=True, split_given=True,
+                             draw_split=lambda r: {"train": np.array([4]), "val": np.array([0]),
+                                                   "test": np.array([3])}, say=notes.append)

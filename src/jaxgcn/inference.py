@@ -9,6 +9,6 @@ of the package imports this one (``tests/test_lint.py`` checks).
 from __future__ import annotations
 
 from jaxgcn.app.inference import (  # noqa: F401
-    Adapted, IdentityFeaturesNeeded, InflatedScore, NoSavedSplit, check_features, checkpoint_model, class_names,
-    evaluation_split, identity_features, logits, positions, predictions_csv, prepare_as_trained, saved_codes, score,
-    write_report)
+    Adapted, IdentityFeaturesNeeded, InflatedScore, NoSavedSplit, Saved, as_trained, check_features, checkpoint_model,
+    class_names, evaluation_split, identity_features, logits, positions, predictions_csv, prepare_as_trained,
+    saved_codes, score, write_report)

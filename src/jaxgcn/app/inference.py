@@ -12,7 +12,7 @@ whose fix the caller words in its own terms is a specific :class:`ValueError` su
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -26,9 +26,9 @@ from jaxgcn.models import Execution, GCNConfig, gcn
 from jaxgcn.plan import concrete
 
 __all__ = [
-    "Adapted", "IdentityFeaturesNeeded", "InflatedScore", "NoSavedSplit", "check_features", "checkpoint_model",
-    "class_names", "evaluation_split", "identity_features", "logits", "positions", "predictions_csv",
-    "prepare_as_trained", "saved_codes", "score", "write_report",
+    "Adapted", "IdentityFeaturesNeeded", "InflatedScore", "NoSavedSplit", "Saved", "as_trained", "check_features",
+    "checkpoint_model", "class_names", "evaluation_split", "identity_features", "logits", "positions",
+    "predictions_csv", "prepare_as_trained", "saved_codes", "score", "write_report",
 ]
 
 
@@ -184,6 +184,45 @@ def prepare_as_trained(ck: Checkpoint, raw: RawGraph, *, require_split: bool,
         raise ValueError(f"{labels_source or raw.name}: classes {raw.class_names} differ from the checkpoint's "
                          f"{meta['class_names']}")
     return prepared
+
+
+class Saved(NamedTuple):
+    """A saved model and the data prepared the way it was trained: what ``evaluate``, ``predict`` and
+    ``plot embeddings`` compute on. ``node_ids``: the data's ([n_nodes] str), None when it has none."""
+
+    ck: Checkpoint
+    prepared: Prepared
+    node_ids: np.ndarray | None
+
+
+def as_trained(ck: Checkpoint, raw: RawGraph, *, path: str | Path, scoring: bool, one_hot_now: bool,
+               split_given: bool = False, own_split: bool = True, on: str = "test", source: str | Path | None = None,
+               features_fix: str = "give features in the same feature space",
+               draw_split: Callable[[RawGraph], dict[str, np.ndarray]] | None = None,
+               labels_source: str | Path | None = None, say: Callable[[str], None] = print) -> Saved:
+    """``raw`` applied to the saved model ``ck`` (``path``: its directory, named in messages) as it was
+    trained, in this order: the one-hot node-id columns (:func:`identity_features`), the feature count
+    checked (:func:`check_features`, ``features_fix`` ending its message), ``draw_split``'s split when
+    given (a random split drawn as train draws it), with ``scoring`` (evaluate) the split that scores
+    it honestly (:func:`evaluation_split`), then the checkpoint's normalizations
+    (:func:`prepare_as_trained`). Notes go to ``say`` as they arise.
+
+    Raises:
+        IdentityFeaturesNeeded, NoSavedSplit, InflatedScore: for the caller to word in its own terms.
+        ValueError: other data this model cannot be applied to.
+    """
+    def told(adapted: Adapted) -> RawGraph:
+        if adapted.note is not None:
+            say(adapted.note)
+        return adapted.raw
+
+    raw = told(identity_features(ck, raw, one_hot_now=one_hot_now, path=path, source=source))
+    check_features(ck, raw, path=path, fix=features_fix)
+    if draw_split is not None:
+        raw = raw._replace(splits=draw_split(raw))
+    if scoring:
+        raw = told(evaluation_split(ck, raw, split_given=split_given, own_split=own_split, on=on, path=path))
+    return Saved(ck, prepare_as_trained(ck, raw, require_split=scoring, labels_source=labels_source), raw.node_ids)
 
 
 def checkpoint_model(ck: Checkpoint) -> tuple[GCNConfig, Any]:

@@ -5,26 +5,17 @@ this module reads the flags, prints its notes and words its refusals in flags.""
 from __future__ import annotations
 
 import argparse
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 
 from jaxgcn import checkpoint
 from jaxgcn.app import inference
-from jaxgcn.app.inference import checkpoint_model
+from jaxgcn.app.inference import Saved, checkpoint_model
 from jaxgcn.checkpoint import Checkpoint
 from jaxgcn.cli import data, records
-from jaxgcn.datasets import Prepared, RawGraph
+from jaxgcn.datasets import RawGraph
 
-__all__ = ["ForCheckpoint", "checkpoint_model", "load_for_checkpoint", "logits"]
-
-
-class ForCheckpoint(NamedTuple):
-    """The checkpoint, the data prepared with its normalizations, and the input's node ids."""
-
-    ck: Checkpoint
-    prepared: Prepared
-    node_ids: np.ndarray | None
+__all__ = ["Saved", "checkpoint_model", "load_for_checkpoint", "logits"]
 
 
 # what each command does with the data, for the line that says the checkpoint chose it
@@ -64,21 +55,19 @@ def _say(note: str | None) -> None:
         print(note)
 
 
-def _identity_features(args: argparse.Namespace, ck: Checkpoint, raw: RawGraph) -> RawGraph:
+def _as_trained(args: argparse.Namespace, ck: Checkpoint, raw: RawGraph, need_split: bool) -> Saved:
+    """:func:`jaxgcn.app.inference.as_trained` on the flags' data, its refusals worded in flags."""
+    flags_split = _flags_split(args)
+    drawn = need_split and flags_split and not data.split_given(args)  # --split random: drawn as train draws it
     try:
-        adapted = inference.identity_features(ck, raw, one_hot_now=args.edges is not None and args.features is None,
-                                              path=args.checkpoint, source=args.edges)
+        return inference.as_trained(
+            ck, raw, path=args.checkpoint, scoring=need_split, one_hot_now=args.edges is not None and args.features
+            is None, split_given=flags_split, own_split=args.edges is None, on=getattr(args, "on", "test"),
+            source=args.edges, features_fix=_features_fix(args, ck), labels_source=args.labels, say=print,
+            draw_split=(lambda r: data.planetoid_splits(args, r)) if drawn else None)
     except inference.IdentityFeaturesNeeded:
         raise ValueError(f"checkpoint {args.checkpoint}: the model was trained on one-hot node ids (files without "
                          "--features); give your graph with --edges and without --features") from None
-    _say(adapted.note)
-    return adapted.raw
-
-
-def _evaluation_split(args: argparse.Namespace, ck: Checkpoint, raw: RawGraph, flags_split: bool) -> RawGraph:
-    try:
-        adapted = inference.evaluation_split(ck, raw, split_given=flags_split, own_split=args.edges is None,
-                                             on=args.on, path=args.checkpoint)
     except inference.NoSavedSplit:
         raise ValueError(f"--checkpoint {args.checkpoint}: holds no training split for these nodes; pass the split "
                          "it was trained on with --split-file FILE (`jaxgcn train --save-split FILE` writes it)") \
@@ -88,11 +77,9 @@ def _evaluation_split(args: argparse.Namespace, ck: Checkpoint, raw: RawGraph, f
                          f"model (its split: {exc.trained_split}), so its score would be inflated; drop the split "
                          "flags to evaluate on the model's own split, or pass the file `jaxgcn train --save-split` "
                          "wrote") from None
-    _say(adapted.note)
-    return adapted.raw
 
 
-def load_for_checkpoint(args: argparse.Namespace, need_split: bool) -> ForCheckpoint:
+def load_for_checkpoint(args: argparse.Namespace, need_split: bool) -> Saved:
     """The checkpoint, and the data prepared the way it was trained (normalizations from the checkpoint).
 
     With ``need_split`` (evaluate) and no split flags, the split is the one the model was trained on
@@ -108,16 +95,9 @@ def load_for_checkpoint(args: argparse.Namespace, need_split: bool) -> ForCheckp
     raw = data.raw_graph(args, require_labels=need_split, split=need_split and (flags_split or ck.split is None))
     if not need_split:
         raw = raw._replace(splits={} if args.edges is not None else raw.splits)
-    raw = _identity_features(args, ck, raw)
-    inference.check_features(ck, raw, path=args.checkpoint, fix=_features_fix(args, ck))
-    if need_split and flags_split and not data.split_given(args):  # --split random: drawn as train draws it
-        raw = raw._replace(splits=data.planetoid_splits(args, raw))
-    if need_split:
-        raw = _evaluation_split(args, ck, raw, flags_split)
-    prepared = inference.prepare_as_trained(ck, raw, require_split=need_split, labels_source=args.labels)
-    return ForCheckpoint(ck, prepared, raw.node_ids)
+    return _as_trained(args, ck, raw, need_split)
 
 
-def logits(loaded: ForCheckpoint, embed: bool = False) -> Any:
+def logits(loaded: Saved, embed: bool = False) -> Any:
     """The saved model's logits (or, with ``embed``, its last hidden layer) on the prepared graph."""
     return inference.logits(loaded.ck, loaded.prepared, embed=embed)
