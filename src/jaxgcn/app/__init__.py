@@ -8,6 +8,8 @@
 - :mod:`~jaxgcn.app.sharded`: a job with the graph's rows over devices and processes;
 - :mod:`~jaxgcn.app.saving`: checkpoints, resume and the final models of every kind of job;
 - :mod:`~jaxgcn.app.sweep`: a sweep's saved progress (``sweep --save``/``--resume``).
+- :mod:`~jaxgcn.app.inference`: a saved model applied to data as it was trained (``evaluate``,
+  ``predict``, ``plot embeddings``): its logits, scores and predictions.
 
 Nothing here reads arguments or prints: notes go to a ``say`` callback as they happen and the
 rest comes back in the outcome; :mod:`jaxgcn.cli` parses, calls and prints.
