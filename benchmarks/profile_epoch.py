@@ -10,7 +10,7 @@ several executions without the profiler (the epoch time: median), then runs it u
 trace (one event per HLO thunk: fusion, dot, copy, the ``jaxgcn_spmm`` custom call). Each op is
 mapped to a part of the epoch through the source stack its HLO metadata records (the
 ``FileNames``/``StackFrames`` tables of ``compiled.as_text()``): ``_drop_input``/``_drop_hidden``/
-the key splits -> dropout, ``propagate`` -> propagations, ``_matmul_runs`` -> first layer (CSR
+the key splits -> dropout, ``propagate`` -> propagations, ``matmul_runs`` (the ops') -> first layer (CSR
 custom call) or dense products (dots), ``masked_sums``/L2 -> loss/metrics, optax or the fused step -> Adam,
 ``record_epoch``/``_select`` -> early-stopping bookkeeping. A fusion mixing parts goes to the part
 owning most of its element-wise work; column "T" says how much of a part sits in fusions that
@@ -228,7 +228,7 @@ class Hlo:
                 return "Adam"
             if func in ("_drop_input", "_drop_hidden", "_keep", "hash_bits", "_mix32") or func.endswith(".keys"):
                 return "dropout (masks, RNG keys)"
-            if func == "_matmul_runs":
+            if func in ("xla_matmul_runs", "matmul_runs"):  # jaxgcn.ops: XLA's or the kernel's
                 return "dense products h·W (fwd+bwd)"
             if func == "spmm" and ins["op"] != "custom-call":
                 # around the kernel (its gradient rule's ops carry the forward's stack): permuting the

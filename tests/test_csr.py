@@ -543,17 +543,19 @@ def test_batched_model_without_the_kernel_equals_with_it(monkeypatch):
     h = jnp.asarray(rng.standard_normal((40, 3, 16)), jnp.float32)
     w = jnp.asarray(rng.standard_normal((16, 3, 7)), jnp.float32)
     csr_mod.reset_kernel_counters()
-    with_kernel = models._matmul_runs(h, None, w, True)
+    from jaxgcn import plan
+
+    with_kernel = plan.ops_for(models.Execution(backend="csr")).matmul_runs(h, None, w)
     assert csr_mod.kernel_counters()["dense_calls"] == 1
-    np.testing.assert_allclose(models._matmul_runs(h, None, w, False), with_kernel, rtol=1e-5, atol=1e-5)
+    xla = plan.ops_for(models.Execution(backend="csr", kernels=False))  # the deprecated request: no kernel
+    np.testing.assert_allclose(xla.matmul_runs(h, None, w), with_kernel, rtol=1e-5, atol=1e-5)
     assert csr_mod.kernel_counters()["dense_calls"] == 1
     # the plan decides once (jaxgcn.plan.planned); the forward pass only reads the decision
-    from jaxgcn import plan
 
     assert plan.planned(models.Execution(backend="csr")).kernels and plan.planned(models.Execution()).kernels
     assert not any(plan.planned(models.Execution(backend=b)).kernels for b in ("segment", "bcoo", "dense"))
-    assert models.kernels_for(plan.planned(models.Execution(backend="csr")))
-    assert not models.kernels_for(models.Execution(backend="csr"))  # not planned: no kernel
+    assert models.ops_of(plan.planned(models.Execution(backend="csr"))).name == "native"
+    assert models.ops_of(models.Execution(backend="csr")).name == "xla"  # not planned: no kernel
     monkeypatch.setattr(plan, "kernel_status", lambda: (False, "no kernel here"))
     assert plan.planned(models.Execution(backend="csr")).kernels is False
 
@@ -561,7 +563,7 @@ def test_batched_model_without_the_kernel_equals_with_it(monkeypatch):
 def test_a_batch_on_another_backend_never_calls_the_kernel():
     # --backend segment --seeds N: propagation, the sparse first layer and the per-run dense products
     # all in XLA (here with sparse features, dropout, a residual 3-layer model; bcoo and dense take
-    # the same kernels_for decision, tested above)
+    # the same decision of the plan, tested above)
     from jaxgcn import datasets
     from jaxgcn.batched import entries_for, fit_runs
     from jaxgcn.models import Execution, GCNConfig
@@ -704,13 +706,14 @@ def test_the_hidden_dropout_kernel_keeps_the_hashed_masks(runs):
     XLA hash keeps, each run with its own keys, rate and width (counter ``i * hidden_r + j``), and
     scales them alike; its gradient is the same dropout of the incoming gradient."""
     from jaxgcn.models import Execution, _drop_hidden, make_run_inputs
+    from jaxgcn.plan import concrete
 
     rng = np.random.default_rng(2)
     n, width = 37, 19  # widths past one 16-lane vector; run 1 narrower than the padded width
     h = jnp.asarray(rng.uniform(0.5, 1.5, (n, runs, width)), jnp.float32)  # no zeros: a zero is a dropped element
     run_inputs = make_run_inputs(dropout=[0.5, 0.2, 0.7][:runs], hidden=[19, 11, 19][:runs])
     keys = jax.random.split(jax.random.key(5), runs)
-    on, off = Execution(backend="csr", kernels=True), Execution(backend="csr", kernels=False)
+    on, off = (concrete(Execution(backend="csr", kernels=k)) for k in (True, False))  # the plan decides
     csr_mod.reset_kernel_counters()
     got = np.asarray(jax.jit(lambda h: _drop_hidden(on, h, keys, run_inputs))(h))
     assert csr_mod.kernel_counters()["dropout_calls"] == 1
@@ -733,12 +736,13 @@ def test_the_hidden_dropout_kernel_applies_relu_with_its_gradient():
     computed by XLA, from one pass and its kept mask; a NaN stays NaN where kept (a diverging run
     must still be seen diverging)."""
     from jaxgcn.models import Execution, _drop_hidden, make_run_inputs
+    from jaxgcn.plan import concrete
 
     rng = np.random.default_rng(3)
     h = jnp.asarray(rng.standard_normal((41, 2, 16)), jnp.float32).at[0, 0, :].set(jnp.nan)
     run_inputs = make_run_inputs(dropout=[0.5, 0.3], hidden=[16, 16])
     keys = jax.random.split(jax.random.key(8), 2)
-    on, off = Execution(backend="csr", kernels=True), Execution(backend="csr", kernels=False)
+    on, off = (concrete(Execution(backend="csr", kernels=k)) for k in (True, False))  # the plan decides
     got, want = (np.asarray(jax.jit(lambda h, e=e: _drop_hidden(e, h, keys, run_inputs, relu=True))(h))
                  for e in (on, off))
     np.testing.assert_allclose(got, want, rtol=1e-6)  # NaN where XLA has NaN

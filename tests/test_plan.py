@@ -162,3 +162,35 @@ def test_the_plan_decides_the_backend_before_the_graph_is_laid_out():
     assert plan.backend_for("auto", cleaned.graph.n_nodes, cleaned.graph.n_edges) == "dense"
     assert loaded.prepared.backend == "dense" and loaded.prepared.data.graph.dense is not None
     assert datasets.prepare(raw).backend == "dense"  # the library's convenience asks the same plan
+
+
+def test_only_the_plan_reads_the_requested_kernels():
+    # issue 44: Execution is a request; the plan alone turns its deprecated `kernels` into ops, and the
+    # engine reads the Decided execution's ops (models.record writes the decision, it reads nothing)
+    import ast
+    import pathlib
+
+    src = pathlib.Path(plan.__file__).parent
+    readers = {path.relative_to(src).as_posix() for path in src.rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Attribute) and node.attr == "kernels" and isinstance(node.ctx, ast.Load)}
+    assert readers == {"plan.py", "models.py"}
+    models_reads = [node for node in ast.walk(ast.parse((src / "models.py").read_text()))
+                    if isinstance(node, ast.Attribute) and node.attr == "kernels" and isinstance(node.ctx, ast.Load)]
+    # models.py: Execution's own check of the field (3 reads), and record() reading a Decided's decision
+    assert sorted(ast.unparse(node.value) for node in models_reads) == ["execution", "self", "self", "self"]
+
+
+@needs_kernel
+def test_a_decided_execution_is_keyed_by_its_ops_and_recorded_with_the_decision():
+    from jaxgcn.models import Decided, record
+
+    kernel, xla = plan.concrete(Execution(backend="csr")), plan.concrete(Execution(backend="csr", kernels=False))
+    assert (kernel.ops.name, xla.ops.name) == ("native", "xla")  # the deprecated kernels=False: no kernel
+    assert kernel == plan.concrete(Execution(backend="csr")) and hash(kernel) == hash(plan.concrete(Execution("csr")))
+    assert kernel != xla  # a compile cache keyed by the execution never mixes the kernel's program and XLA's
+    assert record(kernel) == {"backend": "csr", "dropout_rng": "hash", "chunk_edges": None,
+                              "aggregate_first": False, "kernels": True}
+    assert record(xla)["kernels"] is False and record(Execution())["kernels"] is None
+    with pytest.raises(ValueError, match=r"^a decided execution has a concrete backend, not 'auto'"):
+        Decided("auto", kernel.ops)

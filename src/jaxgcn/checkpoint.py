@@ -213,6 +213,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     (:func:`data_fingerprint`) and ``identity_features`` (the features were one-hot node ids, so
     column ``j`` belongs to ``node_ids[j]``) describe the training data.
     """
+    from jaxgcn.models import record  # the models import JAX: only where a checkpoint is written
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(directory)  # names change between saves: clear a killed save's temporaries
@@ -240,7 +241,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         "params_file": params_path.name, "params_sha256": hashlib.sha256(blob).hexdigest(),
         "params_bytes": len(blob), "node_ids_file": names["node_ids_file"],
         "model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
-        "execution": dataclasses.asdict(execution) if execution is not None else None,
+        "execution": record(execution) if execution is not None else None,
         "n_features": int(info["n_features"]), "n_classes": int(info["n_classes"]),
         "class_names": info.get("class_names"), "feature_norm": info.get("feature_norm"),
         "feature_stats": info.get("feature_stats"),

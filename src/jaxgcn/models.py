@@ -68,12 +68,9 @@ class Execution:
             when its input is dense. Equal in exact arithmetic; cheaper when the input is narrower
             than the layer (the input needs no gradient, so the propagation runs forward only:
             ``--aggregate-first auto`` turns it on when 2 x features < 3 x hidden).
-        kernels: whether the C++ kernel computes the products of a forward pass (the first layer's
-            sparse product and pair, the per-run dense products): decided once by the execution
-            plan (:func:`jaxgcn.plan.planned`: the backend is ``csr`` and the kernel can run here),
-            which ``fit``, ``fit_runs`` and ``fit_sharded`` apply to the execution they are given.
-            ``None``: not planned (a forward pass then runs without the kernel). The forward pass and
-            the step read the :class:`jaxgcn.ops.Ops` this decision maps to (:func:`jaxgcn.plan.ops_for`).
+        kernels: DEPRECATED (kept one release for library callers): ``False`` asks the plan for no
+            C++ kernel; ``True`` or ``None``: the plan decides (:func:`jaxgcn.plan.concrete`). Nothing
+            but the plan reads it; the engine runs a :class:`Decided` execution.
     """
 
     backend: str = "auto"
@@ -93,6 +90,41 @@ class Execution:
             raise ValueError(f"dropout_rng={self.dropout_rng!r} must be 'hash' or 'jax'")
         if self.kernels is not None and not isinstance(self.kernels, bool):
             raise ValueError(f"kernels={self.kernels!r} must be True, False or None (not planned)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decided:
+    """An :class:`Execution` as the plan decided it (:func:`jaxgcn.plan.concrete`): what the engine
+    runs. ``backend`` is concrete (never ``auto``), ``aggregate_first`` decided, and ``ops`` what
+    computes the products (XLA's, the C++ kernel's or a registered backend's). Two decided executions
+    are equal where their ops carry the same name (a compile cache's key; the functions are rebuilt)."""
+
+    backend: str
+    ops: Ops = dataclasses.field(compare=False, repr=False)
+    dropout_rng: str = "hash"
+    chunk_edges: int | None = None
+    aggregate_first: bool = False
+    ops_name: str = dataclasses.field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        if self.backend == "auto":
+            raise ValueError("a decided execution has a concrete backend, not 'auto' (jaxgcn.plan.concrete)")
+        object.__setattr__(self, "ops_name", self.ops.name)
+
+    @property
+    def kernels(self) -> bool:
+        """Whether the C++ kernel computes the products (the ops are the kernel's)."""
+        return self.ops_name == "native"
+
+
+
+def record(execution: Execution | Decided) -> dict[str, Any]:
+    """``execution`` as a checkpoint, a report or a sweep's manifest records it (JSON values): a decided
+    one as the request it answers, with ``kernels`` the decision (the layout checkpoints always had)."""
+    if isinstance(execution, Decided):
+        execution = Execution(execution.backend, execution.dropout_rng, execution.chunk_edges,
+                              execution.aggregate_first, execution.kernels)
+    return dataclasses.asdict(execution)
 
 
 class Model(NamedTuple):
@@ -297,22 +329,12 @@ def _materialize(x: jax.Array, key: jax.Array) -> jax.Array:
                               (jnp.zeros_like(once), x))[1]
 
 
-def kernels_for(execution: Execution) -> bool:
-    """Whether the execution plan gave ``execution`` the C++ kernel (``Execution.kernels``); the
-    forward pass reads its :class:`jaxgcn.ops.Ops` instead (:func:`ops_of`)."""
-    return bool(execution.kernels)
-
-
-def _matmul_runs(x: Features, values: jax.Array | None, w: jax.Array, kernels: bool) -> jax.Array:
-    """Per-run ``x_r @ w_r`` -> [n, R, out] of the kernel's ops (``kernels``) or XLA's
-    (:attr:`jaxgcn.ops.Ops.matmul_runs`)."""
-    return ops_of(Execution(kernels=kernels)).matmul_runs(x, values, w)
-
-
-def ops_of(execution: Execution, ops: Ops | None = None) -> Ops:
-    """``ops`` when given, else those of ``execution`` as planned (:func:`jaxgcn.plan.ops_for`
-    decides its ``kernels``; not planned: XLA's)."""
-    return ops if ops is not None else ops_.for_execution(execution)
+def ops_of(execution: Execution | Decided, ops: Ops | None = None) -> Ops:
+    """``ops`` when given, else those the plan decided for ``execution`` (:class:`Decided`); an
+    undecided request runs XLA's (or its registered backend's: :func:`jaxgcn.ops.for_execution`)."""
+    if ops is not None:
+        return ops
+    return execution.ops if isinstance(execution, Decided) else ops_.for_execution(execution)
 
 
 class FirstLayer(NamedTuple):

@@ -126,9 +126,9 @@ def registered_backends() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def for_execution(execution: Any) -> Ops:
-    """The :class:`Ops` of a PLANNED execution (:func:`jaxgcn.plan.ops_for` decides ``kernels``):
-    a registered backend's, the C++ kernel's where ``kernels`` is set, else XLA's."""
+def for_execution(execution: Any, kernel: bool = False) -> Ops:
+    """The :class:`Ops` of ``execution``: a registered backend's, the C++ kernel's where the plan
+    decided it runs (``kernel``: :func:`jaxgcn.plan.concrete`), else XLA's."""
     if execution.backend in _REGISTRY:
         return _REGISTRY[execution.backend](execution)
-    return native(execution) if execution.kernels else xla_ops(execution)
+    return native(execution) if kernel else xla_ops(execution)

@@ -11,9 +11,10 @@ compiles (:func:`resolve`).
 - the peak-memory estimate of exactly that execution, and the line that says why ``auto`` fell
   back from the kernel.
 
-The engine reads these decisions from the :class:`~jaxgcn.models.Execution` it is given
-(``backend``, ``kernels``, ``aggregate_first``) and from the :class:`~jaxgcn.ops.Ops` the plan
-chose for it (:func:`ops_for`: XLA's, the C++ kernel's or a registered backend's): nothing under
+An :class:`~jaxgcn.models.Execution` is a request (``backend`` may be ``auto``); the engine runs
+the :class:`~jaxgcn.models.Decided` execution the plan makes of it (:func:`concrete`): a concrete
+``backend``, ``aggregate_first`` and the :class:`~jaxgcn.ops.Ops` that compute the products
+(:func:`ops_for`: XLA's, the C++ kernel's or a registered backend's). Nothing under
 ``jit`` asks whether the kernel exists, and only the plan and the kernel's own modules ask at all.
 Each public entry point (``fit``, ``fit_runs``, ``fit_sharded``, ``compile_runner``, inference)
 decides the execution it is given once, at its top (:func:`concrete`), so a library user gets the
@@ -33,7 +34,7 @@ from jaxgcn import memory, native_ops, ops as ops_
 from jaxgcn.csr import kernel_status, require_kernel  # noqa: F401 - the CLI asks the plan
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.models import Decided, Execution, GCNConfig
 from jaxgcn.ops import Ops
 from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, DENSE_MIN_DENSITY, graph_backend
 
@@ -80,42 +81,52 @@ def backend_for(requested: str, n_nodes: int, n_edges: int) -> str:
     return requested
 
 
-def planned(execution: Execution, graph: Any = None) -> Execution:
-    """``execution`` with its backend made concrete (``auto``: the layout ``graph`` was prepared
-    with; a sharded run's row blocks, ``graph=None``: ``csr``) and ``kernels`` decided (the
-    backend is ``csr`` and the C++ kernel can run here). An execution already planned is returned
-    as it is."""
-    if execution.backend != "auto" and execution.kernels is not None:
+def planned(execution: Execution | Decided, graph: Any = None) -> Decided:
+    """The request ``execution`` made a :class:`~jaxgcn.models.Decided` (a decided one is returned as it is).
+    The backend becomes concrete (``auto``: the layout ``graph`` was prepared with; a sharded run's
+    row blocks, ``graph=None``: ``csr``) and the ops are chosen: the C++ kernel's where the backend is
+    ``csr`` and the kernel can run here (the deprecated ``Execution(kernels=False)`` keeps it off)."""
+    if isinstance(execution, Decided):
         return execution
     backend = execution.backend
     if backend == "auto":
         backend = "csr" if graph is None else graph_backend(graph)
-    kernels = backend == "csr" and kernel_status()[0]
-    return dataclasses.replace(execution, backend=backend, kernels=kernels)
+    request = dataclasses.replace(execution, backend=backend)
+    kernel = backend == "csr" and execution.kernels is not False and kernel_status()[0]
+    return Decided(backend, ops_.for_execution(request, kernel), execution.dropout_rng, execution.chunk_edges,
+                   execution.aggregate_first)
 
 
-def concrete(execution: Execution, graph: Any = None) -> Execution:
+def concrete(execution: Execution | Decided, graph: Any = None) -> Decided:
     """THE decision a public entry point makes once, at its top, before it builds anything: ``execution``
-    with its backend concrete and its kernels decided (:func:`planned`) for ``graph`` (None: a sharded
-    run's row blocks)."""
+    decided (:func:`planned`) for ``graph`` (None: a sharded run's row blocks)."""
     return planned(execution, graph)
 
 
-def require_decided(execution: Execution) -> Execution:
-    """``execution`` as it is, where the plan decided it (backend not ``auto``, ``kernels`` set); else a
+def require_decided(execution: Any) -> Decided:
+    """``execution`` as it is, where the plan decided it (a :class:`~jaxgcn.models.Decided`); else a
     ValueError: an engine function was handed an execution nobody planned (it would silently run
     without the kernel, or on a backend other than the one the graph was prepared for)."""
-    if execution.backend == "auto" or execution.kernels is None:
+    if not isinstance(execution, Decided):
         raise ValueError(f"execution backend={execution.backend!r} kernels={execution.kernels!r} reached the engine "
                          "undecided; decide it first with jaxgcn.plan.concrete(execution, graph)")
     return execution
 
 
-def ops_for(execution: Execution, graph: Any = None) -> Ops:
-    """THE choice of what computes a run's products (:class:`jaxgcn.ops.Ops`): ``execution``
-    planned (:func:`planned`), then a registered backend's ops, the C++ kernel's
-    (:func:`jaxgcn.ops.native`) where it runs the products, else XLA's."""
-    return ops_.for_execution(planned(execution, graph))
+def ops_for(execution: Execution | Decided, graph: Any = None) -> Ops:
+    """THE choice of what computes a run's products (:class:`jaxgcn.ops.Ops`): a registered backend's
+    ops, the C++ kernel's (:func:`jaxgcn.ops.native`) where it runs the products, else XLA's
+    (:func:`planned`)."""
+    return planned(execution, graph).ops
+
+
+def given_ops(execution: Execution | Decided) -> Ops:
+    """The ops of an execution handed to the engine as it is: a decided one's own; an undecided one
+    (a library caller's own ``Step`` or runner) runs XLA's, or the kernel's where it asks for the
+    deprecated ``kernels=True``, as such calls did before the plan decided."""
+    if isinstance(execution, Decided):
+        return execution.ops
+    return ops_.for_execution(execution, bool(execution.kernels))
 
 
 def kernel_available() -> tuple[bool, str]:
@@ -139,7 +150,7 @@ def aggregate_first(choice: str, n_features: int, hidden: int, dense: bool) -> b
     return dense and {"on": True, "off": False, "auto": 2 * n_features < 3 * hidden}[choice]
 
 
-def with_first_layer(execution: Execution, choice: str, hidden: int, n_features: int, dense: bool) -> Execution:
+def with_first_layer(execution: Decided, choice: str, hidden: int, n_features: int, dense: bool) -> Decided:
     """``execution`` with the ``aggregate_first`` ``choice`` decided for an input of ``n_features`` columns."""
     return dataclasses.replace(execution, aggregate_first=aggregate_first(choice, n_features, hidden, dense))
 
@@ -181,7 +192,8 @@ class Plan(NamedTuple):
     """How a training job runs (:func:`resolve`).
 
     Attributes:
-        execution: concrete backend (never ``auto``), ``kernels`` and ``aggregate_first`` decided.
+        execution: the decided execution (:class:`~jaxgcn.models.Decided`): concrete backend (never
+            ``auto``), the ops and ``aggregate_first`` decided: what the engine runs.
         runs: the runs one execution of the program trains (1 for a single run).
         memory: the peak-memory estimate of that execution.
         note: why ``auto`` kept off the C++ kernel (one line), or None.
@@ -189,7 +201,7 @@ class Plan(NamedTuple):
         platform: the platform JAX runs on (``jax.default_backend()``: cpu, gpu, tpu).
     """
 
-    execution: Execution
+    execution: Decided
     runs: int
     memory: MemoryEstimate
     note: str | None
@@ -218,7 +230,7 @@ def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes:
                    hidden=model_config.hidden, layers=model_config.layers, backend=execution.backend,
                    feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,
                    symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
-    return Plan(execution, runs, est, fallback_note(requested, execution.backend), ops_.for_execution(execution),
+    return Plan(execution, runs, est, fallback_note(requested, execution.backend), execution.ops,
                 jax.default_backend())
 
 

@@ -117,7 +117,9 @@ def config_report(model_config: Any, train_config: Any, norm: str, feature_norm:
     report = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
               "norm": norm, "feature_norm": feature_norm}
     if execution is not None:
-        report["execution"] = dataclasses.asdict(execution)
+        from jaxgcn.models import record  # the models import JAX: only where an execution is reported
+
+        report["execution"] = record(execution)
     return report
 
 

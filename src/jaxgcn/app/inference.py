@@ -236,7 +236,7 @@ def logits(ck: Checkpoint, prepared: Prepared, *, embed: bool = False) -> Any:
     hidden layer ([n_nodes, hidden]; a 1-layer model's input features, possibly sparse)."""
     config, params = checkpoint_model(ck)
     graph, x = prepared.data.graph, prepared.data.x
-    model = gcn(config, concrete(Execution(), graph))  # the backend the graph was prepared for, its kernels
+    model = gcn(config, concrete(Execution(), graph))  # the backend the graph was prepared for, its ops
     return jax.jit(lambda p, g, x: model.apply(p, g, x, embed=embed))(params, graph, x)
 
 

@@ -13,7 +13,7 @@ from jaxgcn import batch_state, checkpoint, outputs
 from jaxgcn.app.data import Loaded, Say
 from jaxgcn.app.job import Job, Outcome
 from jaxgcn.datasets import split_codes
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.models import Execution, GCNConfig, record
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.runs import unstack_params
 
@@ -45,7 +45,7 @@ def settings(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: Tr
     # "layout" None: one device (checkpoints written before sharded runs resumed have no key: also None)
     return {"model": json.loads(json.dumps(dataclasses.asdict(model_config))),
             "train": json.loads(json.dumps(dataclasses.asdict(train_config))),
-            "execution": json.loads(json.dumps(dataclasses.asdict(execution))), "seed": job.seed,
+            "execution": json.loads(json.dumps(record(execution))), "seed": job.seed,
             "dataset": info["dataset"], "n_nodes": info["n_nodes"], "layout": layout}
 
 

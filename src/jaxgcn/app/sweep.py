@@ -25,7 +25,7 @@ import numpy as np
 from jaxgcn import batch_state, checkpoint
 from jaxgcn.app.data import Loaded
 from jaxgcn.training.runs import Entry, program_key
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.models import Execution, GCNConfig, record
 from jaxgcn.sweep import Grid, Row, chunk_sizes, layout as sweep_layout, lower, run_grid
 from jaxgcn.training.config import TrainConfig
 
@@ -184,7 +184,7 @@ def _store(save: Path, loaded: Loaded, grid: Grid, seeds: list[int], splits: int
     settings = json.loads(json.dumps({
         "grid": dataclasses.asdict(grid), "seeds": seeds, "splits": splits,
         "model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
-        "execution": dataclasses.asdict(execution), "dataset": info["dataset"], "n_nodes": info["n_nodes"]}))
+        "execution": record(execution), "dataset": info["dataset"], "n_nodes": info["n_nodes"]}))
     resume = None
     if saving.resume is not None:
         manifest, chunks = resumed(saving.resume, settings, fingerprint, len({program_key(e) for e in entries}))

@@ -355,7 +355,7 @@ def fit(
         TrainingDiverged: the loss became NaN/inf; the message names the likely causes.
     """
     key = jax.random.key(0) if key is None else key
-    execution = concrete(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
+    execution = concrete(execution, data.graph)  # the request decided once: backend, ops (jaxgcn.plan)
     data = with_focus(data, model_config.layers)
     program, runs = single_program(model_config, config, data, n_classes, execution, progress)
     state = program.init(key, data, runs)

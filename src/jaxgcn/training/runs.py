@@ -209,7 +209,7 @@ def fit_runs(
     """
     entries = list(entries)
     model_config, config = program_of(entries)
-    execution = concrete(execution, data.graph)  # the backend and the kernels decided once (jaxgcn.plan)
+    execution = concrete(execution, data.graph)  # the request decided once: backend, ops (jaxgcn.plan)
     size = slice_size(len(entries), model_config.hidden, execution, n_devices, data.graph, runs_per_device)
     data = with_focus(data, model_config.layers)
     options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,

@@ -18,8 +18,9 @@ import optax
 from jaxgcn import hyper
 from jaxgcn.data import TrainData
 from jaxgcn.layers import Params
-from jaxgcn.models import (Execution, FirstLayer, GCNConfig, Ops, Propagate, RunInputs, aggregate_input, apply_runs,
-                           first_layer_pair, gcn, make_run_inputs, ops_of)
+from jaxgcn.models import (Decided, Execution, FirstLayer, GCNConfig, Ops, Propagate, RunInputs, aggregate_input,
+                           apply_runs, first_layer_pair, gcn, make_run_inputs)
+from jaxgcn.plan import given_ops
 from jaxgcn.training.axes import insert_axes, run_axes, select_running, unstacked_shapes
 from jaxgcn.training.config import Patience, RUNNING, TrainConfig
 from jaxgcn.training.losses import masked_sums, per_run_l2
@@ -96,21 +97,22 @@ BatchRunner = Runner  # the name a batch's runner always had
 class Step(NamedTuple):
     """The settings of THE training step (:func:`make_batch_runner`) and its parts, each a pure
     function of its arguments (compiled with ``jax.jit`` by the callers). ``ops`` compute the
-    products (:class:`jaxgcn.ops.Ops`, chosen by the plan; None: those of the planned execution):
+    products (:class:`jaxgcn.ops.Ops`, chosen by the plan; None: those the plan decides for ``execution``):
     the step reads its kernel-only shortcuts (row plans, the fused Adam pass, the first layer's
     pair) from them (:attr:`products`)."""
 
     model_config: GCNConfig
     config: TrainConfig
-    execution: Execution
+    execution: Execution | Decided
     propagate: Propagate | None
     collective: Collective
     ops: Ops | None = None
 
     @property
     def products(self) -> Ops:
-        """The ops that compute the products (:func:`jaxgcn.models.ops_of`)."""
-        return ops_of(self.execution, self.ops)
+        """The ops that compute the products: those given, else the decided execution's own
+        (:func:`jaxgcn.plan.given_ops`)."""
+        return self.ops if self.ops is not None else given_ops(self.execution)
 
     @property
     def keep_best(self) -> bool:
@@ -308,7 +310,7 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
     sharded run, over the device's block of rows: the first layer is row-local). ``ops``: what
     computes the products (default: those of the planned ``execution``, :func:`jaxgcn.plan.ops_for`).
     """
-    step = Step(model_config, config, execution, propagate, collective, ops_of(execution, ops))
+    step = Step(model_config, config, execution, propagate, collective, ops)
     return Runner(step.init, step.run_until, step.evaluate, step.final_params)
 
 
