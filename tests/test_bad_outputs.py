@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxgcn import checkpoint, cli, outputs
+from jaxgcn import batch_state, checkpoint, cli, outputs
 from jaxgcn.cli import common as cli_common
 from jaxgcn.app import data as app_data
 
@@ -561,7 +561,8 @@ def interrupted(tmp_path_factory):
         assert run_main([*args(f["labels"]), "--save", d / "ck", "--checkpoint-every", "2"]) == 130
     finally:
         checkpoint.save = real
-    assert checkpoint.load(d / "ck").meta["state_file"]
+    assert checkpoint.load(d / "ck").meta["state_file"] is None  # its state: slice 0 of batch-state/
+    assert list(batch_state.load(d / "ck")["slices"]) == ["0"]
     return d, args
 
 

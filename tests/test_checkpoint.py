@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from cli_run import unwrap
 
-from jaxgcn import checkpoint
+from jaxgcn import batch_state, checkpoint
 from jaxgcn.cli import main
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig
@@ -300,14 +300,17 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
     proc.wait()
     proc.stderr.close()
     assert not (tmp_path / "never.json").exists()
-    saved = checkpoint.load(ck)
-    assert 300 <= saved.meta["epoch"] < 4000 and saved.meta["state_file"]
+    saved, state = checkpoint.load(ck), batch_state.load(ck)
+    # the state is written after the model: a kill between the two leaves it one checkpoint behind
+    assert 300 <= saved.meta["epoch"] < 4000 and saved.meta["state_file"] is None
+    assert state["slices"]["0"]["epoch"] in (saved.meta["epoch"], saved.meta["epoch"] - 100)
 
     assert main([*args, "--resume", str(ck), "--save", str(ck), "--json", str(tmp_path / "resumed.json")]) == 0
     resumed = json.loads((tmp_path / "resumed.json").read_text())
     for key in ("test_acc", "val_acc", "epochs_run"):
         assert resumed[key] == full[key], key
     assert checkpoint.load(ck).meta["state_file"] is None  # the finished run's checkpoint holds no state
+    assert not (ck / batch_state.FOLDER).exists()
 
 
 def test_resume_refuses_other_settings_and_non_checkpoints(tmp_path, capsys):

@@ -9,6 +9,7 @@ recorded one naming both, and its ms/epoch divides by the epochs it trained, not
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from cli_run import run_main, unwrap
 
-from jaxgcn import checkpoint
+from jaxgcn import batch_state, checkpoint
 from jaxgcn.app.job import Outcome
 from jaxgcn.cli import build_parser, records
 from jaxgcn.cli import train as cli_train
@@ -139,7 +140,9 @@ def interrupted(tmp_path_factory):
     finally:
         checkpoint.save = real
     meta = checkpoint.load(d / "ck").meta
-    assert meta["epoch"] == 3 and meta["state_file"]
+    state = batch_state.load(d / "ck")  # the run's state: slice 0 of the one resumable-state format
+    assert meta["epoch"] == 3 and meta["state_file"] is None
+    assert state["single_run"] is True and list(state["slices"]) == ["0"] and state["slices"]["0"]["epoch"] == 3
     return d
 
 
@@ -157,6 +160,7 @@ def test_resume_alone_continues_the_run_with_every_recorded_setting(interrupted,
         assert resumed[key] == full[key], key
     saved, want = checkpoint.load(ck), checkpoint.load(interrupted / "full")  # saved into DIR, as the run did
     assert saved.meta["state_file"] is None and saved.meta["epoch"] == 9
+    assert not (ck / batch_state.FOLDER).exists()  # the finished run holds no state to resume
     assert (saved.meta["model"]["hidden"], saved.meta["train"]["lr"]) == (8, 0.02)
     for name in ("layer_0", "layer_1"):
         np.testing.assert_array_equal(saved.params[name]["w"], want.params[name]["w"])
@@ -198,3 +202,82 @@ def test_the_parser_reads_the_checkpoint_files_the_library_writes():
     from jaxgcn.cli.records import CHECKPOINT_JSON
 
     assert CHECKPOINT_JSON == (checkpoint.META, f"{batch_state.FOLDER}/{batch_state.MANIFEST}")
+
+
+def old_layout(ck) -> None:
+    """Rewrite a single run's interrupted save as jaxgcn before the one state format wrote it
+    (25b15a8's ``checkpoint.save(..., state=state)``): the state's npz bytes as ``state-<n>.npz``
+    beside the model, named by ``checkpoint.json``'s ``state_file`` and hashed in its ``files``; no
+    ``batch-state/``. The npz is the same ``state_arrays`` either way, so the bytes carry over."""
+    manifest = batch_state.load(ck)
+    blob = (ck / batch_state.FOLDER / manifest["slices"]["0"]["file"]).read_bytes()
+    meta = json.loads((ck / checkpoint.META).read_text())
+    name = meta["params_file"].replace("params-", "state-")
+    (ck / name).write_bytes(blob)
+    meta["state_file"] = name
+    meta["files"][name] = {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    (ck / checkpoint.META).write_text(json.dumps(meta, indent=2) + "\n")
+    shutil.rmtree(ck / batch_state.FOLDER)
+
+
+def test_an_old_single_run_save_still_resumes_to_the_uninterrupted_result(interrupted, tmp_path, capsys):
+    ck = tmp_path / "ck"
+    shutil.copytree(interrupted / "ck", ck)
+    old_layout(ck)
+    assert run_main(["train", "--resume", ck, "--json", tmp_path / "resumed.json"]) == 0
+    assert f"resuming from epoch 3 of {ck}\n" in capsys.readouterr().out
+    full, resumed = (json.loads((p).read_text()) for p in (interrupted / "full.json", tmp_path / "resumed.json"))
+    assert [resumed[k] for k in ("test_acc", "val_acc", "epochs_run")] == [full[k] for k in ("test_acc", "val_acc",
+                                                                                            "epochs_run")]
+    saved = checkpoint.load(ck)  # the finished run: the old state file is gone with the old layout
+    assert saved.meta["state_file"] is None and not list(ck.glob("state-*.npz"))
+
+
+def test_an_old_single_run_saves_damaged_state_is_refused(interrupted, tmp_path, capsys):
+    ck = tmp_path / "ck"
+    shutil.copytree(interrupted / "ck", ck)
+    old_layout(ck)
+    name = json.loads((ck / checkpoint.META).read_text())["state_file"]
+    (ck / name).write_bytes((ck / name).read_bytes()[:-10])
+    err = refused_with(["train", "--resume", ck], capsys)
+    assert "bytes that do not match the recorded size/SHA-256" in err and name in err
+
+
+def test_a_single_runs_state_is_one_slice_and_refused_when_damaged_or_a_batchs(interrupted, tmp_path, capsys):
+    ck = tmp_path / "ck"
+    shutil.copytree(interrupted / "ck", ck)
+    manifest = batch_state.load(ck)
+    slice_file = ck / batch_state.FOLDER / manifest["slices"]["0"]["file"]
+    assert sorted(p.name for p in (ck / batch_state.FOLDER).iterdir()) == ["slice-00000-1.npz", "state.json"]
+    good = slice_file.read_bytes()
+    slice_file.write_bytes(good[:-10])
+    err = refused_with(["train", "--resume", ck], capsys)
+    assert "slice-00000-1.npz: " in err and "do not match the recorded size/SHA-256" in err
+    slice_file.write_bytes(good)
+    del manifest["single_run"]  # a batch's manifest: not this run's state
+    (ck / batch_state.FOLDER / batch_state.MANIFEST).write_text(json.dumps(manifest))
+    err = refused_with(["train", "--resume", ck], capsys)
+    assert err == (f"jaxgcn: error: --resume {ck}: holds a batch's state (--seeds/--splits/sweep), not a single "
+                   "run's; resume it with the command that wrote it\n")
+
+
+def test_a_resumed_run_saving_into_its_folder_writes_a_new_slice_file_before_the_old_goes(interrupted, tmp_path,
+                                                                                           monkeypatch):
+    """Resumed into its own folder, the run keeps numbering its slice (``slice-00000-2.npz``): a
+    rewrite of ``-1`` in place would leave, killed between the file and the manifest, a manifest
+    whose file no longer matches (and the cleanup would delete the only state)."""
+    ck = tmp_path / "ck"
+    shutil.copytree(interrupted / "ck", ck)
+    real = batch_state.Saver.__call__
+
+    def killed_after_epoch_6(self, first, state):
+        real(self, first, state)
+        if int(state.epoch) >= 6:
+            raise Killed("killed")
+
+    monkeypatch.setattr(batch_state.Saver, "__call__", killed_after_epoch_6)
+    assert run_main(["train", "--resume", ck]) == "killed"
+    entry = batch_state.load(ck)["slices"]["0"]
+    assert (entry["file"], entry["number"], entry["epoch"]) == ("slice-00000-2.npz", 2, 6)
+    assert checkpoint.load(ck).meta["epoch"] == 6  # the model is written before the state, never after it
+    assert sorted(p.name for p in (ck / batch_state.FOLDER).iterdir()) == ["slice-00000-2.npz", "state.json"]

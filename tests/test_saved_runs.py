@@ -259,7 +259,8 @@ def test_a_diverged_run_keeps_its_last_good_checkpoint(tmp_path, capsys, batch_a
         assert [(s["epoch"], s["running"]) for s in batch_state.load(ck)["slices"].values()] == [(1, 2)]
     else:
         saved = checkpoint.load(ck)
-        assert saved.meta["epoch"] == 1 and saved.meta["state_file"]
+        assert saved.meta["epoch"] == 1 and saved.meta["state_file"] is None  # its state: slice 0 of batch-state
+        assert [(k, s["epoch"], s["running"]) for k, s in batch_state.load(ck)["slices"].items()] == [("0", 1, 1)]
         assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(saved.params))
     assert "resuming" in _resumed_line(ck, capsys)  # the good state resumes (and diverges again, at epoch 2)
 

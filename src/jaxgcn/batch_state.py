@@ -1,4 +1,7 @@
-"""The resumable state of a batch of runs (``train --seeds N --splits K --checkpoint-every E``).
+"""The one resumable-state format: a batch of runs' (``train --seeds N --splits K --checkpoint-every E``),
+a sweep's, and a single run's, which is one slice (slice 0, its unbatched run state as it is, the
+manifest's ``single_run`` true). A single run's save of an older jaxgcn (``checkpoint.json``
+naming a ``state-<n>.npz``) is still read, by :func:`jaxgcn.checkpoint.load_state`.
 
 A batch trains in slices (:func:`jaxgcn.training.runs.fit_runs`); each slice's whole state (every run's
 params, optimizer moments, key, early-stopping records and history, stacked on the run axis, and
@@ -37,11 +40,12 @@ def folder(directory: str | Path) -> Path:
 
 
 def saver(directory: str | Path, *, extra: dict[str, Any], fingerprint: dict[str, str],
-          previous: dict[str, Any] | None = None) -> "Saver":
+          previous: dict[str, Any] | None = None, single: bool = False) -> "Saver":
     """``save(first, state)``: write the state of the slice whose first run is ``first``.
     ``previous``: the manifest of the same folder being resumed (its other slices, and a sweep's
-    finished groups, stay recorded)."""
-    return Saver(directory, extra=extra, fingerprint=fingerprint, previous=previous)
+    finished groups, stay recorded). ``single``: the state is ONE run's own (no run axis), its
+    slice 0, and the manifest says so (``single_run``)."""
+    return Saver(directory, extra=extra, fingerprint=fingerprint, previous=previous, single=single)
 
 
 class Saver:
@@ -49,10 +53,12 @@ class Saver:
     finished group's results in the manifest's ``done`` (:meth:`finish`)."""
 
     def __init__(self, directory: str | Path, *, extra: dict[str, Any], fingerprint: dict[str, str],
-                 previous: dict[str, Any] | None = None) -> None:
+                 previous: dict[str, Any] | None = None, single: bool = False) -> None:
         self.where = folder(directory)
         self.manifest = {"format": FORMAT, "version": __version__, "extra": extra, "data_sha256": fingerprint,
                          "slices": dict(previous["slices"]) if previous is not None else {}}
+        if single:  # a single run is one slice: its unbatched RunState as it is
+            self.manifest["single_run"] = True
         if previous is not None and "done" in previous:
             self.manifest["done"] = dict(previous["done"])
 
@@ -64,9 +70,10 @@ class Saver:
         old = manifest["slices"].get(str(first))
         number = 1 if old is None else old["number"] + 1
         name = f"slice-{first:05d}-{number}.npz"
-        reason = np.asarray(state.runs.reason)
+        single = self.manifest.get("single_run", False)  # a RunState (epoch, reason) or a BatchState (step, runs)
+        reason = np.asarray(state.reason if single else state.runs.reason)
         entry = {"file": name, "number": number, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
-                 "epoch": int(state.step), "running": int(np.sum(reason == 0))}
+                 "epoch": int(state.epoch if single else state.step), "running": int(np.sum(reason == 0))}
         recorded = False
         try:
             write_atomic(where / name, blob, follow=False)

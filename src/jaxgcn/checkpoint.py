@@ -203,7 +203,8 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
          execution: Any = None, info: dict[str, Any], epoch: int, metrics: dict[str, float],
          node_ids: np.ndarray | None = None,
          state: Any = None, extra: dict[str, Any] | None = None, split: np.ndarray | None = None,
-         fingerprint: dict[str, str] | None = None, identity_features: bool = False) -> Path:
+         fingerprint: dict[str, str] | None = None, identity_features: bool = False,
+         write_state: Any = None) -> Path:
     """Write a checkpoint into ``directory`` (created if needed), atomically; returns the JSON path.
 
     ``model_config`` (the architecture) is what :func:`model_config` rebuilds the model from;
@@ -211,7 +212,10 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     ``state`` (a run state, for ``--resume``) and ``extra`` (JSON-able settings) are stored too;
     ``split`` ([n_nodes] codes of :data:`SPLIT_CODES`, input node order), ``fingerprint``
     (:func:`data_fingerprint`) and ``identity_features`` (the features were one-hot node ids, so
-    column ``j`` belongs to ``node_ids[j]``) describe the training data.
+    column ``j`` belongs to ``node_ids[j]``) describe the training data. ``write_state(state)``
+    writes the state in the one resumable-state format (:mod:`jaxgcn.batch_state`'s slice 0), after
+    ``checkpoint.json``; without it the state is ``state-<n>.npz``, the layout of earlier versions
+    (still read by :func:`load_state`, for a release).
     """
     from jaxgcn.models import record  # the models import JAX: only where a checkpoint is written
     directory = Path(directory)
@@ -230,7 +234,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         names[key] = name
         write_atomic(directory / name, data, follow=False)
         sides[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    if state is not None:
+    if state is not None and write_state is None:
         side("state_file", f"state-{number}.npz", npz_bytes(state_arrays(state)))
     if node_ids is not None:
         side("node_ids_file", f"node_ids-{number}.npy", _npy_bytes(np.asarray(node_ids).astype(str)))
@@ -258,6 +262,8 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
             if old.name not in keep:
                 old.unlink(missing_ok=True)  # a link is removed itself: the directory is a real one
     remove_runs(directory)  # a several-run save that was here: its manifest would still be read first
+    if state is not None and write_state is not None:
+        write_state(state)  # after the model: a kill between the two resumes from the state before
     return directory / META
 
 

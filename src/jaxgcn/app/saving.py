@@ -60,25 +60,55 @@ def fit_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: T
               ) -> tuple[dict[str, Any], int]:
     """``fit`` (and ``fit_sharded``) keyword arguments for ``checkpoint_every`` and ``resume``
     (``saved_facts``: :func:`facts`; ``layout``: :func:`settings`), and the epoch the run resumes
-    from (0 without ``resume``)."""
+    from (0 without ``resume``). The run's state is slice 0 of a :mod:`jaxgcn.batch_state` folder
+    (the one resumable-state format); the model files beside it are an ordinary checkpoint."""
     out: dict[str, Any] = {}
     if job.checkpoint_every is None and job.resume is None:
         return out, 0
     extra = settings(job, loaded, model_config, train_config, execution, layout)
+    resumed_at, previous = 0, None
+    if job.resume is not None:
+        out["resume"], resumed_at, previous = _resume_one(job, extra, saved_facts["fingerprint"],
+                                                          train_config.epochs, say)
     if job.checkpoint_every is not None:
+        state_saver = batch_state.saver(job.save, extra={**extra, **recorded(job)},
+                                        fingerprint=saved_facts["fingerprint"], previous=previous, single=True)
+
         def save_state(state: Any) -> None:
             checkpoint.save(job.save, state.params, model_config=model_config, train_config=train_config,
                             execution=execution, info=loaded.prepared.info, epoch=int(state.epoch), metrics={},
-                            state=state, extra={**extra, **recorded(job)}, **saved_facts)
+                            state=state, write_state=lambda s: state_saver(0, s), extra={**extra, **recorded(job)},
+                            **saved_facts)
         out.update(checkpoint_every=job.checkpoint_every, on_checkpoint=save_state)
-    if job.resume is not None:
+    return out, resumed_at
+
+
+def _resume_one(job: Job, extra: dict[str, Any], fingerprint: dict[str, str], epochs: int,
+                say: Say) -> tuple[Any, int, dict[str, Any] | None]:
+    """A single run's ``resume(template)``, its epoch, and the manifest to keep writing (None: an
+    old save or another folder). Its slice 0 of ``batch-state/``, or an older jaxgcn's
+    ``checkpoint.json`` ``state_file`` (still read, for a release)."""
+    if not (batch_state.folder(job.resume) / batch_state.MANIFEST).is_file():
         ck = checkpoint.load(job.resume)
         arrays = checkpoint.load_state(job.resume, ck.meta)
-        checkpoint.check_resumable(ck.meta, extra, saved_facts["fingerprint"], f"--resume {job.resume}")
+        checkpoint.check_resumable(ck.meta, extra, fingerprint, f"--resume {job.resume}")
         say(f"resuming from epoch {ck.meta['epoch']} of {job.resume}")
-        out["resume"] = lambda template: checkpoint.restore_state(template, arrays, str(job.resume))
-        return out, int(ck.meta["epoch"])
-    return out, 0
+        old = int(ck.meta["epoch"])
+        return (lambda template: checkpoint.restore_state(template, arrays, str(job.resume))), old, None
+    manifest = batch_state.load(job.resume)
+    if manifest.get("single_run") is not True:
+        raise ValueError(f"--resume {job.resume}: holds a batch's state (--seeds/--splits/sweep), not a single run's; "
+                         "resume it with the command that wrote it")
+    checkpoint.check_resumable(manifest, extra, fingerprint, f"--resume {job.resume}")
+    batch_state.check_slices(job.resume, manifest, 1, 1, epochs)
+    if "0" not in manifest["slices"]:
+        raise ValueError(f"--resume {job.resume}: its {batch_state.FOLDER}/{batch_state.MANIFEST} names no run "
+                         "state (slice 0); train again")
+    epoch = int(manifest["slices"]["0"]["epoch"])
+    say(f"resuming from epoch {epoch} of {job.resume}")
+    same = job.save is not None and Path(job.save).resolve() == Path(job.resume).resolve()
+    return (lambda template: batch_state.slice_state(job.resume, manifest, 0, template)), epoch, (
+        manifest if same else None)
 
 
 def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,

@@ -233,6 +233,8 @@ def _resume_defaults(command: argparse.ArgumentParser, args: argparse.Namespace)
     """``train --resume DIR``: the options its checkpoint (or a batch's state) records, as defaults."""
     resume = Path(args.resume)
     meta = _checkpoint_json(resume, CHECKPOINT_JSON[::-1])  # a batch's (or a sweep's) state first
+    if isinstance(meta, dict) and meta.get("single_run") is True:  # one run's state: its model's record rules
+        meta = _checkpoint_json(resume, CHECKPOINT_JSON[:1]) or meta
     refuse_other_command(f"--resume {resume}", meta, args.command, f"resume it with `jaxgcn {{}} --resume {resume}`")
     options = recorded_options(meta)
     if options is None:
