@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxgcn import datasets
+from jaxgcn import datasets, plan
 from jaxgcn.batched import Entry, entries_for, fit_runs, init_params, program_of, run_inputs, unstack_params
 from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.models import Execution, GCNConfig, apply_runs, gcn
@@ -34,7 +34,6 @@ from jaxgcn.train import Kipf, Patience, TrainConfig, fit
 SEEDS = [1, 0, 2]
 MODEL = GCNConfig()  # hidden 16, dropout 0.5, no bias: the paper's
 EXEC = Execution(backend="csr")  # what auto picks here
-EXEC_KERNELS, EXEC_XLA = Execution(backend="csr", kernels=True), Execution(backend="csr", kernels=False)
 KIPF = TrainConfig(epochs=60, lr=0.1, early_stopping=Kipf(5))
 PATIENCE = TrainConfig(epochs=60, lr=0.05, early_stopping=Patience(5))
 NONE = TrainConfig(epochs=40, early_stopping=None)  # run on the sparse-feature copy of the graph
@@ -307,6 +306,12 @@ def test_the_fused_relu_and_dropout_train_as_xla_computes_them(arch, hard, spars
     the activation after relu). A training forward and its gradient equal XLA's relu and dropout
     (the execution without kernels) for each architecture: the same masks, float rounding apart."""
     config, features = ARCHS[arch]
+    ok, why = plan.kernel_available()
+    if not ok:
+        pytest.skip(f"the C++ kernel cannot run here: {why}")
+    # the kernel's ops and XLA's, as the plan decides them (a bare request handed to apply_runs runs XLA's)
+    kernels, xla = (plan.concrete(Execution(backend="csr", kernels=k)) for k in (True, False))
+    assert (kernels.ops.name, xla.ops.name) == ("native", "xla")  # the two paths, not one twice
     data = (hard if features == "dense" else sparse_hard).data
     entries = [Entry(dataclasses.replace(config, dropout=d), TrainConfig(), s) for s, d in ((3, 0.5), (4, 0.3))]
     stacked = init_params(config, entries, data.x.shape[1], hard.n_classes)
@@ -318,8 +323,8 @@ def test_the_fused_relu_and_dropout_train_as_xla_computes_them(arch, hard, spars
                             keys=layer_keys, train=True)
         return jnp.sum(jnp.sin(logits)), logits
 
-    (_, fused), g_fused = jax.jit(jax.value_and_grad(lambda p: loss(p, EXEC_KERNELS), has_aux=True))(stacked)
-    (_, plain), g_plain = jax.jit(jax.value_and_grad(lambda p: loss(p, EXEC_XLA), has_aux=True))(stacked)
+    (_, fused), g_fused = jax.jit(jax.value_and_grad(lambda p: loss(p, kernels), has_aux=True))(stacked)
+    (_, plain), g_plain = jax.jit(jax.value_and_grad(lambda p: loss(p, xla), has_aux=True))(stacked)
     np.testing.assert_allclose(np.asarray(fused), np.asarray(plain), rtol=1e-4, atol=1e-5)
     for a, b in zip(jax.tree.leaves(g_fused), jax.tree.leaves(g_plain), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
@@ -374,7 +379,7 @@ SHARDED_SCRIPT = """
 import json, sys
 import jax
 import numpy as np
-from jaxgcn import datasets
+from jaxgcn import datasets, plan
 from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.models import Execution
 from jaxgcn.train import COMPILED
