@@ -197,7 +197,6 @@ class Plan(NamedTuple):
         runs: the runs one execution of the program trains (1 for a single run).
         memory: the peak-memory estimate of that execution.
         note: why ``auto`` kept off the C++ kernel (one line), or None.
-        ops: what computes the products (:func:`ops_for`): XLA's, the kernel's or a registered backend's.
         platform: the platform JAX runs on (``jax.default_backend()``: cpu, gpu, tpu).
     """
 
@@ -205,13 +204,17 @@ class Plan(NamedTuple):
     runs: int
     memory: MemoryEstimate
     note: str | None
-    ops: Ops | None = None
     platform: str = "cpu"
 
     @property
     def backend(self) -> str:
         """The concrete propagation backend."""
         return self.execution.backend
+
+    @property
+    def ops(self) -> Ops:
+        """What computes the products (:func:`ops_for`): XLA's, the kernel's or a registered backend's."""
+        return self.execution.ops
 
 
 def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes: int, *, n_runs: int = 1,
@@ -230,8 +233,7 @@ def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes:
                    hidden=model_config.hidden, layers=model_config.layers, backend=execution.backend,
                    feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,
                    symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
-    return Plan(execution, runs, est, fallback_note(requested, execution.backend), execution.ops,
-                jax.default_backend())
+    return Plan(execution, runs, est, fallback_note(requested, execution.backend), jax.default_backend())
 
 
 def fallback_note(requested: str, backend: str) -> str | None:
