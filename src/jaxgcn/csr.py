@@ -8,7 +8,7 @@ intra-op thread pool. ``pip install`` builds it where a C++ compiler is found; o
 another CPU or jaxlib) :mod:`jaxgcn.kernel_build` compiles it on first use, once per machine, with
 the C++ compiler that builds Python extensions (``g++``/``c++``, or ``$CXX``) against the FFI
 headers that jaxlib ships, and caches it in ``~/.cache/jaxgcn/kernels``
-(``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found, :func:`kernel_status` says why and
+(``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found, :func:`jaxgcn.native_ops.kernel_status` says why and
 ``backend="auto"`` keeps to the pure-XLA backends. A build that fails (with ``-march=native``, then
 once without it) is remembered as ``libjaxgcn_spmm-<key>.failed`` beside the cache, so later
 processes report it without compiling again; a new source, compiler or jaxlib is a new key and a
@@ -184,7 +184,7 @@ def _load() -> tuple[bool, str]:
 
 
 def kernel_possible() -> bool:
-    """Whether :func:`kernel_status` may succeed, decided without starting JAX (the CLI asks before
+    """Whether :func:`jaxgcn.native_ops.kernel_status` may succeed, decided without starting JAX (the CLI asks before
     it sets the CPU device count): the kernels are not disabled (``JAXGCN_NO_KERNELS``), a compiler
     is present, and the kernel builds and loads: it is compiled now if it is not cached (~5 s, once
     per machine), and a failure an earlier process recorded is read, not retried."""
@@ -201,28 +201,23 @@ def kernel_possible() -> bool:
     return True
 
 
-def fallback_note() -> str | None:
-    """The one line the CLI prints when ``--backend auto`` keeps to ``segment`` because the fused
-    kernel cannot run here (None when it can), e.g. ``backend segment: no C++ compiler found (...)``."""
-    ok, reason = kernel_status()
-    return None if ok else f"backend segment: {reason}"
-
-
-def kernel_status() -> tuple[bool, str]:
-    """Whether the fused CSR kernel can run here, and why not (compiles it on first call, ~5 s).
-
-    >>> ok, reason = kernel_status()
-    >>> isinstance(ok, bool) and isinstance(reason, str)
-    True
-    """
+def _status() -> tuple[bool, str]:
+    """(ok, reason): the kernel's own guard before it is called (:func:`require_kernel`). Whether it
+    runs for a job is asked of :func:`jaxgcn.native_ops.kernel_status`, the one oracle, by the plan only."""
     if jax.default_backend() != "cpu":
         return False, f"the fused CSR kernel is for the CPU; this JAX runs on {jax.default_backend()}"
     return _load()
 
 
+def kernel_status() -> tuple[bool, str]:
+    """Deprecated alias of :func:`jaxgcn.native_ops.kernel_status` (the one availability oracle),
+    kept for one release; nothing in the package calls it."""
+    return _status()
+
+
 def require_kernel() -> None:
     """Raise a clear error when the ``csr`` backend is asked for but the kernel cannot run."""
-    ok, reason = kernel_status()
+    ok, reason = _status()
     if not ok:
         raise ValueError(f"backend='csr' needs the fused CPU kernel, which is unavailable: {reason}; "
                          "use backend='segment' (or 'auto')")
@@ -239,14 +234,14 @@ def kernel_isa() -> str:
     """Which branch of the kernel's masked loads and stores the loaded library was built with:
     ``"avx512"`` (``-march=native`` on an AVX-512 CPU), ``"avx2"`` (an AVX2 CPU, or
     ``JAXGCN_KERNEL_ISA=avx2`` on an AVX-512 one) or ``"portable"`` (any other CPU, or
-    ``JAXGCN_KERNEL_ISA=portable``). Needs :func:`kernel_status`."""
+    ``JAXGCN_KERNEL_ISA=portable``). Needs :func:`jaxgcn.native_ops.kernel_status`."""
     return {1: "avx512", 2: "avx2"}.get(_loaded_library().JaxgcnKernelIsa(), "portable")
 
 
 def kernel_tuning() -> machine.Tuning:
     """The settings the loaded kernel runs with (:class:`jaxgcn.machine.Tuning`: those
     :func:`jaxgcn.machine.tuning` chose for this machine, unless :func:`set_kernel_tuning` changed
-    them). Needs :func:`kernel_status`."""
+    them). Needs :func:`jaxgcn.native_ops.kernel_status`."""
     values = (ctypes.c_int64 * 3)()
     _loaded_library().JaxgcnTuning(values)
     return machine.Tuning(*map(int, values))
@@ -254,7 +249,7 @@ def kernel_tuning() -> machine.Tuning:
 
 def set_kernel_tuning(tuning: machine.Tuning) -> None:
     """Run the kernel with these settings from now on (benchmarks try others; any settings compute
-    the same sums). Needs :func:`kernel_status`."""
+    the same sums). Needs :func:`jaxgcn.native_ops.kernel_status`."""
     if min(dataclasses.astuple(tuning)) <= 0:
         raise ValueError(f"kernel settings must be positive: {tuning}")
     _loaded_library().JaxgcnSetTuning(tuning.tile_bytes, tuning.product_cutoff, tuning.pass_cutoff)
@@ -263,7 +258,7 @@ def set_kernel_tuning(tuning: machine.Tuning) -> None:
 def kernel_counters() -> dict[str, int]:
     """The kernel's debug counters, cumulative since the library was loaded or
     :func:`reset_kernel_counters` (the tests read which regime a call ran in from them; counting
-    costs a few relaxed atomic adds per call). Needs :func:`kernel_status`.
+    costs a few relaxed atomic adds per call). Needs :func:`jaxgcn.native_ops.kernel_status`.
 
     - ``calls``: sparse products (:func:`spmm`, its gradient, :func:`spmm_pair`); ``pair_calls``
       of them from :func:`spmm_pair`.
@@ -531,7 +526,7 @@ def spmm(a: CSR, b: jax.Array, values: jax.Array | None = None, *, diag: jax.Arr
         [n, W] float32.
 
     >>> m = csr_from_scipy(sp.csr_matrix(np.array([[0, 2.0], [3.0, 0]])))
-    >>> spmm(m, jnp.array([[1.0], [10.0]])).tolist() if kernel_status()[0] else [[20.0], [3.0]]
+    >>> spmm(m, jnp.array([[1.0], [10.0]])).tolist() if _status()[0] else [[20.0], [3.0]]
     [[20.0], [3.0]]
     """
     if diag is not None and (a.shape[0] != a.shape[1] or diag.shape != (a.shape[0],)):
@@ -558,6 +553,6 @@ def spmm_xla(a: CSR, b: jax.Array) -> jax.Array:
 
 def csr_matmul(a: CSR, b: jax.Array) -> jax.Array:
     """``a @ b`` with the fused kernel where it runs (CPU with a compiler), else :func:`spmm_xla`."""
-    if kernel_status()[0]:
+    if _status()[0]:
         return spmm(a, b.astype(jnp.float32)).astype(b.dtype)
     return spmm_xla(a, b)

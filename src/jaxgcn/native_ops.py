@@ -1,7 +1,7 @@
 """The C++ kernel's side of the ops seam (:class:`jaxgcn.ops.Ops`, ``native``): the first layer's
 sparse product and pair, the per-run dense products, the fused hash dropout and Adam pass, row
 plans and the sharded path's CSR product, all from :mod:`jaxgcn.csr` and :mod:`jaxgcn.fused`, and
-the one availability oracle (:func:`available`). The execution plan gives a run these ops where the
+the one availability oracle (:func:`kernel_status`). The execution plan gives a run these ops where the
 backend is ``csr`` and the kernel can run here (:func:`jaxgcn.plan.ops_for`).
 """
 
@@ -51,7 +51,14 @@ def fields(execution: Any) -> dict[str, Any]:
                 fused_adam=True, row_plans=execution.backend == "csr" and hashed, csr_product=csr_product)
 
 
-def available() -> bool:
-    """Whether the kernel can run here (:func:`jaxgcn.csr.kernel_status`, the one oracle: asked only
-    by the plan and the kernel's own modules)."""
-    return csr.kernel_status()[0]
+def kernel_status() -> tuple[bool, str]:
+    """THE availability oracle: whether the C++ kernel can run here, and why not (it builds on the
+    first call, ~5 s, once per machine; a JAX on another platform than the CPU never runs it). Only the
+    plan asks it (:func:`jaxgcn.plan.kernel_available` is its face for the CLI); the kernel's own calls
+    guard themselves (:func:`jaxgcn.csr.require_kernel`).
+
+    >>> ok, reason = kernel_status()
+    >>> isinstance(ok, bool) and isinstance(reason, str) and bool(reason)
+    True
+    """
+    return csr._status()

@@ -30,11 +30,12 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxgcn import memory, native_ops, ops as ops_
-from jaxgcn.csr import kernel_status, require_kernel  # noqa: F401 - the CLI asks the plan
+from jaxgcn import memory, ops as ops_
+from jaxgcn.csr import require_kernel
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
 from jaxgcn.models import Decided, Execution, GCNConfig
+from jaxgcn.native_ops import kernel_status  # THE availability oracle: asked here only
 from jaxgcn.ops import Ops
 from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, DENSE_MIN_DENSITY, graph_backend
 
@@ -75,7 +76,7 @@ def backend_for(requested: str, n_nodes: int, n_edges: int) -> str:
     if requested == "auto":
         if n_nodes <= DENSE_MAX_NODES and n_edges >= DENSE_MIN_DENSITY * n_nodes * n_nodes:
             return "dense"
-        return "csr" if native_ops.available() else "segment"
+        return "csr" if kernel_status()[0] else "segment"
     if requested not in BACKENDS:
         raise ValueError(f"backend {requested!r} is not one of {('auto', *BACKENDS)}")
     return requested
@@ -131,7 +132,7 @@ def given_ops(execution: Execution | Decided) -> Ops:
 
 def kernel_available() -> tuple[bool, str]:
     """Whether the C++ kernel can run here, and why not: what the CLI and the sharded path ask the plan
-    (:func:`jaxgcn.csr.kernel_status`, asked only here and in the kernel's own modules)."""
+    (:func:`jaxgcn.native_ops.kernel_status`, the one oracle, asked only here)."""
     return kernel_status()
 
 
