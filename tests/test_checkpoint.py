@@ -38,6 +38,24 @@ def test_round_trip_and_old_params_removed(tmp_path):
     assert ck.node_ids is None
 
 
+def test_a_run_state_goes_to_its_writer_after_the_model_and_never_to_the_old_layout(tmp_path):
+    # the state-<n>.npz layout of earlier versions is read (checkpoint.load_state), no longer written:
+    # a state without the writer of the one format is refused before any file is written
+    kwargs = dict(model_config=GCNConfig(hidden=2), train_config=TrainConfig(), info=INFO, epoch=3, metrics={})
+    state = {"leaf": np.arange(3, dtype=np.float32)}
+    with pytest.raises(ValueError, match=r"^checkpoint\.save: state= needs write_state= \(e\.g\. a jaxgcn\.batch_state"
+                                         r"\.saver\(.*the state-<n>\.npz layout of earlier versions is read, no "
+                                         r"longer written$"):
+        checkpoint.save(tmp_path / "ck", PARAMS, state=state, **kwargs)
+    assert not (tmp_path / "ck").exists()
+    written = []
+    checkpoint.save(tmp_path / "ck", PARAMS, state=state, **kwargs,
+                    write_state=lambda s: written.append((s, (tmp_path / "ck" / checkpoint.META).is_file())))
+    assert [(s is state, after) for s, after in written] == [(True, True)]  # to its writer once, after the JSON
+    assert checkpoint.load(tmp_path / "ck").meta["state_file"] is None
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["checkpoint.json", "params-1.npz"]
+
+
 def test_the_execution_is_recorded_beside_the_architecture(tmp_path):
     save(tmp_path / "ck", execution=Execution(backend="csr", aggregate_first=True))
     ck = checkpoint.load(tmp_path / "ck")

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxgcn import checkpoint, datasets
+from jaxgcn import batch_state, checkpoint, datasets
 from jaxgcn.models import GCNConfig
 from jaxgcn.train import Kipf, Patience, TrainConfig, fit
 
@@ -82,12 +82,14 @@ def test_a_patience_run_resumed_after_its_best_epoch_returns_the_same_best_param
     ``--resume`` reads them."""
     def run(resume=None, keep_until=PATIENCE.epochs):
         states = {}
+        saver = batch_state.saver(tmp_path / "ck", extra={}, fingerprint={}, single=True)  # slice 0, as --save writes
 
         def on_checkpoint(state):
             states[int(state.epoch)] = named_arrays(state)
             if int(state.epoch) <= keep_until:  # a run killed after epoch keep_until saved nothing later
                 checkpoint.save(tmp_path / "ck", state.params, model_config=GCNConfig(), train_config=PATIENCE,
-                                info=prepared.info, epoch=int(state.epoch), metrics={}, state=state)
+                                info=prepared.info, epoch=int(state.epoch), metrics={}, state=state,
+                                write_state=lambda s: saver(0, s))
 
         res = fit(prepared.data, prepared.n_classes, model_config=GCNConfig(), config=PATIENCE,
                   key=jax.random.key(3), log=None, checkpoint_every=EVERY, on_checkpoint=on_checkpoint,
@@ -102,12 +104,14 @@ def test_a_patience_run_resumed_after_its_best_epoch_returns_the_same_best_param
     assert np.all(val_acc[PATIENCE_CUT:] < val_acc[best - 1])  # nothing after the cut ties the best
     saved = checkpoint.load(tmp_path / "ck")
     assert saved.meta["epoch"] == PATIENCE_CUT
-    arrays = checkpoint.load_state(tmp_path / "ck", saved.meta)
+    manifest = batch_state.load(tmp_path / "ck")
+    assert manifest["slices"]["0"]["epoch"] == PATIENCE_CUT
     cut_state = states[PATIENCE_CUT]
     assert int(cut_state[".best_epoch"]) == best  # the state it resumes from holds the best epoch
     assert not np.array_equal(cut_state[".best_params['layer_0']['w']"], cut_state[".params['layer_0']['w']"])
 
-    resumed, later = run(resume=lambda template: checkpoint.restore_state(template, arrays, "test"), keep_until=0)
+    resumed, later = run(resume=lambda template: batch_state.slice_state(tmp_path / "ck", manifest, 0, template),
+                         keep_until=0)
     assert sorted(later) == [e for e in sorted(states) if e > PATIENCE_CUT] and later
     for epoch in later:  # params, Adam moments and count, key, best params/acc/loss/epoch, history
         assert sorted(later[epoch]) == sorted(states[epoch])

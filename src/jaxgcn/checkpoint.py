@@ -214,10 +214,14 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     (:func:`data_fingerprint`) and ``identity_features`` (the features were one-hot node ids, so
     column ``j`` belongs to ``node_ids[j]``) describe the training data. ``write_state(state)``
     writes the state in the one resumable-state format (:mod:`jaxgcn.batch_state`'s slice 0), after
-    ``checkpoint.json``; without it the state is ``state-<n>.npz``, the layout of earlier versions
-    (still read by :func:`load_state`, for a release).
+    ``checkpoint.json``; a ``state`` without it is refused before anything is written. The
+    ``state-<n>.npz`` layout of earlier versions is only read (:func:`load_state`, for a release).
     """
     from jaxgcn.models import record  # the models import JAX: only where a checkpoint is written
+    if state is not None and write_state is None:
+        raise ValueError("checkpoint.save: state= needs write_state= (e.g. a jaxgcn.batch_state.saver(directory, "
+                         "..., single=True) writing slice 0), the one resumable-state format; the state-<n>.npz "
+                         "layout of earlier versions is read, no longer written")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(directory)  # names change between saves: clear a killed save's temporaries
@@ -227,15 +231,13 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     number = 1 + max((int(m[1]) for p in previous if (m := re.fullmatch(r"params-(\d+)\.npz", p.name))), default=0)
     params_path = directory / f"params-{number}.npz"
     write_atomic(params_path, blob, follow=False)  # a link planted at a name inside is replaced, never followed
-    names: dict[str, str | None] = {"state_file": None, "node_ids_file": None, "split_file": None}
+    names: dict[str, str | None] = {"node_ids_file": None, "split_file": None}
     sides: dict[str, dict[str, Any]] = {}  # each side file's size and SHA-256, as the params'
 
     def side(key: str, name: str, data: bytes) -> None:
         names[key] = name
         write_atomic(directory / name, data, follow=False)
         sides[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    if state is not None and write_state is None:
-        side("state_file", f"state-{number}.npz", npz_bytes(state_arrays(state)))
     if node_ids is not None:
         side("node_ids_file", f"node_ids-{number}.npy", _npy_bytes(np.asarray(node_ids).astype(str)))
     if split is not None:
@@ -251,7 +253,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         "feature_stats": info.get("feature_stats"),
         "norm": info.get("norm"), "dataset": info.get("dataset"), "epoch": int(epoch),
         "metrics": {k: float(v) for k, v in metrics.items()},
-        "state_file": names["state_file"], "extra": extra or {},
+        "state_file": None, "extra": extra or {},  # a state is in batch-state/; the key stays for readers
         "split_file": names["split_file"], "split": info.get("split"),
         "data_sha256": fingerprint, "identity_features": bool(identity_features), "files": sides,
     }
