@@ -51,6 +51,18 @@ def test_aggregate_first_is_decided_for_the_input(graphs):
         plan.resolve(Execution(), data, GCNConfig(), 3, aggregate="sometimes")
 
 
+def test_csr_asked_for_where_the_kernel_cannot_run_is_refused_by_the_plan_with_the_oracles_reason(monkeypatch):
+    monkeypatch.setattr(plan, "kernel_status", lambda: (False, "no C++ compiler found (g++)"))
+    want = (r"^backend='csr' needs the fused CPU kernel, which is unavailable: no C\+\+ compiler found \(g\+\+\); "
+            r"use backend='segment' \(or 'auto'\)$")
+    with pytest.raises(ValueError, match=want):
+        plan.backend_for("csr", 2708, 10556)
+    with pytest.raises(ValueError, match=want):  # a sharded run's row blocks
+        plan.require_sharded(Execution(backend="csr"))
+    assert plan.backend_for("auto", 2708, 10556) == "segment"
+    plan.require_sharded(Execution())  # auto: XLA's block product where the kernel cannot run
+
+
 def test_the_fallback_note_says_why_auto_kept_off_the_kernel(graphs, monkeypatch):
     monkeypatch.setattr(plan, "kernel_status", lambda: (False, "no C++ compiler found (g++)"))
     chosen = plan.resolve(Execution(), graphs["segment"].data, GCNConfig(), 3)

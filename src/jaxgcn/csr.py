@@ -215,12 +215,16 @@ def kernel_status() -> tuple[bool, str]:
     return _status()
 
 
+# The refusal of backend csr where the kernel cannot run (its reason filled in): the plan's, and the kernel's own.
+UNAVAILABLE = "backend='csr' needs the fused CPU kernel, which is unavailable: {}; use backend='segment' (or 'auto')"
+
+
 def require_kernel() -> None:
-    """Raise a clear error when the ``csr`` backend is asked for but the kernel cannot run."""
+    """Raise a clear error when the kernel is called but cannot run (the kernel's own guard: a job
+    is refused earlier, by the plan, :func:`jaxgcn.plan.backend_for`)."""
     ok, reason = _status()
     if not ok:
-        raise ValueError(f"backend='csr' needs the fused CPU kernel, which is unavailable: {reason}; "
-                         "use backend='segment' (or 'auto')")
+        raise ValueError(UNAVAILABLE.format(reason))
 
 
 def _loaded_library() -> ctypes.CDLL:

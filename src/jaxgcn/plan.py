@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from jaxgcn import memory, ops as ops_
-from jaxgcn.csr import require_kernel
+from jaxgcn.csr import UNAVAILABLE
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
 from jaxgcn.models import Decided, Execution, GCNConfig
@@ -68,7 +68,7 @@ def backend_for(requested: str, n_nodes: int, n_edges: int) -> str:
 
     ``auto`` is ``dense`` for graphs of at most 1,024 nodes where at least 10% of the node pairs
     are edges; otherwise ``csr`` where the fused kernel runs (CPU with a C++ compiler; it builds on
-    first use), else ``segment``.
+    first use), else ``segment``. ``csr`` asked for where the kernel cannot run is refused, with why.
 
     >>> backend_for("auto", 100, 2000), backend_for("auto", 100, 400) in ("csr", "segment")
     ('dense', True)
@@ -79,7 +79,16 @@ def backend_for(requested: str, n_nodes: int, n_edges: int) -> str:
         return "csr" if kernel_status()[0] else "segment"
     if requested not in BACKENDS:
         raise ValueError(f"backend {requested!r} is not one of {('auto', *BACKENDS)}")
+    if requested == "csr":
+        _require_kernel()
     return requested
+
+
+def _require_kernel() -> None:
+    """Refuse backend ``csr`` where the C++ kernel cannot run, with the oracle's reason and the fix."""
+    ok, reason = kernel_status()
+    if not ok:
+        raise ValueError(UNAVAILABLE.format(reason))
 
 
 def planned(execution: Execution | Decided, graph: Any = None) -> Decided:
@@ -289,7 +298,7 @@ def require_sharded(execution: Execution) -> None:
                          f"XLA on a GPU); drop --backend {backend}"
                          + (" and --chunk-edges" if execution.chunk_edges else ""))
     if backend == "csr":
-        require_kernel()
+        _require_kernel()
 
 
 def exchange_for(choice: str, stats: dict[str, Any]) -> str:

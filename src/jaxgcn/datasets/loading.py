@@ -23,7 +23,6 @@ from jaxgcn.datasets.ogb import load_arrays, load_ogb
 from jaxgcn.datasets.planetoid import load_raw
 from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.datasets.synthetic import synthetic
-from jaxgcn.csr import require_kernel
 from jaxgcn.graph import from_edges, gcn_norm, with_csr, with_dense
 from jaxgcn.graph import reorder as reorder_graph
 from jaxgcn.layers import sparse_features
@@ -273,8 +272,7 @@ def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
                              f"{dense_bytes / GiB:,.1f} GiB, more than half the {available_bytes() / GiB:.1f} GiB "
                              "available; use backend='auto' (sparse) instead")
         graph = with_dense(graph)
-    if backend == "csr":
-        require_kernel()
+    if backend == "csr":  # the plan refused it where the kernel cannot run (jaxgcn.plan.backend_for)
         # sym-normalized undirected graphs are symmetric by construction: no transposed copy, no check;
         # the edge list is dropped so the device holds the adjacency once.
         graph = with_csr(graph, symmetric=True if symmetrize and norm in ("sym", "none") else None,
