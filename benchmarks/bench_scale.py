@@ -67,6 +67,7 @@ def jax_worker(args: argparse.Namespace) -> dict:
     from jaxgcn.datasets import RawGraph, prepare
     from jaxgcn.memory import estimate
     from jaxgcn.models import Execution, GCNConfig
+    from jaxgcn.plan import ops_for
     from jaxgcn.train import TrainConfig, compile_runner
 
     with np.load(args.graph) as z:
@@ -87,7 +88,8 @@ def jax_worker(args: argparse.Namespace) -> dict:
     est = estimate(prepared.info["n_nodes"], graph.n_edges, n_features, n_classes, hidden=128,
                    backend=prepared.backend, chunk_edges=args.chunk_edges,
                    symmetric=graph.csr is None or graph.csr.symmetric)
-    data = with_focus(prepared.data, model_config.layers)  # as fit trains it (the loss's nodes, their rows)
+    # as fit trains it (the loss's nodes, their rows: what the planned ops precompute)
+    data = with_focus(prepared.data, model_config.layers, ops_for(execution, graph).prepare)
     compiled = compile_runner(model_config, config, data, n_classes, execution)
     state = compiled.init(jax.random.key(0), data)
     state = compiled.run_until(state, data, jnp.int32(1))  # warm-up epoch, not timed

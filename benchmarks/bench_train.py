@@ -34,12 +34,15 @@ def steady_state(dataset: str, repeats: int) -> dict[str, float]:
     from jaxgcn.data import with_focus
     from jaxgcn.datasets import load_dataset, prepare
     from jaxgcn.models import Execution, GCNConfig
+    from jaxgcn.plan import ops_for
     from jaxgcn.train import TrainConfig, compile_runner
 
     prepared = prepare(load_dataset(dataset))
     config, model_config = TrainConfig(early_stopping=None), GCNConfig()
-    data = with_focus(prepared.data, model_config.layers)  # as fit trains it: each layer at the rows read
-    compiled = compile_runner(model_config, config, data, prepared.n_classes, Execution(backend=prepared.backend))
+    execution = Execution(backend=prepared.backend)
+    # as fit trains it: each layer at the rows read (what the planned ops precompute)
+    data = with_focus(prepared.data, model_config.layers, ops_for(execution, prepared.data.graph).prepare)
+    compiled = compile_runner(model_config, config, data, prepared.n_classes, execution)
     per_epoch = []
     for rep in range(repeats + 1):
         state = compiled.init(jax.random.key(rep), data)

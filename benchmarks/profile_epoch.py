@@ -380,9 +380,9 @@ def profile(prepared: Any, r: int, seconds: float, repeat: int, limits: dict[str
     # the paper's 200 epochs (the history buffers' length); each execution stops earlier
     model_config, config = GCNConfig(hidden=hidden), TrainConfig(early_stopping=None)
     # as fit_runs trains it: the loss and metrics on the masked nodes, the gradient on the rows it reaches
-    data = with_focus(prepared.data, model_config.layers)
+    execution = concrete(Execution(backend=prepared.backend), prepared.data.graph)
+    data = with_focus(prepared.data, model_config.layers, execution.ops.prepare)
     n_features = int(data.x.shape[1])
-    execution = concrete(Execution(backend=prepared.backend), data.graph)
     entries = entries_for(list(range(r)), model_config=model_config, config=config)
     params = init_params(model_config, entries, n_features, prepared.n_classes)
     runs, seeds = run_inputs(entries), jnp.asarray([e.seed for e in entries], jnp.int32)
@@ -391,8 +391,9 @@ def profile(prepared: Any, r: int, seconds: float, repeat: int, limits: dict[str
     init, run_until = compile(key, runner, (params, seeds, runs), data)[:2]
     hlo = Hlo(run_until.as_text())
     hlo.x_nnz = {int(data.x.cols.shape[0])}  # the features' products: every entry, or the gradient's reached ones
-    if data.x_reached is not None:
-        hlo.x_nnz.add(int(data.x_reached.t_rows.shape[0]))
+    reached = getattr(data.aux, "x_reached", None)  # the kernel's cut features (jaxgcn.native_ops.prepare)
+    if reached is not None:
+        hlo.x_nnz.add(int(reached.t_rows.shape[0]))
 
     def execute(epochs: int) -> float:
         state = init(params, seeds, runs)

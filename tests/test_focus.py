@@ -10,13 +10,14 @@ import pytest
 import scipy.sparse as sp
 
 import jaxgcn.csr as csr_mod
-import jaxgcn.data as data_mod
+import jaxgcn.native_ops as native_mod
 from jaxgcn import datasets, plan
 from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.csr import spmm, spmm_rows
 from jaxgcn.data import with_focus
-from jaxgcn.graph import focus_rows, from_edges, gcn_norm, row_plan, with_csr
+from jaxgcn.graph import focus_rows, from_edges, gcn_norm, with_csr
 from jaxgcn.models import Execution, GCNConfig, _drop_hidden, make_run_inputs
+from jaxgcn.native_ops import prepare, row_plan
 from jaxgcn.train import TrainConfig, fit
 from jaxgcn.training.config import Kipf
 
@@ -156,12 +157,12 @@ def test_focus_rows_need_the_csr_and_rows_need_their_transposed_pattern():
 
 def test_the_row_plans_are_built_for_a_small_focus_only():
     p = datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=8, seed=0))
-    small = with_focus(p.data, 2)
-    plan = small.eval_rows
+    small = with_focus(p.data, 2, prepare)
+    plan = small.aux.eval_rows
     assert np.array_equal(plan.nodes, small.focus) and plan.mats[1].shape[0] == small.focus.shape[0]
-    assert with_focus(p.data).eval_rows is None  # no layers given: no plan
+    assert with_focus(p.data, prepare=prepare).aux.eval_rows is None  # no layers given: no plan
     everyone = jnp.ones_like(p.data.train_mask)
-    assert with_focus(p.data._replace(train_mask=everyone), 2).eval_rows is None  # every node: no copy
+    assert with_focus(p.data._replace(train_mask=everyone), 2, prepare).aux.eval_rows is None  # every node: no copy
 
 
 def test_the_row_plans_serve_the_kernels_hash_dropout_only():
@@ -169,9 +170,9 @@ def test_the_row_plans_serve_the_kernels_hash_dropout_only():
     from jaxgcn.training.config import TrainConfig as Config
     from jaxgcn.training.step import LOCAL, Step
 
-    data = with_focus(datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=8, seed=0)).data, 2)
+    data = with_focus(datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=8, seed=0)).data, 2, prepare)
     step = Step(GCNConfig(), Config(), Execution(backend="csr", kernels=True), None, LOCAL)
-    assert step.rows(data, train=True) is data.train_rows and step.rows(data, train=False) is data.eval_rows
+    assert step.rows(data, train=True) is data.aux.train_rows and step.rows(data, train=False) is data.aux.eval_rows
     for execution in (Execution(backend="csr", kernels=True, dropout_rng="jax"), Execution(backend="csr"),
                       Execution(backend="segment", kernels=True)):
         assert step._replace(execution=execution).rows(data, train=True) is None, execution
@@ -197,7 +198,7 @@ def test_the_reached_features_cut_only_rows_the_gradient_never_reaches(prepared)
         reached = np.asarray(data.train_mask) != 0
         for _ in range(hops):  # Â's pattern transposed, its self-loops included
             reached = reached | (pattern.T @ reached.astype(float) > 0)
-        cut = with_focus(data, hops).x_reached
+        cut = with_focus(data, hops, prepare).aux.x_reached
         x = data.x
         assert np.array_equal(cut.indptr, x.indptr) and np.array_equal(cut.cols, x.cols)
         t_rows, t_perm, t_indptr = (np.asarray(v) for v in (x.t_rows, x.t_perm, x.t_indptr))
@@ -207,7 +208,7 @@ def test_the_reached_features_cut_only_rows_the_gradient_never_reaches(prepared)
         assert np.array_equal(np.asarray(cut.t_perm), t_perm[keep])
         per_column = np.add.reduceat(np.append(keep, False).astype(int), t_indptr[:-1]) * (np.diff(t_indptr) > 0)
         assert np.array_equal(np.diff(np.asarray(cut.t_indptr)), per_column)
-    assert with_focus(data).x_reached is None  # no hops given: no cut
+    assert with_focus(data, prepare=prepare).aux.x_reached is None  # no hops given: no cut
 
 
 @pytest.mark.parametrize(("layers", "runs", "hidden", "variant"),
@@ -241,11 +242,12 @@ def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layer
         dense = sp.csr_matrix((np.asarray(x.data), np.asarray(x.cols), np.asarray(x.indptr)), shape=x.shape).toarray()
         data, execution = data._replace(x=jnp.asarray(dense)), Execution(backend="csr", aggregate_first=True)
     else:
-        assert with_focus(data, layers).x_reached is not None
-    focused = with_focus(data, layers)
-    assert all(m is not None for m in focused.train_rows.mats) and focused.train_rows.nodes.size < focused.focus.size
+        assert with_focus(data, layers, prepare).aux.x_reached is not None
+    focused = with_focus(data, layers, prepare)
+    aux = focused.aux
+    assert all(m is not None for m in aux.train_rows.mats) and aux.train_rows.nodes.size < focused.focus.size
     # every layer's product into its rows, but an aggregated first layer's (a gather of its rows)
-    products = sum(m is not None for p in (focused.train_rows, focused.eval_rows)
+    products = sum(m is not None for p in (aux.train_rows, aux.eval_rows)
                    for m in p.mats[(variant == "aggregate-first"):])
     calls = []
     real = csr_mod.spmm_rows
@@ -262,9 +264,9 @@ def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layer
 
     both = train()
     assert len(calls) >= products  # traced: the layers of a step and of an evaluation took their rows
-    monkeypatch.setattr(data_mod, "_reached_features", lambda *a: None)  # every row's gradient
+    monkeypatch.setattr(native_mod, "_reached_features", lambda *a: None)  # every row's gradient
     every_reached = train()
-    monkeypatch.setattr(data_mod, "row_plan", lambda *a: None)  # and every row's logits, then the gather
+    monkeypatch.setattr(native_mod, "row_plan", lambda *a: None)  # and every row's logits, then the gather
     calls.clear()
     neither = train()
     assert not calls
@@ -285,7 +287,7 @@ def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layer
 def test_the_cut_features_refuse_a_second_order_gradient(prepared):
     # the cut transposed pattern is exact for a gradient zero off the reached rows; differentiating
     # that product again would need the rows it dropped
-    cut = with_focus(prepared.data, 2).x_reached
+    cut = with_focus(prepared.data, 2, prepare).aux.x_reached
     vals, w = jnp.ones((cut.nse, 2)), jnp.ones((cut.shape[1], 32))
 
     def loss(w):

@@ -83,12 +83,13 @@ def test_the_model_runs_the_ops_it_is_given(small):
 def test_the_step_reads_its_kernel_shortcuts_from_the_ops_it_is_given():
     # a step planned for the kernel but handed XLA's ops takes no row plans and no fused Adam pass
     from jaxgcn.data import with_focus
+    from jaxgcn.native_ops import prepare
     from jaxgcn.training.step import LOCAL, Step
 
-    data = with_focus(datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=8, seed=0)).data, 2)
+    data = with_focus(datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=8, seed=0)).data, 2, prepare)
     kernel = Execution(backend="csr", kernels=True)
     step = Step(GCNConfig(), TrainConfig(), kernel, None, LOCAL)
-    assert step.products.name == "native" and step.rows(data, train=True) is data.train_rows
+    assert step.products.name == "native" and step.rows(data, train=True) is data.aux.train_rows
     xla = step._replace(ops=ops.xla_ops(kernel))
     assert xla.products.name == "xla" and not xla.products.fused_adam and xla.rows(data, train=True) is None
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgcn import ops as ops_
-from jaxgcn.graph import Graph, RowPlan
+from jaxgcn.graph import Graph
 from jaxgcn import hyper
 from jaxgcn.layers import Features, Params, hash_bits, is_sparse
 from jaxgcn.ops import Ops, Propagate, spmm_rows
@@ -383,7 +383,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
                execution: Execution = Execution(), keys: jax.Array | None = None, train: bool = False,
                aggregated: jax.Array | None = None, embed: bool = False,
                propagate: Propagate | None = None, first: FirstLayer | None = None,
-               rows: RowPlan | None = None, ops: Ops | None = None) -> jax.Array:
+               rows: Any = None, ops: Ops | None = None) -> jax.Array:
     """The GCN forward pass (Kipf & Welling 2017, arXiv:1609.02907, eq. 9) for R stacked runs.
 
     Hidden layer ``l`` computes ``relu(ln(Â · drop(h) · W + b)) [+ drop(h) · W_res or + h]`` and
@@ -404,7 +404,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         propagate: the aggregation; default the ops' (the execution's backend).
         first: the first layer's product computed ahead (:func:`first_layer_pair`) with the dropout
             ``keys[0]`` draws (training) or none (evaluation); gradients flow as if computed here.
-        rows: the rows each layer computes (:func:`jaxgcn.graph.row_plan`, the csr kernel's), when
+        rows: the rows each layer computes (a :class:`jaxgcn.native_ops.RowPlan`, the csr kernel's), when
             only the logits of ``rows.nodes`` are read: each layer propagates into the rows the
             layers above need, and its dropout draws each row's mask by its node id.
         ops: what computes the products (:class:`jaxgcn.ops.Ops`); default those of the planned

@@ -46,8 +46,11 @@ class Ops(NamedTuple):
         drop_hidden: the hidden layers' (relu and) hash dropout in one pass
             (:func:`jaxgcn.fused.hash_dropout`'s signature), or None: XLA draws the masks.
         fused_adam: Adam/AdamW may run as one kernel pass per params leaf (:func:`jaxgcn.training.optim.fused_adam`).
-        row_plans: a step may compute only the rows its loss reads (:func:`jaxgcn.graph.row_plan`).
+        row_plans: a step may compute only the rows its loss reads (:func:`jaxgcn.native_ops.row_plan`).
         csr_product: ``(a: CSR, b [m, W]) -> a @ b``: a sharded run's row-block product.
+        prepare: ``(data, hops) -> aux``: what these ops precompute of a run's data on the host, once
+            (:func:`jaxgcn.data.with_focus` stores it as :attr:`jaxgcn.data.TrainData.aux`, the step
+            reads it; the kernel's: :func:`jaxgcn.native_ops.prepare`), or None: nothing.
     """
 
     name: str
@@ -60,6 +63,7 @@ class Ops(NamedTuple):
     fused_adam: bool = False
     row_plans: bool = False
     csr_product: Callable[[Any, jax.Array], jax.Array] = spmm_xla
+    prepare: Callable[[Any, int], Any] | None = None
 
 
 def xla_matmul_runs(x: Any, values: jax.Array | None, w: jax.Array) -> jax.Array:

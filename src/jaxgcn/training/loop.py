@@ -356,7 +356,7 @@ def fit(
     """
     key = jax.random.key(0) if key is None else key
     execution = concrete(execution, data.graph)  # the request decided once: backend, ops (jaxgcn.plan)
-    data = with_focus(data, model_config.layers)
+    data = with_focus(data, model_config.layers, execution.ops.prepare)  # and what the ops precompute
     program, runs = single_program(model_config, config, data, n_classes, execution, progress)
     state = program.init(key, data, runs)
     if resume is not None:

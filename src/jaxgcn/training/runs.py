@@ -211,7 +211,7 @@ def fit_runs(
     model_config, config = program_of(entries)
     execution = concrete(execution, data.graph)  # the request decided once: backend, ops (jaxgcn.plan)
     size = slice_size(len(entries), model_config.hidden, execution, n_devices, data.graph, runs_per_device)
-    data = with_focus(data, model_config.layers)
+    data = with_focus(data, model_config.layers, execution.ops.prepare)  # and what the ops precompute
     options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,
                        on_checkpoint, resume)
     parts = [_slice(data, n_classes, entries, first, size, options) for first in range(0, len(entries), size)]

@@ -125,13 +125,14 @@ class Step(NamedTuple):
         return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
 
     def rows(self, data: TrainData, *, train: bool) -> Any:
-        """The rows each layer computes (:func:`jaxgcn.graph.row_plan`) for the logits a training
-        step's loss (``train``) or the loop's evaluation reads, where the forward pass is the ops'
-        default propagation with 2 or more layers and the ops take row plans (the csr kernel's, with
-        the hash's dropout masks, drawn by node id; ``jax.random`` draws a layer's masks by row);
-        else None (every row)."""
+        """The rows each layer computes (:func:`jaxgcn.native_ops.row_plan`, in ``data.aux``) for the
+        logits a training step's loss (``train``) or the loop's evaluation reads, where the forward
+        pass is the ops' default propagation with 2 or more layers and the ops take row plans (the
+        csr kernel's, with the hash's dropout masks, drawn by node id; ``jax.random`` draws a
+        layer's masks by row); else None (every row)."""
         usable = self.propagate is None and self.model_config.layers > 1 and self.products.row_plans
-        return (data.train_rows if train else data.eval_rows) if usable else None
+        aux = data.aux if usable else None
+        return None if aux is None else aux.train_rows if train else aux.eval_rows
 
     def focused(self, data: TrainData, logits: jax.Array, *ms: jax.Array, rows: Any = None) -> tuple[jax.Array, ...]:
         """The logits, labels and masks of the nodes the loop's loss and metrics read: ``rows.nodes``,
@@ -192,9 +193,10 @@ class Step(NamedTuple):
         step adds the L2 term's gradient and computes its value)."""
         the = runs_of(st)
         train_m = self.masks(data, runs)[0]
-        if first is not None and data.x_reached is not None and self.propagate is None:
-            # the first layer's weight gradient over the rows the loss reaches (with_focus)
-            data = data._replace(x=data.x_reached)
+        reached = getattr(data.aux, "x_reached", None)  # the kernel's (jaxgcn.native_ops.prepare)
+        if first is not None and reached is not None and self.propagate is None:
+            # the first layer's weight gradient over the rows the loss reaches
+            data = data._replace(x=reached)
 
         rows = self.rows(data, train=True)
 
