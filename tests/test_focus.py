@@ -216,7 +216,7 @@ def test_the_reached_features_cut_only_rows_the_gradient_never_reaches(prepared)
                           (2, 1, 16, "aggregate-first")])
 def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layers, runs, hidden, variant,
                                                                  monkeypatch):
-    """Each layer at the rows the logits read need only (jaxgcn.graph.row_plan: the training
+    """Each layer at the rows the logits read need only (jaxgcn.native_ops.row_plan: the training
     nodes' in a training step, the focus nodes' in an evaluation), and the first layer's gradient
     over the reached rows only, give the same runs, bit for bit, as every layer at every row
     followed by the focus gather and the gradient over every row (each one built or not). One run
