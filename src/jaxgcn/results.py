@@ -4,11 +4,13 @@ of one run's params."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.layers import Params
+from jaxgcn.layers import Params, run_axis
 
 
 class FitResult(NamedTuple):
@@ -82,3 +84,32 @@ class Evaluation(NamedTuple):
     val_acc: Any
     test_loss: Any
     test_acc: Any
+
+
+def concat_results(entries: list[Any], parts: list[BatchResult]) -> BatchResult:
+    """One :class:`BatchResult` of ``entries`` from those of its slices ``parts``, in order."""
+    def cat(get: Callable[[BatchResult], Any]) -> Any:
+        return np.concatenate([get(p) for p in parts])
+    return BatchResult(
+        entries=entries,
+        metrics={k: cat(lambda p, k=k: p.metrics[k]) for k in parts[0].metrics},
+        epochs_run=cat(lambda p: p.epochs_run),
+        stopped_early=cat(lambda p: p.stopped_early),
+        history={k: cat(lambda p, k=k: p.history[k]) for k in parts[0].history},
+        params=jax.tree.map(lambda *leaves: jnp.concatenate(leaves, axis=run_axis(leaves[0])),
+                            *(p.params for p in parts)),
+        compile_seconds=sum(p.compile_seconds for p in parts),
+        train_seconds=sum(p.train_seconds for p in parts),
+        restored_epoch=None if parts[0].restored_epoch is None else cat(lambda p: p.restored_epoch),
+    )
+
+
+def take_runs(params: Params, runs: Any) -> Params:
+    """The params of the runs ``runs`` (indices: stacked) or of one run ``runs`` (an int: in the
+    single-run layout), from a batch's stacked params."""
+    return jax.tree.map(lambda leaf: jnp.take(leaf, runs, axis=run_axis(leaf)), params)
+
+
+def unstack_params(params: Params, run: int) -> Params:
+    """The params of one run, in the single-run layout."""
+    return take_runs(params, run)

@@ -18,8 +18,7 @@ from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs
 from jaxgcn.plan import Plan, concrete, require_decided
 from jaxgcn.progress import Chunk, Hook, log_hook, progress_hook, runs_line
-from jaxgcn.results import BatchResult, FitResult, fit_result  # noqa: F401 - re-exported
-from jaxgcn.training.axes import run_axis
+from jaxgcn.results import BatchResult, FitResult, fit_result, take_runs  # noqa: F401 - re-exported
 from jaxgcn.training.config import DIVERGED, Patience, RUNNING, STOPPED_EARLY, TrainConfig, TrainingDiverged
 from jaxgcn.training.state import RunState
 from jaxgcn.training.step import make_batch_runner
@@ -169,7 +168,7 @@ class Layout(NamedTuple):
         """The kept runs' params (one run's as host NumPy, a batch's stacked) and metrics [n]."""
         if self.n is None:
             return jax.tree.map(np.asarray, params), {k: np.asarray(v)[None] for k, v in evaluation._asdict().items()}
-        params = jax.tree.map(lambda leaf: jnp.take(leaf, jnp.arange(self.n), axis=run_axis(leaf)), params)
+        params = take_runs(params, jnp.arange(self.n))
         return params, {k: np.asarray(v)[:self.n] for k, v in evaluation.items()}
 
 

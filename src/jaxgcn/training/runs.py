@@ -27,16 +27,16 @@ import numpy as np
 
 from jaxgcn import hyper
 from jaxgcn.compiler import jit
-from jaxgcn.diagnostics import divergence_message
+from jaxgcn.diagnostics import runs_divergence_message
 from jaxgcn.data import with_focus
-from jaxgcn.layers import Params
+from jaxgcn.layers import Params, run_axes
 from jaxgcn.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
 from jaxgcn.plan import (Plan, batch_mesh, concrete, on_runs, program_of, replicated, require_decided, run_shardings,
                          slice_size)
 from jaxgcn.data import TrainData
-from jaxgcn.training.axes import run_axis
+from jaxgcn.results import BatchResult, concat_results, unstack_params  # noqa: F401 - unstack_params: its old address
 from jaxgcn.training.config import TrainConfig
-from jaxgcn.training.loop import BatchResult, Compiled, Layout, compile, run, signature  # noqa: F401
+from jaxgcn.training.loop import Compiled, Layout, compile, run, signature  # noqa: F401
 from jaxgcn.training.state import BatchState, run_keys, state_axes
 from jaxgcn.training.step import make_batch_runner
 
@@ -152,7 +152,7 @@ def fit_runs(
     options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,
                        on_checkpoint, resume)
     parts = [_slice(data, n_classes, entries, first, size, options) for first in range(0, len(entries), size)]
-    return parts[0] if len(parts) == 1 else _concat_results(entries, parts)
+    return parts[0] if len(parts) == 1 else concat_results(entries, parts)
 
 
 def fit_batch(data: TrainData, n_classes: int, entries: Sequence[Entry], **options: Any) -> BatchResult:
@@ -176,23 +176,6 @@ class _Options(NamedTuple):
     resume: Callable[[int, BatchState], BatchState | None] | None
 
 
-def _concat_results(entries: list[Entry], parts: list[BatchResult]) -> BatchResult:
-    def cat(get: Callable[[BatchResult], Any]) -> Any:
-        return np.concatenate([get(p) for p in parts])
-    return BatchResult(
-        entries=entries,
-        metrics={k: cat(lambda p, k=k: p.metrics[k]) for k in parts[0].metrics},
-        epochs_run=cat(lambda p: p.epochs_run),
-        stopped_early=cat(lambda p: p.stopped_early),
-        history={k: cat(lambda p, k=k: p.history[k]) for k in parts[0].history},
-        params=jax.tree.map(lambda *leaves: jnp.concatenate(leaves, axis=run_axis(leaves[0])),
-                            *(p.params for p in parts)),
-        compile_seconds=sum(p.compile_seconds for p in parts),
-        train_seconds=sum(p.train_seconds for p in parts),
-        restored_epoch=None if parts[0].restored_epoch is None else cat(lambda p: p.restored_epoch),
-    )
-
-
 def _slice(data: TrainData, n_classes: int, entries: list[Entry], first: int, size: int,
            options: _Options) -> BatchResult:
     """The slice of :func:`fit_runs` whose first run is ``first``, in ONE execution of its program
@@ -213,7 +196,7 @@ def _slice(data: TrainData, n_classes: int, entries: list[Entry], first: int, si
     save = None if options.on_checkpoint is None else functools.partial(options.on_checkpoint, first)
     done = run(program, state, data, runs, Layout(len(part)), options.config, log=options.log,
                log_every=options.log_every, progress=options.progress, checkpoint_every=options.checkpoint_every,
-               checkpoint=save, diverged=lambda bad, epoch: _diverged(padded, data, bad, epoch))
+               checkpoint=save, diverged=lambda bad, epoch: runs_divergence_message(padded, data, bad, epoch))
     return done._replace(entries=part)
 
 
@@ -226,7 +209,7 @@ def _start(options: _Options, entries: list[Entry], data: TrainData,
     mesh = batch_mesh(len(entries), execution, options.n_devices, data.graph)
     padded = _padded(entries, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
-    params = on_runs(params, mesh, jax.tree.map(run_axis, params))
+    params = on_runs(params, mesh, run_axes(params))
     runs = on_runs(run_inputs(padded), mesh)
     seeds = on_runs(jnp.asarray(_seeds(padded), jnp.int32), mesh)
     data = replicated(data, mesh)
@@ -236,16 +219,3 @@ def _start(options: _Options, entries: list[Entry], data: TrainData,
            tuple(leaf.shape for leaf in jax.tree.leaves(params)), mesh)
     program = compile(key, runner, (params, seeds, runs), data, shardings=shardings, progress=options.progress)
     return program, program.init(params, seeds, runs), data, runs
-
-
-def _diverged(entries: list[Entry], data: TrainData, bad: np.ndarray, epoch: int) -> str:
-    """The :class:`TrainingDiverged` message naming the runs whose loss became NaN/inf (the first
-    one's seed and learning rate, and the likely causes)."""
-    worst = entries[int(bad[0])]
-    return f"run(s) {bad.tolist()} (seed {worst.seed}, lr {worst.train.lr:g}): " + divergence_message(
-        data, worst.train, epoch)
-
-
-def unstack_params(params: Params, run: int) -> Params:
-    """The params of one run, in the single-run layout."""
-    return jax.tree.map(lambda leaf: jnp.take(leaf, run, axis=run_axis(leaf)), params)

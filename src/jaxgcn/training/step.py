@@ -18,13 +18,12 @@ import optax
 
 from jaxgcn import hyper
 from jaxgcn.data import TrainData
-from jaxgcn.layers import Params
+from jaxgcn.layers import Params, insert_axes, run_axes, select_running, unstacked_shapes
 from jaxgcn.models import (Decided, Execution, FirstLayer, GCNConfig, Ops, Propagate, RunInputs, aggregate_input,
                            apply_runs, first_layer_pair, gcn, make_run_inputs)
 from jaxgcn.plan import given_ops
 from jaxgcn.propagate import take_rows
 from jaxgcn.results import Evaluation
-from jaxgcn.training.axes import insert_axes, run_axes, select_running, unstacked_shapes
 from jaxgcn.training.config import Patience, RUNNING, TrainConfig
 from jaxgcn.training.losses import masked_sums, per_run_l2
 from jaxgcn.training.optim import fused_adam, fused_adam_applies, optimizer_factory
