@@ -206,3 +206,24 @@ def test_a_decided_execution_is_keyed_by_its_ops_and_recorded_with_the_decision(
     assert record(xla)["kernels"] is False and record(Execution())["kernels"] is None
     with pytest.raises(ValueError, match=r"^a decided execution has a concrete backend, not 'auto'"):
         Decided("auto", kernel.ops)
+
+
+def test_the_engine_runs_the_plan_the_application_resolved():
+    # issue 44: the application resolves one Plan and hands it to the engine (fit, fit_runs,
+    # fit_sharded, the sweep: execution=plan); the engine runs the plan's decided execution as it
+    # is (aggregate-first included), not a decision of its own from the plan's backend
+    from jaxgcn.train import COMPILED, TrainConfig, fit
+
+    p = datasets.prepare(datasets.synthetic(60, n_classes=2, n_features=4, seed=0), backend="segment")
+    resolved = plan.resolve(Execution(), p.data, GCNConfig(hidden=8), p.n_classes, aggregate="on")
+    assert resolved.execution.aggregate_first is True  # dense features, "on": (A X) W
+    assert plan.concrete(resolved) is resolved.execution and plan.planned(resolved) is resolved.execution
+    assert plan.concrete(Execution(backend="segment")).aggregate_first is False  # the request's own default
+    COMPILED.clear()
+    config = TrainConfig(epochs=2)
+    ran = fit(p.data, p.n_classes, model_config=GCNConfig(hidden=8), execution=resolved, config=config, log=None)
+    assert [key[2] for key in COMPILED] == [resolved.execution]  # one program, keyed by the plan's execution
+    again = fit(p.data, p.n_classes, model_config=GCNConfig(hidden=8), execution=resolved.execution, config=config,
+                log=None)
+    assert again.compile_seconds == 0.0 and len(COMPILED) == 1  # the same program: the plan's decision
+    assert ran.history["loss"].tolist() == again.history["loss"].tolist()

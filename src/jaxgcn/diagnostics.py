@@ -157,3 +157,12 @@ def likely_causes(data: TrainData | None, config: _Settings, *, norm: str | None
     if not causes:
         causes.append(f"learning rate {config.lr:g} too large for this data, or extreme input values")
     return "; ".join(causes)
+
+
+def runs_divergence_message(entries: list[Any], data: TrainData, bad: np.ndarray, epoch: int) -> str:
+    """THE wording of a batch's divergence: the runs (``entries``, :class:`jaxgcn.training.runs.Entry`)
+    whose loss became NaN/inf, indices ``bad``, named with the first one's seed and learning rate,
+    then :func:`divergence_message` of its settings."""
+    worst = entries[int(bad[0])]
+    return f"run(s) {bad.tolist()} (seed {worst.seed}, lr {worst.train.lr:g}): " + divergence_message(
+        data, worst.train, epoch)

@@ -6,8 +6,8 @@ and split. Each is one row of :data:`PER_RUN`: its name (the field of its config
 holds it, whether the runs of one program may differ in it, and the device columns it becomes.
 Everything else is derived from the table: :class:`jaxgcn.models.RunInputs` (its fields),
 :func:`jaxgcn.models.make_run_inputs`, a batch's and a single run's inputs
-(:func:`jaxgcn.training.runs.run_inputs`, :func:`jaxgcn.training.step.make_runner`) and which
-fields :func:`jaxgcn.training.runs.program_key` sets aside. Adding a per-run hyperparameter (say a
+(:func:`jaxgcn.training.runs.run_inputs`, :meth:`jaxgcn.training.step.Step.inputs`) and which
+fields :func:`jaxgcn.plan.program_key` sets aside. Adding a per-run hyperparameter (say a
 momentum in :class:`jaxgcn.train.TrainConfig`) is one row here; its reader (the optimizer) then
 finds it as ``runs.momentum``.
 

@@ -197,3 +197,37 @@ def layer_norm(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Array:
     mean = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
     return (x - mean) * jax.lax.rsqrt(var + eps) * params["scale"][None, :] + params["bias"][None, :]
+
+
+# ----------------------------------------------------------------------------- the run axis
+# Where a batch of runs stacks each leaf of its params (weights [in, R, out], biases and norms
+# [R, d]; :func:`jaxgcn.models.apply_runs` reads them so), and the tree operations on it that the
+# model, the training engine and the results share.
+
+def run_axis(leaf: jax.Array) -> int:
+    """The run axis of a stacked params leaf: 1 for weights [in, R, out], 0 for biases and norms [R, d]."""
+    return 1 if leaf.ndim == 3 else 0
+
+
+def run_axes(tree: Any) -> Any:
+    return jax.tree.map(run_axis, tree)
+
+
+def insert_axes(one: Params) -> Any:
+    """Where the run axis goes in each leaf of one run's params (weights: 1, biases and norms: 0)."""
+    return jax.tree.map(lambda leaf: 1 if leaf.ndim == 2 else 0, one)
+
+
+def select_running(running: jax.Array, new: Any, old: Any, axes: Any) -> Any:
+    """Per run: ``new`` where ``running`` else ``old``; each leaf's run axis given by ``axes``."""
+    def pick(a: jax.Array, b: jax.Array, axis: int) -> jax.Array:
+        shape = [1] * a.ndim
+        shape[axis] = running.shape[0]
+        return jnp.where(running.reshape(shape), a, b)
+    return jax.tree.map(pick, new, old, axes)
+
+
+def unstacked_shapes(params: Params) -> Any:
+    """The shapes of one run's params, from stacked params."""
+    return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[:run_axis(leaf)] + leaf.shape[run_axis(leaf) + 1:],
+                                                          leaf.dtype), params)

@@ -12,7 +12,7 @@ import numpy as np
 from jaxgcn import ops as ops_
 from jaxgcn.graph import Graph
 from jaxgcn import hyper
-from jaxgcn.layers import Features, Params, hash_bits, is_sparse
+from jaxgcn.layers import Features, Params, hash_bits, insert_axes, is_sparse
 from jaxgcn.ops import Ops, Propagate, spmm_rows
 from jaxgcn.propagate import BACKENDS
 
@@ -201,7 +201,7 @@ def gcn(config: GCNConfig = GCNConfig(), execution: Execution = Execution(), *,
             if key is None:
                 raise ValueError("training with dropout needs a PRNG key: pass key=jax.random.key(seed)")
             keys = jax.random.split(key, config.layers)[:, None]  # [layers, 1 run]
-        stacked = jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 1 if leaf.ndim == 2 else 0), params)
+        stacked = jax.tree.map(jnp.expand_dims, params, insert_axes(params))  # a batch of one
         out = apply_runs(config, stacked, graph, x, one, execution=execution, keys=keys, train=train,
                          aggregated=aggregated, embed=embed, propagate=propagate, ops=ops)
         return out[:, 0]

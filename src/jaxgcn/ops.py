@@ -45,7 +45,7 @@ class Ops(NamedTuple):
             :data:`spmm_rows` (:func:`jaxgcn.csr.spmm_rows`, whose sums are the kernel's propagation's).
         drop_hidden: the hidden layers' (relu and) hash dropout in one pass
             (:func:`jaxgcn.fused.hash_dropout`'s signature), or None: XLA draws the masks.
-        fused_adam: Adam/AdamW may run as one kernel pass per params leaf (:func:`jaxgcn.training.optim.fused_adam`).
+        fused_adam: Adam/AdamW may run as one kernel pass per params leaf (:func:`jaxgcn.fused.adam_step`).
         row_plans: a step may compute only the rows its loss reads (:func:`jaxgcn.native_ops.row_plan`).
         csr_product: ``(a: CSR, b [m, W]) -> a @ b``: a sharded run's row-block product.
         prepare: ``(data, hops) -> aux``: what these ops precompute of a run's data on the host, once

@@ -25,12 +25,12 @@ undecided one (:func:`require_decided`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import numpy as np
 
-from jaxgcn import memory, ops as ops_
+from jaxgcn import hyper, memory, ops as ops_
 from jaxgcn.csr import UNAVAILABLE
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
@@ -91,11 +91,15 @@ def _require_kernel() -> None:
         raise ValueError(UNAVAILABLE.format(reason))
 
 
-def planned(execution: Execution | Decided, graph: Any = None) -> Decided:
-    """The request ``execution`` made a :class:`~jaxgcn.models.Decided` (a decided one is returned as it is).
-    The backend becomes concrete (``auto``: the layout ``graph`` was prepared with; a sharded run's
-    row blocks, ``graph=None``: ``csr``) and the ops are chosen: the C++ kernel's where the backend is
-    ``csr`` and the kernel can run here (the deprecated ``Execution(kernels=False)`` keeps it off)."""
+def planned(execution: Execution | Decided | Plan, graph: Any = None) -> Decided:
+    """THE decision a public entry point makes once, at its top, before it builds anything: the
+    request ``execution`` made a :class:`~jaxgcn.models.Decided` (a decided one is returned as it
+    is; a :class:`Plan`, its decided execution). The backend becomes concrete (``auto``: the layout
+    ``graph`` was prepared with; a sharded run's row blocks, ``graph=None``: ``csr``) and the ops are
+    chosen: the C++ kernel's where the backend is ``csr`` and the kernel can run here (the deprecated
+    ``Execution(kernels=False)`` keeps it off)."""
+    if isinstance(execution, Plan):
+        return execution.execution
     if isinstance(execution, Decided):
         return execution
     backend = execution.backend
@@ -107,10 +111,7 @@ def planned(execution: Execution | Decided, graph: Any = None) -> Decided:
                    execution.aggregate_first)
 
 
-def concrete(execution: Execution | Decided, graph: Any = None) -> Decided:
-    """THE decision a public entry point makes once, at its top, before it builds anything: ``execution``
-    decided (:func:`planned`) for ``graph`` (None: a sharded run's row blocks)."""
-    return planned(execution, graph)
+concrete = planned  # the name the entry points (fit, fit_runs, fit_sharded, ...) call it by: one function
 
 
 def require_decided(execution: Any) -> Decided:
@@ -182,6 +183,37 @@ def batch_mesh(n_runs: int, execution: Execution, n_devices: int | None,
     return run_mesh(n_devices)
 
 
+def _on_runs_axis(mesh: jax.sharding.Mesh, ndim: int, axis: int | None) -> jax.sharding.NamedSharding:
+    """A leaf of ``ndim`` axes with its ``axis`` (None: none) split over the mesh's ``runs`` axis."""
+    spec = [None] * ndim
+    if axis is not None:
+        spec[axis] = "runs"
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+
+
+def on_runs(tree: Any, mesh: jax.sharding.Mesh | None, axes: Any = 0) -> Any:
+    """``tree`` placed with each leaf's run axis (``axes``: one for all, or a tree of them) on the
+    mesh's ``runs`` axis (as it is without a mesh)."""
+    if mesh is None:
+        return tree
+    if isinstance(axes, int):
+        return jax.tree.map(lambda leaf: jax.device_put(leaf, _on_runs_axis(mesh, leaf.ndim, axes)), tree)
+    return jax.tree.map(lambda leaf, axis: jax.device_put(leaf, _on_runs_axis(mesh, leaf.ndim, axis)), tree, axes)
+
+
+def replicated(tree: Any, mesh: jax.sharding.Mesh | None) -> Any:
+    """``tree`` copied onto every device of ``mesh`` (as it is without a mesh)."""
+    if mesh is None:
+        return tree
+    return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
+def run_shardings(tree: Any, axes: Any, mesh: jax.sharding.Mesh) -> Any:
+    """The sharding of each leaf of ``tree`` (None leaves kept) with its run axis in ``axes`` over ``runs``."""
+    return jax.tree.map(lambda leaf, axis: None if leaf is None else _on_runs_axis(mesh, leaf.ndim, axis),
+                        tree, axes, is_leaf=lambda x: x is None)
+
+
 def slice_size(n_runs: int, hidden: int, execution: Execution, n_devices: int | None, graph: Any,
                runs_per_device: int | None) -> int:
     """The runs of one slice of ``fit_runs``: runs per device times the run-axis mesh size."""
@@ -198,8 +230,48 @@ def runs_per_program(n_runs: int, hidden: int, execution: Execution, n_devices: 
     return min(n_runs, slice_size(n_runs, hidden, execution, n_devices, graph, runs_per_device))
 
 
+def program_key(entry: Any) -> tuple[GCNConfig, Any]:
+    """The configs (model, train) of the program an entry (:class:`jaxgcn.training.runs.Entry`) runs
+    in: its own, with the per-run fields (learning rate, weight decay, dropout: those
+    :data:`jaxgcn.hyper.PER_RUN` says vary) set to their defaults, since they are inputs of the compiled program
+    (:class:`jaxgcn.models.RunInputs`). Entries with equal keys share one program; any other
+    difference (hidden width, epochs, L2 scope, ...) separates them. Runs of several widths could
+    share one program padded to the widest, but then every run costs the widest: a 16/32/64 grid
+    on Cora took 114 s padded to 64 and far less as one program per width (compiling one is ~1 s).
+
+    >>> from jaxgcn.training.runs import Entry, TrainConfig
+    >>> a, b = Entry(GCNConfig(dropout=0.1), TrainConfig(lr=0.05), 0), Entry(GCNConfig(), TrainConfig(), 1)
+    >>> program_key(a) == program_key(b), program_key(a) == program_key(b._replace(model=GCNConfig(hidden=32)))
+    (True, False)
+    """
+    return hyper.blank(entry.model, "model"), hyper.blank(entry.train, "train")
+
+
+def program_of(entries: Sequence[Any]) -> tuple[GCNConfig, Any]:
+    """The one program's configs of ``entries`` (:func:`program_key`), or a ValueError naming the
+    first field in which two of them differ (group them first: :func:`jaxgcn.sweep.run_entries`):
+    what one compiled program of :func:`jaxgcn.training.runs.fit_runs` runs."""
+    if not entries:
+        raise ValueError("entries: give at least one run")
+    key = program_key(entries[0])
+    for j, entry in enumerate(entries):
+        other = program_key(entry)
+        if other == key:
+            continue
+        for name, mine, theirs in (("model", key[0], other[0]), ("train", key[1], other[1])):
+            for field in dataclasses.fields(mine):
+                a, b = getattr(mine, field.name), getattr(theirs, field.name)
+                if a != b:
+                    raise ValueError(f"entries[0] and entries[{j}] differ in {name}.{field.name} ({a!r} vs {b!r}): "
+                                     f"one program shares everything but {', '.join(hyper.varying())}, seed and "
+                                     "split; "
+                                     "run them as separate groups (jaxgcn.sweep.run_entries does)")
+    return key
+
+
 class Plan(NamedTuple):
-    """How a training job runs (:func:`resolve`).
+    """How a training job runs (:func:`resolve`, :func:`sharded`): what the application hands the
+    engine (``fit``, ``fit_runs``, ``fit_sharded``, the sweep: ``execution=plan``).
 
     Attributes:
         execution: the decided execution (:class:`~jaxgcn.models.Decided`): concrete backend (never
@@ -244,6 +316,13 @@ def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes:
                    feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,
                    symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
     return Plan(execution, runs, est, fallback_note(requested, execution.backend), jax.default_backend())
+
+
+def sharded(execution: Execution, estimate: MemoryEstimate) -> Plan:
+    """THE plan of one run with the graph's rows sharded over devices: each row block is a CSR
+    product (``auto``: ``csr``; the kernel where it runs), ``execution``'s ``aggregate_first`` (decided
+    for the blocks' input: :func:`with_first_layer`), and the per-device ``estimate``."""
+    return Plan(planned(execution), 1, estimate, None, jax.default_backend())
 
 
 def fallback_note(requested: str, backend: str) -> str | None:

@@ -28,7 +28,7 @@ import math
 import os
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -354,3 +354,43 @@ class Progress:
             self.logged[run] = epoch
         if self.log is not None:
             self.log.flush()
+
+
+class Chunk(NamedTuple):
+    """What the host sees after each compiled chunk of epochs (the argument of the hooks of
+    :func:`jaxgcn.training.loop.drive`).
+
+    Attributes:
+        epoch: epochs done (by the furthest run).
+        history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [epochs] or [runs, epochs] (NaN
+            where a run has not, or no longer, trained).
+        reason: [runs] why each run ended (``RUNNING`` while it trains); [1] for a single run.
+        seconds: wall time since the first chunk started.
+    """
+
+    epoch: int
+    history: dict[str, np.ndarray]
+    reason: np.ndarray
+    seconds: float
+
+
+Hook = Callable[[Any, Chunk], None]  # (the device state after the chunk, what it shows)
+
+
+def log_hook(log: Callable[[str], None], every: int, since: int = 0) -> Hook:
+    """A hook that logs :func:`epoch_line` for every ``every``-th epoch of one run
+    after epoch ``since`` (a resumed run's restored epochs are not logged again)."""
+    shown = [since]
+
+    def hook(_: Any, seen: Chunk) -> None:
+        rows = seen.history
+        for e in range(shown[0] + 1, seen.epoch + 1):
+            if e % every == 0:
+                log(epoch_line(e, *(float(rows[k][e - 1]) for k in ("loss", "train_acc", "val_acc"))))
+        shown[0] = seen.epoch
+    return hook
+
+
+def progress_hook(progress: Any) -> Hook:
+    """A hook that feeds a :class:`Progress` (bar or lines, ``--log``, TensorBoard)."""
+    return lambda _, seen: progress.epochs(seen.epoch, seen.history, seen.seconds)

@@ -4,7 +4,7 @@ A grid is lowered to a list of entries (:func:`lower`), each the full configs of
 seed and split (:class:`jaxgcn.training.runs.Entry`), and the entries are run (:func:`run_entries`):
 learning rate, L2 factor and dropout vary per run inside one program (:mod:`jaxgcn.training.runs`);
 entries whose configs differ in anything else (hidden width, layer count, optimizer, epochs, ...)
-form separate groups (:func:`jaxgcn.training.runs.program_key`). A group too large for the memory
+form separate groups (:func:`jaxgcn.plan.program_key`). A group too large for the memory
 budget is split into chunks.
 """
 
@@ -23,10 +23,10 @@ from jaxgcn import hyper
 from jaxgcn.memory import available_bytes
 from jaxgcn.models import Execution, GCNConfig
 from jaxgcn.outputs import write_atomic
-from jaxgcn.plan import batch_bytes, slice_size
+from jaxgcn.plan import Plan, batch_bytes, concrete, program_key, slice_size
 from jaxgcn.data import TrainData
 from jaxgcn.training.config import TrainConfig
-from jaxgcn.training.runs import Entry, fit_runs, program_key
+from jaxgcn.training.runs import Entry, fit_runs
 
 # the axes, in the order of the table and CSV columns: declared with the per-run inputs (jaxgcn.hyper)
 GRID_KEYS = hyper.GRID_KEYS
@@ -126,7 +126,7 @@ def run_entries(
     n_classes: int,
     entries: list[Entry],
     *,
-    execution: Execution = Execution(),
+    execution: Execution | Plan = Execution(),
     memory_budget: int | None = None,
     log: Callable[[str], None] | None = print,
     process_index: int = 0,
@@ -149,7 +149,8 @@ def run_entries(
     processes' [n_entries, 4] result arrays (each fills only its own rows), e.g. with
     ``multihost_utils.process_allgather(x).sum(0)``, so every process returns every outcome.
     ``progress`` (a :class:`jaxgcn.progress.Progress`) shows each chunk's epochs. Every program runs
-    as ``execution`` says (backend, dropout stream, first-layer order: shared by all entries).
+    as ``execution`` says (the :class:`jaxgcn.plan.Plan` the application resolved, or a request the
+    plan decides here, once: backend, ops, dropout stream, first-layer order, shared by all entries).
 
     ``store`` (one process only) keeps a sweep's progress: ``store.kept(first, n)`` gives a group's
     [n, 3] results kept from an earlier, interrupted sweep (None: train it), ``store.hooks(first)``
@@ -159,6 +160,7 @@ def run_entries(
     """
     if store is not None and process_count > 1:
         raise ValueError("store: a sweep's progress is kept by a one-process sweep only")
+    execution = concrete(execution, data.graph)  # the plan's decided execution, or the request decided once
     groups = _groups(entries)
     row = {j: r for r, j in enumerate(j for members in groups.values() for j in members)}  # result array rows
     budget = None if chunks is not None else memory_budget or available_bytes() // 2
@@ -268,7 +270,7 @@ def run_grid(
     n_splits: int = 1,
     model_config: GCNConfig = GCNConfig(),
     config: TrainConfig = TrainConfig(),
-    execution: Execution = Execution(),
+    execution: Execution | Plan = Execution(),
     memory_budget: int | None = None,
     log: Callable[[str], None] | None = print,
     process_index: int = 0,

@@ -20,6 +20,7 @@ from jaxgcn.app.job import Job, Outcome
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
 from jaxgcn.models import Execution, GCNConfig
+from jaxgcn import plan as planner
 from jaxgcn.plan import compile_note, exchange_for, fallback_note, require_sharded, with_first_layer
 from jaxgcn.reports import RunSummary
 
@@ -137,8 +138,9 @@ def run(job: Job, say: Say, *, writer: bool, progress: Any = None, log_every: in
                                  layout={"devices": n_parts, "exchange": layout.exchange})
         if not writer:
             hooks.pop("on_checkpoint", None)
+    resolved = planner.sharded(layout.execution, layout.estimate)  # what the engine runs: one plan
     res = distributed.fit_sharded(sharded, layout.loaded.prepared.n_classes, model_config=model_config,
-                                  execution=layout.execution, config=train_config, key=jax.random.key(job.seed),
+                                  execution=resolved, config=train_config, key=jax.random.key(job.seed),
                                   log_every=log_every, log=None, progress=progress, **hooks)
     m = res.metrics
     runs = [RunSummary(job.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early,

@@ -24,8 +24,9 @@ import numpy as np
 
 from jaxgcn import batch_state, checkpoint
 from jaxgcn.app.data import Loaded
-from jaxgcn.training.runs import Entry, program_key
+from jaxgcn.training.runs import Entry
 from jaxgcn.models import Execution, GCNConfig, record
+from jaxgcn.plan import Plan, program_key
 from jaxgcn.sweep import Grid, Row, chunk_sizes, layout as sweep_layout, lower, run_grid
 from jaxgcn.training.config import TrainConfig
 
@@ -156,20 +157,21 @@ class Saving(NamedTuple):
     options: dict[str, Any] | None = None
 
 
-def run(loaded: Loaded, grid: Grid, seeds: list[int], configs: tuple[GCNConfig, TrainConfig, Execution], *,
+def run(loaded: Loaded, grid: Grid, seeds: list[int], configs: tuple[GCNConfig, TrainConfig, Plan], *,
         splits: int = 1, memory_budget: int | None = None, saving: Saving = Saving(),
         say: Callable[[str], None] = print, progress: Any = None, share: dict[str, Any] | None = None) -> list[Row]:
     """The rows of ``grid`` x ``seeds`` x ``splits`` on the loaded data (:func:`jaxgcn.sweep.run_grid`),
-    from the base ``configs`` (model, training, the planned execution); ``share``: a
+    from the base ``configs`` (model, training, the plan every program runs by); ``share``: a
     ``--distributed`` job's ``process_index``, ``process_count`` and ``combine``; ``saving``:
     where the progress goes and what is resumed (:class:`Store`)."""
-    model_config, train_config, execution = configs
+    model_config, train_config, resolved = configs
     entries = lower(grid, seeds, splits, model_config=model_config, config=train_config)
-    kept = _store(saving.save, loaded, grid, seeds, splits, entries, configs, memory_budget, saving, say) \
+    decided = (model_config, train_config, resolved.execution)
+    kept = _store(saving.save, loaded, grid, seeds, splits, entries, decided, memory_budget, saving, say) \
         if saving.save is not None else {}
     prepared = loaded.prepared
     return run_grid(prepared.data, prepared.n_classes, grid, seeds, n_splits=splits, model_config=model_config,
-                    config=train_config, execution=execution, memory_budget=memory_budget, log=say,
+                    config=train_config, execution=resolved, memory_budget=memory_budget, log=say,
                     progress=progress, **(share or {}), **kept)
 
 

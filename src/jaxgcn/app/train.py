@@ -106,12 +106,12 @@ def hint(outcome: Outcome) -> str | None:
 
 
 def _one(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execution], facts: dict[str, Any] | None,
-         progress: Any, log_every: int, say: Say) -> Outcome:
-    """One run through ``fit``."""
-    model_config, train_config, execution = chosen
+         progress: Any, log_every: int, say: Say, resolved: planner.Plan) -> Outcome:
+    """One run through ``fit``, as ``resolved`` plans it."""
+    model_config, train_config, _ = chosen  # the execution: resolved's
     hooks, resumed = ({}, 0) if facts is None else saving.fit_hooks(job, loaded, *chosen, facts, say)
     res = fit(one_split(loaded.prepared.data), loaded.prepared.n_classes, model_config=model_config,
-              execution=execution, config=train_config, key=jax.random.key(job.seed), log_every=log_every, log=None,
+              execution=resolved, config=train_config, key=jax.random.key(job.seed), log_every=log_every, log=None,
               progress=progress, **hooks)
     m = res.metrics
     runs = [RunSummary(job.seed, 0, m["test_acc"], m["val_acc"], res.epochs_run, res.stopped_early,
@@ -121,15 +121,16 @@ def _one(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Executi
 
 
 def _batch(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execution], facts: dict[str, Any] | None,
-           runs_per_program: int, progress: Any, log_every: int, say: Say) -> Outcome:
-    """Every seed on every split as one batched program (``runs_per_program`` of them execute together)."""
-    model_config, train_config, execution = chosen
+           progress: Any, log_every: int, say: Say, resolved: planner.Plan) -> Outcome:
+    """Every seed on every split as one batched program, as ``resolved`` plans it (``resolved.runs``
+    of them execute together)."""
+    model_config, train_config, _ = chosen  # the execution: resolved's
     hooks, resumed = ({}, 0) if facts is None else saving.batch_hooks(job, loaded, *chosen, facts, say,
-                                                                       runs_per_program)
+                                                                       resolved.runs)
     entries = entries_for(job.seed_list, model_config=model_config, config=train_config, splits=job.data.splits)
     say(f"{len(entries)} runs ({job.seeds} seed{'s' if job.seeds != 1 else ''} x {job.data.splits} split(s)) in one "
         "compiled program")
-    res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, entries, execution=execution,
+    res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, entries, execution=resolved,
                    log_every=log_every, log=None, n_devices=job.devices, progress=progress, **hooks)
     restored = res.restored_epoch
     runs = [RunSummary(e.seed, e.split, float(res.metrics["test_acc"][j]), float(res.metrics["val_acc"][j]),
@@ -152,7 +153,7 @@ def run(job: Job, say: Say, *, progress: Any = None, log_every: int = 0, loaded:
     # what a checkpoint records about the data (its SHA-256 fingerprint is computed once, here)
     facts = saving.facts(job, loaded) if job.save is not None or job.resume is not None else None
     if job.n_runs == 1:
-        outcome = _one(job, loaded, configs, facts, progress, log_every, say)
+        outcome = _one(job, loaded, configs, facts, progress, log_every, say, chosen)
     else:
-        outcome = _batch(job, loaded, configs, facts, chosen.runs, progress, log_every, say)
+        outcome = _batch(job, loaded, configs, facts, progress, log_every, say, chosen)
     return outcome._replace(hint=hint(outcome))

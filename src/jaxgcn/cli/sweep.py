@@ -20,7 +20,8 @@ from jaxgcn.cli.common import Say, prelude
 from jaxgcn.cli.config import sweep_base, sweep_grid
 from jaxgcn.cli.data import Loaded, load, split_csv
 from jaxgcn.cli.runtime import is_writer
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.models import GCNConfig
+from jaxgcn.plan import Plan
 from jaxgcn.progress import Progress
 from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json
 from jaxgcn.training.config import TrainConfig
@@ -39,7 +40,7 @@ def _share(args: argparse.Namespace, say: Say) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int],
-         configs: tuple[GCNConfig, TrainConfig, Execution], say: Say) -> list[Row]:
+         configs: tuple[GCNConfig, TrainConfig, Plan], say: Say) -> list[Row]:
     share = _share(args, say)
     # a bar per group on a terminal; off a terminal the one-line-per-group log is the progress
     bar = Progress(configs[1].epochs, every=args.log_every, quiet=args.quiet or not is_writer(),
@@ -92,15 +93,15 @@ def _sweep(args: argparse.Namespace) -> int:
     grid = sweep_grid(args)  # every configuration validated before any work
     loaded = load(args, say)
     model_config, train_config, execution = sweep_base(args, loaded.prepared.backend)
-    # run_grid chunks by memory: the plan of one run
-    execution = plan(loaded, model_config, dataclasses.replace(execution, backend=args.backend), 1, say,
-                     devices=args.devices, aggregate=args.aggregate_first).execution
+    # run_grid chunks by memory: the plan of one run, which the sweep runs every program by
+    resolved = plan(loaded, model_config, dataclasses.replace(execution, backend=args.backend), 1, say,
+                    devices=args.devices, aggregate=args.aggregate_first)
     seeds = [args.seed + i for i in range(args.seeds)]
     n_configs = len(grid.configs())
     total = n_configs * len(seeds) * args.splits
     say(f"sweep: {n_configs} configuration{'s' if n_configs != 1 else ''} x {len(seeds)} "
         f"seed{'s' if len(seeds) != 1 else ''} x {args.splits} split(s) = {total} run{'s' if total != 1 else ''}")
-    rows = _run(args, loaded, grid, seeds, (model_config, train_config, execution), say)
+    rows = _run(args, loaded, grid, seeds, (model_config, train_config, resolved), say)
     if not is_writer():
         return 0
     print(format_table(rows))

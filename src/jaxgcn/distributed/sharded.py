@@ -17,12 +17,12 @@ from jaxgcn.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import block_of_this_device, to_global
 from jaxgcn.models import Execution, GCNConfig, Model, gcn
-from jaxgcn.plan import concrete, ops_for
+from jaxgcn.plan import Plan, concrete, ops_for
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.loop import FitResult, Layout, compile, fit_result, run, signature
 from jaxgcn.training.losses import masked_sums
 from jaxgcn.training.state import RunState
-from jaxgcn.training.step import Collective, Runner, make_runner
+from jaxgcn.training.step import Collective, Runner, make_batch_runner
 
 
 def block_propagation(execution: Execution) -> Callable[[GraphBlock, jax.Array], jax.Array]:
@@ -87,8 +87,8 @@ def sharded_loss(model_config: GCNConfig, mesh: jax.sharding.Mesh, *, train: boo
 def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
                         mesh: jax.sharding.Mesh, execution: Execution = Execution()) -> Runner:
     """The :class:`jaxgcn.train.Runner` of one configuration with the graph's rows sharded over
-    ``mesh``: :func:`jaxgcn.train.make_runner` (the one training step) with the block exchange as
-    its propagation and :data:`NODES` as its collective, under ``shard_map``; ``data`` is a
+    ``mesh``: :func:`jaxgcn.training.step.make_batch_runner` (the one runner builder, one run) with
+    the block exchange as its propagation and :data:`NODES` as its collective, under ``shard_map``; ``data`` is a
     :class:`jaxgcn.train.TrainData` whose fields are stacked [P, L, ...] blocks.
 
     Each device differentiates its own share of the loss (its nodes' summed cross-entropy over the
@@ -96,8 +96,8 @@ def make_sharded_runner(model_config: GCNConfig, config: TrainConfig, n_features
     update, so the replicated params stay identical. Device p draws its dropout masks from
     ``fold_in(key, p)``.
     """
-    runner = make_runner(model_config, config, n_features, n_classes, execution,
-                         propagate=block_propagation(execution), collective=NODES)
+    runner = make_batch_runner(model_config, config, execution, propagate=block_propagation(execution),
+                               collective=NODES, one=(n_features, n_classes))
     spec, rep = jax.sharding.PartitionSpec(AXIS), jax.sharding.PartitionSpec()
 
     def on_mesh(fn: Callable[..., Any], in_specs: tuple) -> Callable[..., Any]:
@@ -134,7 +134,7 @@ def shard_data(data: TrainData, mesh: jax.sharding.Mesh, *, exchange: str = "all
 
 
 def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig, config: TrainConfig,
-                key: jax.Array, execution: Execution = Execution(), log_every: int = 20,
+                key: jax.Array, execution: Execution | Plan = Execution(), log_every: int = 20,
                 log: Callable[[str], None] | None = print, progress: Any = None,
                 checkpoint_every: int | None = None, on_checkpoint: Callable[[RunState], None] | None = None,
                 resume: Callable[[RunState], RunState] | None = None) -> FitResult:
@@ -147,7 +147,9 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     device, so it is one run's :class:`jaxgcn.train.RunState`: ``on_checkpoint`` and ``resume``
     work as in :func:`jaxgcn.train.fit` (every process must pass ``checkpoint_every``, since the
     chunks are collective; one process writes). Each device draws its dropout masks from its
-    index, so a resumed run equals the uninterrupted one on the same device count only."""
+    index, so a resumed run equals the uninterrupted one on the same device count only.
+    ``execution``: the plan the application resolved (:func:`jaxgcn.plan.sharded`), or a request
+    the plan decides here, once."""
     data, execution = sharded.data, concrete(execution)  # row blocks: the csr product, the kernel where it can run
     runner = make_sharded_runner(model_config, config, sharded.n_features, n_classes, sharded.mesh, execution)
     runs = jax.tree.map(np.asarray, runner.inputs())

@@ -16,12 +16,12 @@ from jaxgcn.data import TrainData, with_focus
 from jaxgcn.diagnostics import divergence_message
 from jaxgcn.layers import Params
 from jaxgcn.models import Execution, GCNConfig, RunInputs
-from jaxgcn.plan import concrete, require_decided
-from jaxgcn.progress import epoch_line, runs_line
-from jaxgcn.training.axes import run_axis
+from jaxgcn.plan import Plan, concrete, require_decided
+from jaxgcn.progress import Chunk, Hook, log_hook, progress_hook, runs_line
+from jaxgcn.results import BatchResult, FitResult, fit_result, take_runs  # noqa: F401 - re-exported
 from jaxgcn.training.config import DIVERGED, Patience, RUNNING, STOPPED_EARLY, TrainConfig, TrainingDiverged
 from jaxgcn.training.state import RunState
-from jaxgcn.training.step import make_runner
+from jaxgcn.training.step import make_batch_runner
 
 
 class WithRuns(NamedTuple):
@@ -100,63 +100,18 @@ def single_program(model_config: GCNConfig, config: TrainConfig, data: TrainData
     plan decided (:func:`jaxgcn.plan.concrete`; an undecided one is refused)."""
     execution = require_decided(execution)
     cache_key = (model_config, config, execution, n_classes, signature(data))
-    runner = make_runner(model_config, config, data.x.shape[1], n_classes, execution)
+    runner = make_batch_runner(model_config, config, execution, one=(data.x.shape[1], n_classes))
     runs = jax.tree.map(np.asarray, runner.inputs())
     return compile(cache_key, runner, (jax.random.key(0), data, runs), data, progress=progress), runs
 
 
 def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int,
-                   execution: Execution = Execution()) -> Compiled:
+                   execution: Execution | Plan = Execution()) -> Compiled:
     """One run's program (:func:`single_program`) with the run's settings bound: ``init(key, data)``,
     ``run_until(state, data, stop)``, ``evaluate(params, data)``."""
     program, runs = single_program(model_config, config, data, n_classes, concrete(execution, data.graph))
     return program._replace(init=WithRuns(program.init, runs), run_until=WithRuns(program.run_until, runs),
                             evaluate=WithRuns(program.evaluate, runs))
-
-
-class FitResult(NamedTuple):
-    """Outcome of one training run (host values).
-
-    Attributes:
-        params: the final params (best params for ``patience`` early stopping).
-        metrics: loss/accuracy per split of ``params`` (dropout off).
-        epochs_run: epochs trained.
-        stopped_early: whether the early-stopping rule ended the run.
-        history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [epochs_run] NumPy arrays.
-        compile_seconds: time spent compiling (0 when the program was cached).
-        train_seconds: wall time of the epochs and the final evaluation.
-        restored_epoch: with ``patience`` early stopping, the epoch (1-based) whose params
-            ``params`` are (the best validation accuracy); ``None`` otherwise.
-    """
-
-    params: Params
-    metrics: dict[str, float]
-    epochs_run: int
-    stopped_early: bool
-    history: dict[str, np.ndarray]
-    compile_seconds: float
-    train_seconds: float
-    restored_epoch: int | None = None
-
-
-class Chunk(NamedTuple):
-    """What the host sees after each compiled chunk of epochs (the hooks' argument).
-
-    Attributes:
-        epoch: epochs done (by the furthest run).
-        history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [epochs] or [runs, epochs] (NaN
-            where a run has not, or no longer, trained).
-        reason: [runs] why each run ended (``RUNNING`` while it trains); [1] for a single run.
-        seconds: wall time since the first chunk started.
-    """
-
-    epoch: int
-    history: dict[str, np.ndarray]
-    reason: np.ndarray
-    seconds: float
-
-
-Hook = Callable[[Any, Chunk], None]  # (the device state after the chunk, what it shows)
 
 
 def drive(step: Callable[[Any, int], Any], state: Any, view: Callable[[Any], tuple[int, dict, np.ndarray]], *,
@@ -180,25 +135,6 @@ def drive(step: Callable[[Any, int], Any], state: Any, view: Callable[[Any], tup
             hook(state, seen)
         if not np.any(seen.reason == RUNNING):
             return state, seen
-
-
-def log_hook(log: Callable[[str], None], every: int, since: int = 0) -> Hook:
-    """A hook that logs :func:`jaxgcn.progress.epoch_line` for every ``every``-th epoch of one run
-    after epoch ``since`` (a resumed run's restored epochs are not logged again)."""
-    shown = [since]
-
-    def hook(_: Any, seen: Chunk) -> None:
-        rows = seen.history
-        for e in range(shown[0] + 1, seen.epoch + 1):
-            if e % every == 0:
-                log(epoch_line(e, *(float(rows[k][e - 1]) for k in ("loss", "train_acc", "val_acc"))))
-        shown[0] = seen.epoch
-    return hook
-
-
-def progress_hook(progress: Any) -> Hook:
-    """A hook that feeds a :class:`jaxgcn.progress.Progress` (bar or lines, ``--log``, TensorBoard)."""
-    return lambda _, seen: progress.epochs(seen.epoch, seen.history, seen.seconds)
 
 
 def single_view(state: RunState) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
@@ -232,34 +168,8 @@ class Layout(NamedTuple):
         """The kept runs' params (one run's as host NumPy, a batch's stacked) and metrics [n]."""
         if self.n is None:
             return jax.tree.map(np.asarray, params), {k: np.asarray(v)[None] for k, v in evaluation._asdict().items()}
-        params = jax.tree.map(lambda leaf: jnp.take(leaf, jnp.arange(self.n), axis=run_axis(leaf)), params)
+        params = take_runs(params, jnp.arange(self.n))
         return params, {k: np.asarray(v)[:self.n] for k, v in evaluation.items()}
-
-
-class BatchResult(NamedTuple):
-    """Outcome of a batch of runs (host NumPy, one entry per run), and what :func:`run` returns
-    (one run's as a batch of one: :func:`fit_result`).
-
-    Attributes:
-        entries: the runs.
-        metrics: ``{"train_acc", "val_acc", "test_acc", ...}`` -> [R] of the final (or best) params.
-        epochs_run: [R]. stopped_early: [R] bool.
-        history: ``{"loss", "train_acc", "val_loss", "val_acc"}`` -> [R, epochs] (NaN after a run stopped).
-        params: stacked final params (see :func:`jaxgcn.training.runs.unstack_params`).
-        compile_seconds, train_seconds: wall times of compiling and of running the batch.
-        restored_epoch: with ``patience`` early stopping, [R] the epoch (1-based) whose params each
-            run returns (its best validation accuracy); ``None`` otherwise.
-    """
-
-    entries: list[Any]  # each a jaxgcn.training.runs.Entry
-    metrics: dict[str, np.ndarray]
-    epochs_run: np.ndarray
-    stopped_early: np.ndarray
-    history: dict[str, np.ndarray]
-    params: Params
-    compile_seconds: float
-    train_seconds: float
-    restored_epoch: np.ndarray | None = None
 
 
 def run(program: Compiled, state: Any, data: Any, runs: RunInputs, layout: Layout, config: TrainConfig, *,
@@ -317,21 +227,12 @@ def runs_log_hook(log: Callable[[str], None], n_runs: int) -> Hook:
     return hook
 
 
-def fit_result(runs: BatchResult) -> FitResult:
-    """One run's :class:`FitResult` from :func:`run`'s results."""
-    epoch = int(runs.epochs_run[0])
-    restored = None if runs.restored_epoch is None else int(runs.restored_epoch[0])
-    return FitResult(runs.params, {k: float(v[0]) for k, v in runs.metrics.items()}, epoch,
-                     bool(runs.stopped_early[0]), {k: v[0][:epoch] for k, v in runs.history.items()},
-                     runs.compile_seconds, runs.train_seconds, restored)
-
-
 def fit(
     data: TrainData,
     n_classes: int,
     *,
     model_config: GCNConfig = GCNConfig(),
-    execution: Execution = Execution(),
+    execution: Execution | Plan = Execution(),
     config: TrainConfig = TrainConfig(),
     key: jax.Array | None = None,
     log_every: int = 20,
@@ -342,6 +243,9 @@ def fit(
     progress: Any = None,
 ) -> FitResult:
     """Train one GCN; print ``Epoch  20 | loss ... | train ... | val ...`` every ``log_every`` epochs.
+
+    ``execution``: the plan the application resolved (:func:`jaxgcn.plan.resolve`), or a request the
+    plan decides here, once (:func:`jaxgcn.plan.concrete`).
 
     With ``checkpoint_every`` K, ``on_checkpoint(state)`` receives the whole run state (params,
     Adam moments, PRNG key, early-stopping window, history) every K epochs; ``resume(template)``

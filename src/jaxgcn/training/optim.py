@@ -3,20 +3,15 @@ clipping; per-run injected learning rate and weight decay)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import optax
 
-from jaxgcn.fused import adam_leaf
+from jaxgcn.fused import ADAM_B1, ADAM_B2, ADAM_EPS, FusedStep, adam_step
 from jaxgcn.layers import Params
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.losses import l2_covers
-
-
-# Adam's moment decays and epsilon (optax.scale_by_adam's defaults): the factory's and the fused step's
-ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-8
 
 
 def standard_promotion(opt: optax.GradientTransformation) -> optax.GradientTransformation:
@@ -85,57 +80,8 @@ def fused_adam_applies(config: TrainConfig, kernels: bool | None) -> bool:
     return bool(kernels) and config.optimizer in ("adam", "adamw") and not config.clip_norm
 
 
-class FusedStep(NamedTuple):
-    """What :func:`fused_adam` returns: the params and optimizer state after the step, and each
-    run's L2 term (``sum(w**2) / 2`` over the weights :func:`l2_covers` names, [R], or [1] for one
-    run) of the params before and after it."""
-
-    params: Params
-    opt_state: Any
-    l2_before: jax.Array
-    l2_after: jax.Array
-
-
 def fused_adam(config: TrainConfig, params: Params, grads: Params, old_state: Any, new_state: Any,
                running: jax.Array) -> FusedStep:
-    """One Adam (or AdamW) step from ``params`` and ``old_state``, each leaf in one kernel pass
-    (:func:`jaxgcn.fused.adam_leaf`: optax's operations as XLA fuses them).
-
-    ``grads`` are the loss's without the coupled L2 term: for ``adam`` the kernel adds its gradient
-    (``weight_decay * w`` on the weights :func:`l2_covers` names) itself, and returns the L2 terms
-    the step's losses need (:class:`FusedStep`), so the weights are read once. ``new_state`` is the
-    state optax's own update gave (:func:`optimizer_factory`): its step counts and injected
-    hyperparameters are kept, its moments replaced, so XLA drops optax's per-element passes as
-    unused. Leaves are stacked (a weight [in, R, out], a bias [R, d]; ``running`` [R]) or one
-    run's (``running`` a scalar); a run where ``running`` is False keeps its params and moments as
-    they were.
-    """
-    def adam(state: Any) -> optax.ScaleByAdamState:
-        return next(s for s in state.inner_state if isinstance(s, optax.ScaleByAdamState))
-    batched, hp = running.ndim == 1, new_state.hyperparams
-    with jax.numpy_dtype_promotion("standard"):  # as optax computes them (tree_bias_correction), inverted
-        corrections = [1 / (1 - b ** adam(new_state).count).astype(jnp.float32) for b in (ADAM_B1, ADAM_B2)]
-    covered = _decay_mask(params, config.l2)  # the L2 term's weights: decayed by adamw, coupled for adam
-    n_runs = running.shape[0] if batched else 1
-    hyper = jnp.stack([jnp.broadcast_to(jnp.asarray(v, jnp.float32), (n_runs,)) for v in (
-        hp["learning_rate"], *corrections, hp["weight_decay"], running.astype(jnp.float32))])
-    stepped, sums = {}, []
-
-    def step(path: Any, p: jax.Array, mu: jax.Array, nu: jax.Array, g: jax.Array, l2: bool) -> jax.Array:
-        # as [O, R, I]: a stacked weight is; a stacked bias [R, d], one run's weight [in, out] or bias [d]
-        shape = p.shape if p.ndim == 3 else (1, *p.shape) if batched else \
-            (p.shape[0], 1, p.shape[1]) if p.ndim == 2 else (1, 1, *p.shape)
-        *outs, ss = adam_leaf(*(a.astype(jnp.float32).reshape(shape) for a in (p, mu, nu, g)), hyper,
-                              b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS, decay=l2 and config.optimizer == "adamw",
-                              couple=l2 and config.optimizer == "adam")
-        stepped[path] = [o.reshape(p.shape) for o in outs]
-        if l2:
-            sums.append(ss)
-        return stepped[path][0]
-
-    new_params = jax.tree_util.tree_map_with_path(step, params, adam(old_state).mu, adam(old_state).nu, grads, covered)
-    mu, nu = ({path: o[k] for path, o in stepped.items()} for k in (1, 2))
-    total = 0.5 * sum(sums[1:], sums[0])  # as losses.per_run_l2 adds them: [2, R]
-    state = optax.tree_utils.tree_set(new_state, mu=jax.tree_util.tree_map_with_path(lambda path, _: mu[path], params),
-                                      nu=jax.tree_util.tree_map_with_path(lambda path, _: nu[path], params))
-    return FusedStep(new_params, state, total[0], total[1])
+    """One Adam (or AdamW, ``config.optimizer``) step in one kernel pass per params leaf
+    (:func:`jaxgcn.fused.adam_step`), the L2 term over the weights ``config.l2`` covers."""
+    return adam_step(params, grads, old_state, new_state, running, _decay_mask(params, config.l2), config.optimizer)

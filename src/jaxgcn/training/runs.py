@@ -12,12 +12,12 @@ its own early stopping (per-run masks freeze a run once it has stopped). A run i
 :class:`Entry` (its configs, seed and split); the runs of one program share everything else
 (:func:`program_of`), the hidden width included.
 
-:func:`jaxgcn.train.make_runner` is the single-run reference this module is tested against.
+:func:`jaxgcn.training.loop.fit` (one run, through the same runner builder) is the reference this
+module is tested against.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -27,15 +27,16 @@ import numpy as np
 
 from jaxgcn import hyper
 from jaxgcn.compiler import jit
-from jaxgcn.diagnostics import divergence_message
+from jaxgcn.diagnostics import runs_divergence_message
 from jaxgcn.data import with_focus
-from jaxgcn.layers import Params
+from jaxgcn.layers import Params, run_axes
 from jaxgcn.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
-from jaxgcn.plan import batch_mesh, concrete, require_decided, slice_size
+from jaxgcn.plan import (Plan, batch_mesh, concrete, on_runs, program_of, replicated, require_decided, run_shardings,
+                         slice_size)
 from jaxgcn.data import TrainData
-from jaxgcn.training.axes import run_axis
+from jaxgcn.results import BatchResult, concat_results, unstack_params  # noqa: F401 - unstack_params: its old address
 from jaxgcn.training.config import TrainConfig
-from jaxgcn.training.loop import BatchResult, Compiled, Layout, compile, run, signature  # noqa: F401
+from jaxgcn.training.loop import Compiled, Layout, compile, run, signature  # noqa: F401
 from jaxgcn.training.state import BatchState, run_keys, state_axes
 from jaxgcn.training.step import make_batch_runner
 
@@ -63,43 +64,6 @@ def entries_for(seeds: Sequence[int], *, model_config: GCNConfig = GCNConfig(), 
     [(3, 0), (4, 0), (3, 1), (4, 1)]
     """
     return [Entry(model_config, config, int(seed), split) for split in range(splits) for seed in seeds]
-
-
-def program_key(entry: Entry) -> tuple[GCNConfig, TrainConfig]:
-    """The configs of the program an entry runs in: its own, with the per-run fields (learning
-    rate, weight decay, dropout: those :data:`jaxgcn.hyper.PER_RUN` says vary) set to their
-    defaults, since they are inputs of the compiled program
-    (:class:`jaxgcn.models.RunInputs`). Entries with equal keys share one program; any other
-    difference (hidden width, epochs, L2 scope, ...) separates them. Runs of several widths could
-    share one program padded to the widest, but then every run costs the widest: a 16/32/64 grid
-    on Cora took 114 s padded to 64 and far less as one program per width (compiling one is ~1 s).
-
-    >>> a, b = Entry(GCNConfig(dropout=0.1), TrainConfig(lr=0.05), 0), Entry(GCNConfig(), TrainConfig(), 1)
-    >>> program_key(a) == program_key(b), program_key(a) == program_key(b._replace(model=GCNConfig(hidden=32)))
-    (True, False)
-    """
-    return hyper.blank(entry.model, "model"), hyper.blank(entry.train, "train")
-
-
-def program_of(entries: Sequence[Entry]) -> tuple[GCNConfig, TrainConfig]:
-    """The one program's configs of ``entries`` (:func:`program_key`), or a ValueError naming the
-    first field in which two of them differ (group them first: :func:`jaxgcn.sweep.run_entries`)."""
-    if not entries:
-        raise ValueError("entries: give at least one run")
-    key = program_key(entries[0])
-    for j, entry in enumerate(entries):
-        other = program_key(entry)
-        if other == key:
-            continue
-        for name, mine, theirs in (("model", key[0], other[0]), ("train", key[1], other[1])):
-            for field in dataclasses.fields(mine):
-                a, b = getattr(mine, field.name), getattr(theirs, field.name)
-                if a != b:
-                    raise ValueError(f"entries[0] and entries[{j}] differ in {name}.{field.name} ({a!r} vs {b!r}): "
-                                     f"one program shares everything but {', '.join(hyper.varying())}, seed and "
-                                     "split; "
-                                     "run them as separate groups (jaxgcn.sweep.run_entries does)")
-    return key
 
 
 def run_inputs(entries: Sequence[Entry]) -> RunInputs:
@@ -133,25 +97,6 @@ def _init_stacked(config: GCNConfig, n_features: int, n_classes: int, seeds: jax
 # --- the host-side driver ---------------------------------------------------------------------------
 
 
-def _shard_runs(tree: Any, mesh: jax.sharding.Mesh | None, axes: Any = 0) -> Any:
-    """Place each leaf's run axis on the mesh's ``runs`` axis (no-op without a mesh)."""
-    if mesh is None:
-        return tree
-
-    def put(leaf: jax.Array, axis: int | None) -> jax.Array:
-        spec = [None] * leaf.ndim
-        if axis is not None:
-            spec[axis] = "runs"
-        return jax.device_put(leaf, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec)))
-    return jax.tree.map(put, tree, axes) if not isinstance(axes, int) else jax.tree.map(lambda a: put(a, axes), tree)
-
-
-def _replicate(tree: Any, mesh: jax.sharding.Mesh | None) -> Any:
-    if mesh is None:
-        return tree
-    return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-
-
 def _padded(entries: Sequence[Entry], multiple: int) -> list[Entry]:
     """Repeat the last run so the run count divides evenly over the devices (extra runs dropped later)."""
     return [*entries, *[entries[-1]] * ((-len(entries)) % multiple)]
@@ -162,16 +107,7 @@ def _state_shardings(state: BatchState, config: TrainConfig, mesh: jax.sharding.
     while loop's output can be fed back in), the shared Adam count and epoch counter replicated."""
     if mesh is None:
         return None
-    axes = BatchState(runs=state_axes(config, state.runs.params), step=None)
-
-    def spec(leaf: Any, axis: int | None) -> jax.sharding.NamedSharding | None:
-        if leaf is None:
-            return None
-        parts = [None] * leaf.ndim
-        if axis is not None:
-            parts[axis] = "runs"
-        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*parts))
-    return jax.tree.map(spec, state, axes, is_leaf=lambda x: x is None)
+    return run_shardings(state, BatchState(runs=state_axes(config, state.runs.params), step=None), mesh)
 
 
 def fit_runs(
@@ -179,7 +115,7 @@ def fit_runs(
     n_classes: int,
     entries: Sequence[Entry],
     *,
-    execution: Execution = Execution(),
+    execution: Execution | Plan = Execution(),
     log_every: int = 0,
     log: Callable[[str], None] | None = None,
     n_devices: int | None = None,
@@ -197,7 +133,8 @@ def fit_runs(
     devices`` runs (default :func:`jaxgcn.plan.runs_per_device_for` the hidden width); every slice
     has the same shapes (the last one is padded), so the program is compiled once and executed
     ``ceil(runs / slice)`` times. Progress, when ``log_every`` > 0, is one line per chunk: the
-    epoch, runs still training, mean val accuracy.
+    epoch, runs still training, mean val accuracy. ``execution``: the plan the application resolved
+    (:func:`jaxgcn.plan.resolve`), or a request the plan decides here, once.
 
     Checkpoints are per slice: ``on_checkpoint(first, state)`` receives the state of the slice
     whose first run is ``first`` every ``checkpoint_every`` epochs and when it ends;
@@ -215,7 +152,7 @@ def fit_runs(
     options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,
                        on_checkpoint, resume)
     parts = [_slice(data, n_classes, entries, first, size, options) for first in range(0, len(entries), size)]
-    return parts[0] if len(parts) == 1 else _concat_results(entries, parts)
+    return parts[0] if len(parts) == 1 else concat_results(entries, parts)
 
 
 def fit_batch(data: TrainData, n_classes: int, entries: Sequence[Entry], **options: Any) -> BatchResult:
@@ -239,23 +176,6 @@ class _Options(NamedTuple):
     resume: Callable[[int, BatchState], BatchState | None] | None
 
 
-def _concat_results(entries: list[Entry], parts: list[BatchResult]) -> BatchResult:
-    def cat(get: Callable[[BatchResult], Any]) -> Any:
-        return np.concatenate([get(p) for p in parts])
-    return BatchResult(
-        entries=entries,
-        metrics={k: cat(lambda p, k=k: p.metrics[k]) for k in parts[0].metrics},
-        epochs_run=cat(lambda p: p.epochs_run),
-        stopped_early=cat(lambda p: p.stopped_early),
-        history={k: cat(lambda p, k=k: p.history[k]) for k in parts[0].history},
-        params=jax.tree.map(lambda *leaves: jnp.concatenate(leaves, axis=run_axis(leaves[0])),
-                            *(p.params for p in parts)),
-        compile_seconds=sum(p.compile_seconds for p in parts),
-        train_seconds=sum(p.train_seconds for p in parts),
-        restored_epoch=None if parts[0].restored_epoch is None else cat(lambda p: p.restored_epoch),
-    )
-
-
 def _slice(data: TrainData, n_classes: int, entries: list[Entry], first: int, size: int,
            options: _Options) -> BatchResult:
     """The slice of :func:`fit_runs` whose first run is ``first``, in ONE execution of its program
@@ -276,7 +196,7 @@ def _slice(data: TrainData, n_classes: int, entries: list[Entry], first: int, si
     save = None if options.on_checkpoint is None else functools.partial(options.on_checkpoint, first)
     done = run(program, state, data, runs, Layout(len(part)), options.config, log=options.log,
                log_every=options.log_every, progress=options.progress, checkpoint_every=options.checkpoint_every,
-               checkpoint=save, diverged=lambda bad, epoch: _diverged(padded, data, bad, epoch))
+               checkpoint=save, diverged=lambda bad, epoch: runs_divergence_message(padded, data, bad, epoch))
     return done._replace(entries=part)
 
 
@@ -289,26 +209,13 @@ def _start(options: _Options, entries: list[Entry], data: TrainData,
     mesh = batch_mesh(len(entries), execution, options.n_devices, data.graph)
     padded = _padded(entries, mesh.size if mesh is not None else 1)
     params = init_params(model_config, padded, data.x.shape[1], n_classes)
-    params = _shard_runs(params, mesh, jax.tree.map(run_axis, params))
-    runs = _shard_runs(run_inputs(padded), mesh)
-    seeds = _shard_runs(jnp.asarray(_seeds(padded), jnp.int32), mesh)
-    data = _replicate(data, mesh)
+    params = on_runs(params, mesh, run_axes(params))
+    runs = on_runs(run_inputs(padded), mesh)
+    seeds = on_runs(jnp.asarray(_seeds(padded), jnp.int32), mesh)
+    data = replicated(data, mesh)
     runner = make_batch_runner(model_config, config, execution)
     shardings = _state_shardings(jax.eval_shape(runner.init, params, seeds, runs), config, mesh)
     key = ("runs", model_config, config, execution, signature(data), jax.tree.structure(params),
            tuple(leaf.shape for leaf in jax.tree.leaves(params)), mesh)
     program = compile(key, runner, (params, seeds, runs), data, shardings=shardings, progress=options.progress)
     return program, program.init(params, seeds, runs), data, runs
-
-
-def _diverged(entries: list[Entry], data: TrainData, bad: np.ndarray, epoch: int) -> str:
-    """The :class:`TrainingDiverged` message naming the runs whose loss became NaN/inf (the first
-    one's seed and learning rate, and the likely causes)."""
-    worst = entries[int(bad[0])]
-    return f"run(s) {bad.tolist()} (seed {worst.seed}, lr {worst.train.lr:g}): " + divergence_message(
-        data, worst.train, epoch)
-
-
-def unstack_params(params: Params, run: int) -> Params:
-    """The params of one run, in the single-run layout."""
-    return jax.tree.map(lambda leaf: jnp.take(leaf, run, axis=run_axis(leaf)), params)

@@ -8,8 +8,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgcn.layers import Params
-from jaxgcn.training.axes import insert_axes, run_axes, unstacked_shapes
+from jaxgcn.layers import Params, insert_axes, run_axes, unstacked_shapes
+from jaxgcn.results import Evaluation  # noqa: F401 - where it always was
 from jaxgcn.training.config import DIVERGED, FINISHED, Kipf, Patience, RUNNING, STOPPED_EARLY, TrainConfig
 from jaxgcn.training.optim import optimizer_factory
 
@@ -38,17 +38,6 @@ class BatchState(NamedTuple):
     step: jax.Array
 
 
-class Evaluation(NamedTuple):
-    """Loss and accuracy on each split, computed with dropout off."""
-
-    train_loss: jax.Array
-    train_acc: jax.Array
-    val_loss: jax.Array
-    val_acc: jax.Array
-    test_loss: jax.Array
-    test_acc: jax.Array
-
-
 def run_keys(seed: Any) -> tuple[jax.Array, jax.Array]:
     """THE seed-to-key rule of every run (one run, a batch, the graph sharded): a run of seed ``s``
     (an int, or a key already made of it) initializes its params from the first half of
@@ -71,7 +60,8 @@ def _is_key(value: Any) -> bool:
 def init_run_state(config: TrainConfig, params: Params, key: jax.Array, lr: Any, weight_decay: Any) -> RunState:
     """THE initial :class:`RunState` of one run (no run axis): its params, its optimizer's state with
     its learning rate and weight decay, its key, empty early-stopping records and a NaN history. A
-    batch vmaps it over its runs (:func:`make_batch_runner`); a single run calls it (:func:`make_runner`)."""
+    batch vmaps it over its runs (:func:`make_batch_runner`); a single run calls it
+    (``make_batch_runner(..., one=...)``)."""
     nan = jnp.full((config.epochs,), jnp.nan, jnp.float32)
     return RunState(
         params=params, opt_state=optimizer_factory(config)(lr, weight_decay).init(params), key=key,

@@ -2,7 +2,8 @@
 
 One epoch of one or many runs is written once (:func:`make_batch_runner`): a batch of R runs keeps
 a RunState whose leaves carry a run axis (weights [in, R, out], biases and norms [R, d], everything
-else [R, ...]). A single run is a batch of one (:func:`make_runner`), and sharded training is the
+else [R, ...]). A single run is a batch of one, its own state without a run axis behind the batch's
+view (``make_batch_runner(..., one=...)``), and sharded training is the
 same step inside ``shard_map`` with its block propagation and a ``psum`` collective.
 """
 
@@ -17,46 +18,17 @@ import optax
 
 from jaxgcn import hyper
 from jaxgcn.data import TrainData
-from jaxgcn.layers import Params
+from jaxgcn.layers import Params, insert_axes, run_axes, select_running, unstacked_shapes
 from jaxgcn.models import (Decided, Execution, FirstLayer, GCNConfig, Ops, Propagate, RunInputs, aggregate_input,
                            apply_runs, first_layer_pair, gcn, make_run_inputs)
 from jaxgcn.plan import given_ops
-from jaxgcn.training.axes import insert_axes, run_axes, select_running, unstacked_shapes
+from jaxgcn.propagate import take_rows
+from jaxgcn.results import Evaluation
 from jaxgcn.training.config import Patience, RUNNING, TrainConfig
 from jaxgcn.training.losses import masked_sums, per_run_l2
 from jaxgcn.training.optim import fused_adam, fused_adam_applies, optimizer_factory
-from jaxgcn.training.state import (BatchState, Evaluation, RunState, axes_of_state, init_run_state, optimizer_axes,
+from jaxgcn.training.state import (BatchState, RunState, axes_of_state, init_run_state, optimizer_axes,
                                    record_epoch, run_keys, runs_of, state_axes)
-
-
-@jax.custom_vjp
-def take_rows(x: jax.Array, rows: jax.Array, pos: jax.Array) -> jax.Array:
-    """``x[rows]`` for sorted, distinct ``rows``, where ``pos[i]`` is node i's place in ``rows``
-    (-1 for a node not in it). The gradient is a gather, ``g[pos]`` where ``pos >= 0`` and 0
-    elsewhere, instead of the scatter-add XLA transposes a gather into, which the CPU runs as a
-    loop of one row per iteration (Cora's 640 focus nodes: 0.32 ms of a 16-run epoch,
-    benchmarks/profile_epoch.py). The same numbers: each gradient row is ``0 + g[j]`` either way.
-
-    >>> x = jnp.arange(4.0)[:, None]
-    >>> rows, pos = jnp.array([1, 3]), jnp.array([-1, 0, -1, 1])
-    >>> jax.grad(lambda x: jnp.sum(take_rows(x, rows, pos) * jnp.array([[2.0], [5.0]])))(x).ravel().tolist()
-    [0.0, 2.0, 0.0, 5.0]
-    """
-    return jnp.take(x, rows, axis=0, unique_indices=True, indices_are_sorted=True)
-
-
-def _take_rows_fwd(x: jax.Array, rows: jax.Array, pos: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return take_rows(x, rows, pos), pos
-
-
-def _take_rows_bwd(pos: jax.Array, g: jax.Array) -> tuple[jax.Array, None, None]:
-    taken = jnp.take(g, jnp.maximum(pos, 0), axis=0, mode="clip")
-    there = (pos >= 0).reshape(pos.shape + (1,) * (g.ndim - 1))
-    # a -0.0 gradient comes back +0.0, as 0 + g does (XLA folds a "+ 0.0", not this select)
-    return jnp.where(there & (taken != 0), taken, 0.0), None, None
-
-
-take_rows.defvjp(_take_rows_fwd, _take_rows_bwd)
 
 
 class Collective(NamedTuple):
@@ -76,8 +48,8 @@ LOCAL = Collective(total=lambda tree: tree, device_key=lambda key: key)
 
 
 class Runner(NamedTuple):
-    """THE runner type: the pure functions of a batch of runs (:func:`make_batch_runner`) or of one
-    run (:func:`make_runner`), called alike: ``init(..., runs)`` (a batch's stacked params and
+    """THE runner type: the pure functions of a batch of runs or of one run (both built by
+    :func:`make_batch_runner`), called alike: ``init(..., runs)`` (a batch's stacked params and
     seeds, one run's key and data), ``run_until(state, data, runs, stop)``, ``evaluate(params,
     data, runs)``, ``final_params(state)``. Each takes the runs' :class:`jaxgcn.models.RunInputs`:
     passed so, the learning rate, weight decay and dropout rate are inputs of the compiled program,
@@ -107,6 +79,7 @@ class Step(NamedTuple):
     propagate: Propagate | None
     collective: Collective
     ops: Ops | None = None
+    one: tuple[int, int] | None = None  # (n_features, n_classes) of ONE run, whose state has no run axis
 
     @property
     def products(self) -> Ops:
@@ -171,6 +144,16 @@ class Step(NamedTuple):
         runs = jax.vmap(functools.partial(init_run_state, config), in_axes=(run_axes(params), 0, 0, 0),
                         out_axes=state_axes(config, params))(params, keys, runs_in.lr, runs_in.weight_decay)
         return BatchState(runs, jnp.int32(0))
+
+    def inputs(self) -> RunInputs:
+        """ONE run's settings, as a batch of one (the host values of its program's run inputs)."""
+        return make_run_inputs(**{k: [v] for k, v in hyper.values_of(self.model_config, self.config).items()})
+
+    def init_one(self, key: jax.Array, data: TrainData, runs: RunInputs) -> RunState:
+        """ONE run's own :class:`RunState` (no run axis: what its checkpoints hold), from ``key``."""
+        k_init, k_run = run_keys(key)  # THE seed-to-key rule
+        params = gcn(self.model_config).init(k_init, *self.one)
+        return init_run_state(self.config, params, k_run, runs.lr[0], runs.weight_decay[0])
 
     def step_keys(self, st: RunState) -> tuple[jax.Array, jax.Array]:
         """The key after this step [R] and each layer's dropout keys of this step [L, R]."""
@@ -265,8 +248,12 @@ class Step(NamedTuple):
             advanced = select_running(running, advanced, kept, state_ax)
         return BatchState(advanced, state.step + 1), None if pair is None else pair[0]
 
-    def run_until(self, state: BatchState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> BatchState:
-        """Epochs until no run is running or the shared epoch reaches ``stop_epoch`` (one ``while_loop``)."""
+    def run_until(self, state: BatchState | RunState, data: TrainData, runs: RunInputs,
+                  stop_epoch: jax.Array) -> BatchState | RunState:
+        """Epochs until no run is running or the shared epoch reaches ``stop_epoch`` (one ``while_loop``).
+        ONE run's own :class:`RunState` runs as a batch whose runs it is (:func:`runs_of`'s view)."""
+        if isinstance(state, RunState):
+            return self.run_until(BatchState(state, state.epoch), data, runs, stop_epoch).runs
         def cond(carry: tuple[BatchState, Any]) -> jax.Array:
             s = carry[0]
             return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
@@ -281,11 +268,15 @@ class Step(NamedTuple):
         return jax.lax.while_loop(cond, lambda c: self.epoch_step(*c[:1], data, runs, aggregated, n_train, c[1]),
                                   (state, None if pair is None else pair[0]))[0]
 
-    def final_params(self, state: BatchState) -> Params:
-        keep_best = self.keep_best
-        return state.runs.best_params if keep_best else state.runs.params
+    def final_params(self, state: BatchState | RunState) -> Params:
+        runs = state if isinstance(state, RunState) else state.runs
+        return runs.best_params if self.keep_best else runs.params
 
-    def evaluate(self, params: Params, data: TrainData, runs: RunInputs) -> dict[str, jax.Array]:
+    def evaluate(self, params: Params, data: TrainData, runs: RunInputs) -> dict[str, jax.Array] | Evaluation:
+        """Each run's loss and accuracy per split, dropout off; ONE run's (:attr:`one`) as a batch of one."""
+        if self.one is not None:
+            stacked = jax.tree.map(jnp.expand_dims, params, insert_axes(params))
+            return Evaluation(**{k: v[0] for k, v in self._replace(one=None).evaluate(stacked, data, runs).items()})
         logits = self.forward(params, data, runs)
         out = {}
         for name, m in zip(("train", "val", "test"), self.masks(data, runs)):
@@ -295,9 +286,9 @@ class Step(NamedTuple):
 
 def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: Execution = Execution(), *,
                       propagate: Propagate | None = None, collective: Collective = LOCAL,
-                      ops: Ops | None = None) -> Runner:
-    """THE training step, for R runs at once (compile the functions with ``jax.jit``): every path
-    (one run, many runs, sharded) runs these functions (:class:`Step`).
+                      ops: Ops | None = None, one: tuple[int, int] | None = None) -> Runner:
+    """THE runner builder: the training step for R runs at once (compile the functions with
+    ``jax.jit``); every path (one run, many runs, sharded) runs these functions (:class:`Step`).
 
     One epoch, per run: dropout forward, masked cross-entropy (+ the coupled L2 term), gradient,
     :func:`optimizer_factory`'s update (vmapped over the run axis, with each run's injected learning
@@ -311,38 +302,19 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
     from one kernel pass wherever the kernel runs (:func:`jaxgcn.models.first_layer_pair`; on a
     sharded run, over the device's block of rows: the first layer is row-local). ``ops``: what
     computes the products (default: those of the planned ``execution``, :func:`jaxgcn.plan.ops_for`).
+
+    ``one=(n_features, n_classes)``: ONE run, its own :class:`RunState` without a run axis behind the
+    batch's view (what its checkpoints hold; a vmap of one would cost scatters,
+    :class:`~jaxgcn.training.state.RunsView`): ``init(key, data, runs)``, ``evaluate`` of its params
+    to an :class:`Evaluation`, and ``inputs()``.
     """
-    step = Step(model_config, config, execution, propagate, collective, ops)
-    return Runner(step.init, step.run_until, step.evaluate, step.final_params)
+    step = Step(model_config, config, execution, propagate, collective, ops, one)
+    if one is None:
+        return Runner(step.init, step.run_until, step.evaluate, step.final_params)
+    return Runner(step.init_one, step.run_until, step.evaluate, step.final_params, step.inputs)
 
 
 def make_runner(model_config: GCNConfig, config: TrainConfig, n_features: int, n_classes: int,
-                execution: Execution = Execution(), *,
-                propagate: Propagate | None = None, collective: Collective = LOCAL, ops: Ops | None = None) -> Runner:
-    """The (uncompiled) functions of ONE training run: :func:`make_batch_runner`'s step, carrying one
-    run's own :class:`RunState` (no run axis: what checkpoints hold; the step gives the forward
-    pass its params with a run axis of 1). ``propagate`` and ``collective`` as in
-    :func:`make_batch_runner` (sharded training), and ``ops``."""
-    model = gcn(model_config)
-    batch = make_batch_runner(model_config, config, execution, propagate=propagate, collective=collective, ops=ops)
-    keep_best = isinstance(config.early_stopping, Patience)
-
-    def one() -> RunInputs:  # this run's settings, as a batch of one
-        return make_run_inputs(**{k: [v] for k, v in hyper.values_of(model_config, config).items()})
-
-    def init(key: jax.Array, data: TrainData, runs: RunInputs) -> RunState:
-        k_init, k_run = run_keys(key)
-        return init_run_state(config, model.init(k_init, n_features, n_classes), k_run, runs.lr[0],
-                              runs.weight_decay[0])
-
-    def run_until(state: RunState, data: TrainData, runs: RunInputs, stop_epoch: jax.Array) -> RunState:
-        return batch.run_until(BatchState(state, state.epoch), data, runs, stop_epoch).runs
-
-    def evaluate(params: Params, data: TrainData, runs: RunInputs) -> Evaluation:
-        stacked = jax.tree.map(jnp.expand_dims, params, insert_axes(params))
-        return Evaluation(**{k: v[0] for k, v in batch.evaluate(stacked, data, runs).items()})
-
-    def final_params(state: RunState) -> Params:
-        return state.best_params if keep_best else state.params
-
-    return Runner(init, run_until, evaluate, final_params, one)
+                execution: Execution = Execution(), **options: Any) -> Runner:
+    """ONE run's runner, as it was always called: :func:`make_batch_runner` with ``one=(n_features, n_classes)``."""
+    return make_batch_runner(model_config, config, execution, one=(n_features, n_classes), **options)
