@@ -155,12 +155,12 @@ def _askers(names: tuple[str, ...]) -> dict[str, set[str]]:
 
 
 def test_only_the_plan_asks_the_one_oracle_whether_the_kernel_runs():
-    # native_ops.kernel_status is THE availability oracle: the plan alone asks it (cli/train reads it
-    # through the plan's kernel_available); the kernel's own guard (csr._status) serves the oracle and
-    # the kernel's calls; csr.kernel_status is a deprecated alias nothing in the package calls; laying
-    # out a csr graph asks nothing (the plan refused csr where the kernel cannot run)
+    # csr.kernel_status is THE availability oracle, next to the kernel: the plan alone asks it (cli/train
+    # reads it through the plan's kernel_available); the kernel's own guard (csr._status) serves the
+    # oracle and the kernel's calls; laying out a csr graph asks nothing (the plan refused csr where the
+    # kernel cannot run)
     askers = _askers(("kernel_status", "kernel_available", "_status", "require_kernel"))
     assert askers["kernel_status"] == {"plan.py"}
     assert askers["require_kernel"] == {"csr.py", "fused.py"}  # a kernel call's own guard; the plan refuses a job
     assert askers["kernel_available"] == {"cli/train.py"}
-    assert askers["_status"] - {"cli/data.py"} == {"csr.py", "native_ops.py"}  # cli/data's own _status(args)
+    assert askers["_status"] - {"cli/data.py"} == {"csr.py"}  # cli/data's own _status(args)

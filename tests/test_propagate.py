@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from jaxgcn.native_ops import kernel_status
+from jaxgcn.csr import kernel_status
 from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_csr, with_dense
 from jaxgcn.plan import backend_for
 from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, graph_backend, propagate

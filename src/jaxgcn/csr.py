@@ -8,7 +8,7 @@ intra-op thread pool. ``pip install`` builds it where a C++ compiler is found; o
 another CPU or jaxlib) :mod:`jaxgcn.kernel_build` compiles it on first use, once per machine, with
 the C++ compiler that builds Python extensions (``g++``/``c++``, or ``$CXX``) against the FFI
 headers that jaxlib ships, and caches it in ``~/.cache/jaxgcn/kernels``
-(``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found, :func:`jaxgcn.native_ops.kernel_status` says why and
+(``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found, :func:`jaxgcn.csr.kernel_status` says why and
 ``backend="auto"`` keeps to the pure-XLA backends. A build that fails (with ``-march=native``, then
 once without it) is remembered as ``libjaxgcn_spmm-<key>.failed`` beside the cache, so later
 processes report it without compiling again; a new source, compiler or jaxlib is a new key and a
@@ -184,7 +184,7 @@ def _load() -> tuple[bool, str]:
 
 
 def kernel_possible() -> bool:
-    """Whether :func:`jaxgcn.native_ops.kernel_status` may succeed, decided without starting JAX (the CLI asks before
+    """Whether :func:`jaxgcn.csr.kernel_status` may succeed, decided without starting JAX (the CLI asks before
     it sets the CPU device count): the kernels are not disabled (``JAXGCN_NO_KERNELS``), a compiler
     is present, and the kernel builds and loads: it is compiled now if it is not cached (~5 s, once
     per machine), and a failure an earlier process recorded is read, not retried."""
@@ -203,15 +203,22 @@ def kernel_possible() -> bool:
 
 def _status() -> tuple[bool, str]:
     """(ok, reason): the kernel's own guard before it is called (:func:`require_kernel`). Whether it
-    runs for a job is asked of :func:`jaxgcn.native_ops.kernel_status`, the one oracle, by the plan only."""
+    runs for a job is asked of :func:`kernel_status`, the one oracle, by the plan only."""
     if jax.default_backend() != "cpu":
         return False, f"the fused CSR kernel is for the CPU; this JAX runs on {jax.default_backend()}"
     return _load()
 
 
 def kernel_status() -> tuple[bool, str]:
-    """Deprecated alias of :func:`jaxgcn.native_ops.kernel_status` (the one availability oracle),
-    kept for one release; nothing in the package calls it."""
+    """THE availability oracle: whether the C++ kernel can run here, and why not (it builds on the
+    first call, ~5 s, once per machine; a JAX on another platform than the CPU never runs it). Only the
+    plan asks it (:func:`jaxgcn.plan.kernel_available` is its face for the CLI); the kernel's own calls
+    guard themselves (:func:`require_kernel`).
+
+    >>> ok, reason = kernel_status()
+    >>> isinstance(ok, bool) and isinstance(reason, str) and bool(reason)
+    True
+    """
     return _status()
 
 
@@ -238,14 +245,14 @@ def kernel_isa() -> str:
     """Which branch of the kernel's masked loads and stores the loaded library was built with:
     ``"avx512"`` (``-march=native`` on an AVX-512 CPU), ``"avx2"`` (an AVX2 CPU, or
     ``JAXGCN_KERNEL_ISA=avx2`` on an AVX-512 one) or ``"portable"`` (any other CPU, or
-    ``JAXGCN_KERNEL_ISA=portable``). Needs :func:`jaxgcn.native_ops.kernel_status`."""
+    ``JAXGCN_KERNEL_ISA=portable``). Needs :func:`jaxgcn.csr.kernel_status`."""
     return {1: "avx512", 2: "avx2"}.get(_loaded_library().JaxgcnKernelIsa(), "portable")
 
 
 def kernel_tuning() -> machine.Tuning:
     """The settings the loaded kernel runs with (:class:`jaxgcn.machine.Tuning`: those
     :func:`jaxgcn.machine.tuning` chose for this machine, unless :func:`set_kernel_tuning` changed
-    them). Needs :func:`jaxgcn.native_ops.kernel_status`."""
+    them). Needs :func:`jaxgcn.csr.kernel_status`."""
     values = (ctypes.c_int64 * 3)()
     _loaded_library().JaxgcnTuning(values)
     return machine.Tuning(*map(int, values))
@@ -253,7 +260,7 @@ def kernel_tuning() -> machine.Tuning:
 
 def set_kernel_tuning(tuning: machine.Tuning) -> None:
     """Run the kernel with these settings from now on (benchmarks try others; any settings compute
-    the same sums). Needs :func:`jaxgcn.native_ops.kernel_status`."""
+    the same sums). Needs :func:`jaxgcn.csr.kernel_status`."""
     if min(dataclasses.astuple(tuning)) <= 0:
         raise ValueError(f"kernel settings must be positive: {tuning}")
     _loaded_library().JaxgcnSetTuning(tuning.tile_bytes, tuning.product_cutoff, tuning.pass_cutoff)
@@ -262,7 +269,7 @@ def set_kernel_tuning(tuning: machine.Tuning) -> None:
 def kernel_counters() -> dict[str, int]:
     """The kernel's debug counters, cumulative since the library was loaded or
     :func:`reset_kernel_counters` (the tests read which regime a call ran in from them; counting
-    costs a few relaxed atomic adds per call). Needs :func:`jaxgcn.native_ops.kernel_status`.
+    costs a few relaxed atomic adds per call). Needs :func:`jaxgcn.csr.kernel_status`.
 
     - ``calls``: sparse products (:func:`spmm`, its gradient, :func:`spmm_pair`); ``pair_calls``
       of them from :func:`spmm_pair`.

@@ -33,7 +33,7 @@ def adam_leaf(p: jax.Array, mu: jax.Array, nu: jax.Array, g: jax.Array, hyper: j
     and ``1 / (1 - b2**t)``, weight decay ``wd`` and 1 where the run steps (0: its leaf stays as it
     was). With ``couple`` the gradient of the coupled L2 term, ``wd * p``, is added to ``g`` first
     (Adam); with ``decay`` ``wd * p`` is added to the update (AdamW). The operations are optax's as
-    XLA compiles them for the CPU (see kernels/adam.h). Needs :func:`jaxgcn.native_ops.kernel_status`.
+    XLA compiles them for the CPU (see kernels/adam.h). Needs :func:`jaxgcn.csr.kernel_status`.
     """
     require_kernel()
     out = jax.ShapeDtypeStruct(p.shape, jnp.float32)
@@ -124,7 +124,7 @@ def hash_dropout(h: jax.Array, seeds: jax.Array, hidden: jax.Array, threshold: j
     not <= 0; else 0. With ``ids`` [n] (the node ids of the rows of ``h``, when it holds some
     nodes' rows only), ``ids[i]`` takes the place of ``i``. The masks are those ``jaxgcn.models``
     hashes, computed in one pass and kept as bits (one uint16 per 16 elements) for the gradient:
-    the same scaling of the incoming gradient where kept. Needs :func:`jaxgcn.native_ops.kernel_status`."""
+    the same scaling of the incoming gradient where kept. Needs :func:`jaxgcn.csr.kernel_status`."""
     return _dropout_call(h, seeds, hidden, threshold, scale, relu, ids=ids)[0]
 
 
@@ -181,7 +181,7 @@ def run_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     """Per-run products ``x[:, r] @ w[:, r]`` of R runs with the kernel: [n, R, H] x [H, R, C] -> [n, R, C].
 
     Node-major throughout (no transposes); the gradients skip the all-zero rows of the incoming
-    gradient (a loss masked to a few training nodes). Needs :func:`jaxgcn.native_ops.kernel_status`.
+    gradient (a loss masked to a few training nodes). Needs :func:`jaxgcn.csr.kernel_status`.
 
     >>> from jaxgcn.native_ops import available
     >>> x, w = jnp.ones((3, 2, 4)), jnp.arange(16.0).reshape(4, 2, 2)

@@ -1,9 +1,9 @@
 """The C++ kernel's side of the ops seam (:class:`jaxgcn.ops.Ops`, ``native``): the first layer's
 sparse product and pair, the per-run dense products, the fused hash dropout and Adam pass, row
 plans (:func:`row_plan`) and the other host-side precomputations of a run's data (:func:`prepare`),
-the sharded path's CSR product, all from :mod:`jaxgcn.csr` and :mod:`jaxgcn.fused`, and
-the one availability oracle (:func:`kernel_status`). The execution plan gives a run these ops where the
-backend is ``csr`` and the kernel can run here (:func:`jaxgcn.plan.ops_for`).
+and the sharded path's CSR product, all from :mod:`jaxgcn.csr` and :mod:`jaxgcn.fused`. The execution
+plan gives a run these ops where the backend is ``csr`` and the kernel can run here (:func:`jaxgcn.plan.ops_for`,
+which asks the one availability oracle, :func:`jaxgcn.csr.kernel_status`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxgcn import csr
 from jaxgcn.csr import CSR, row_pointers, spmm, spmm_given, spmm_pair
 from jaxgcn.fused import hash_dropout, run_matmul
 from jaxgcn.graph import Graph, focus_rows
@@ -56,19 +55,6 @@ def fields(execution: Any) -> dict[str, Any]:
                   fused_adam=True, row_plans=execution.backend == "csr" and hashed, csr_product=csr_product)
     # the host-side precomputations (prepare): row plans only where a step takes them
     return dict(kernel, prepare=functools.partial(prepare, rows=kernel["row_plans"]))
-
-
-def kernel_status() -> tuple[bool, str]:
-    """THE availability oracle: whether the C++ kernel can run here, and why not (it builds on the
-    first call, ~5 s, once per machine; a JAX on another platform than the CPU never runs it). Only the
-    plan asks it (:func:`jaxgcn.plan.kernel_available` is its face for the CLI); the kernel's own calls
-    guard themselves (:func:`jaxgcn.csr.require_kernel`).
-
-    >>> ok, reason = kernel_status()
-    >>> isinstance(ok, bool) and isinstance(reason, str) and bool(reason)
-    True
-    """
-    return csr._status()
 
 
 class RowPlan(NamedTuple):

@@ -35,7 +35,7 @@ from jaxgcn.csr import UNAVAILABLE
 from jaxgcn.layers import is_sparse
 from jaxgcn.memory import MemoryEstimate
 from jaxgcn.models import Decided, Execution, GCNConfig
-from jaxgcn.native_ops import kernel_status  # THE availability oracle: asked here only
+from jaxgcn.csr import kernel_status  # THE availability oracle (next to the kernel): asked here only
 from jaxgcn.ops import Ops
 from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, DENSE_MIN_DENSITY, graph_backend
 
@@ -142,7 +142,7 @@ def given_ops(execution: Execution | Decided) -> Ops:
 
 def kernel_available() -> tuple[bool, str]:
     """Whether the C++ kernel can run here, and why not: what the CLI and the sharded path ask the plan
-    (:func:`jaxgcn.native_ops.kernel_status`, the one oracle, asked only here)."""
+    (:func:`jaxgcn.csr.kernel_status`, the one oracle, asked only here)."""
     return kernel_status()
 
 
