@@ -1,6 +1,6 @@
-"""Builds the fused csr kernel (src/jaxgcn/kernels/spmm.cc) at install time, where a C++ compiler and
+"""Builds the fused csr kernel (src/jaxgcn/native/kernels/spmm.cc) at install time, where a C++ compiler and
 jaxlib's FFI headers are at hand, so that the first `jaxgcn train` does not compile it. Where the
-build cannot run, the package installs without it and builds it on first use (jaxgcn.kernel_build).
+build cannot run, the package installs without it and builds it on first use (jaxgcn.native.kernel_build).
 Everything else about the package is in pyproject.toml."""
 
 import importlib
@@ -14,11 +14,11 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _kernel_build():
-    """jaxgcn.kernel_build from the source tree (it and what it imports use only the standard
+    """jaxgcn.native.kernel_build from the source tree (it and what it imports use only the standard
     library), and sys.path as it was afterwards."""
     sys.path.insert(0, str(ROOT / "src"))
     try:
-        return importlib.import_module("jaxgcn.kernel_build")
+        return importlib.import_module("jaxgcn.native.kernel_build")
     finally:
         sys.path.remove(str(ROOT / "src"))
 
@@ -28,7 +28,7 @@ class BuildPyWithKernel(build_py):
 
     def run(self):
         super().run()
-        rel = Path("jaxgcn") / "kernels" / "prebuilt"
+        rel = Path("jaxgcn") / "native" / "kernels" / "prebuilt"
         dest = ROOT / "src" / rel if getattr(self, "editable_mode", False) else Path(self.build_lib) / rel
         print(_kernel_build().build_prebuilt(dest), file=sys.stderr)
 

@@ -38,7 +38,7 @@ from jaxgcn.datasets import load_dataset, prepare, with_splits
 from jaxgcn.datasets.catalogue import CATALOGUE, Dataset, lookup
 from jaxgcn.datasets.download import data_root, is_cached
 from jaxgcn.datasets.named import protocol_info, protocol_splits
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig
 
 # Kipf & Welling, Semi-Supervised Classification with Graph Convolutional Networks (ICLR 2017),

@@ -1,4 +1,4 @@
-"""jaxgcn's XLA options (jaxgcn.compiler) against XLA's defaults, interleaved in one process.
+"""jaxgcn's XLA options (jaxgcn.host.compiler) against XLA's defaults, interleaved in one process.
 
     python benchmarks/bench_compiler.py [--dataset cora] [--repeats 4]
 
@@ -16,10 +16,11 @@ import statistics
 import jax
 import numpy as np
 
-from jaxgcn import compiler, train
+from jaxgcn import train
+from jaxgcn.host import compiler
 from jaxgcn.batched import entries_for, fit_batch
 from jaxgcn.datasets import load_dataset, prepare
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
 
 SETTINGS = {"jaxgcn (YNNPACK fusions off)": dict(compiler._OPTIONS), "XLA defaults": {}}

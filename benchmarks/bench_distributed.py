@@ -14,7 +14,7 @@ reports per device:
   features, labels and masks, the replicated params and Adam state), from ``jax.live_arrays()``;
 - ``program``: the compiled epoch's arguments, outputs and temporaries per device (XLA's
   ``memory_analysis`` of the SPMD program): what a GPU would need on top of nothing else;
-- ``estimate``: :func:`jaxgcn.memory.estimate_sharded` for the same layout;
+- ``estimate``: :func:`jaxgcn.host.memory.estimate_sharded` for the same layout;
 - ``received``: node rows one device receives per propagation (P * L for the all-gather,
   L + P * H for the halo), and the fraction of edges that cross a block border.
 
@@ -90,8 +90,8 @@ def worker(args: argparse.Namespace) -> dict:
 
     from jaxgcn import distributed
     from jaxgcn.datasets import RawGraph, prepare
-    from jaxgcn.memory import estimate_sharded
-    from jaxgcn.models import Execution, GCNConfig
+    from jaxgcn.host.memory import estimate_sharded
+    from jaxgcn.core.models import Execution, GCNConfig
     from jaxgcn.train import TrainConfig, compile
 
     n_parts = args.devices
@@ -145,7 +145,7 @@ def worker(args: argparse.Namespace) -> dict:
 def papers100m_table(hidden: int = 256) -> None:
     """The worked estimate in docs/distributed.md: ogbn-papers100M (111,059,956 nodes, 1,615,685,872 directed
     edges, 128 dense features, 172 classes), 2 layers, per device for P devices."""
-    from jaxgcn.memory import GiB, estimate_sharded
+    from jaxgcn.host.memory import GiB, estimate_sharded
 
     n, e_directed, f, c = 111_059_956, 1_615_685_872, 128, 172
     e = 2 * e_directed  # symmetrized (an upper bound: reciprocal citations merge)

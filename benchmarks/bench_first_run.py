@@ -44,7 +44,7 @@ def kernel_compile_seconds(env: dict[str, str]) -> str:
     """One compile of the kernel into a scratch folder (what a first use without an install-time
     build adds), or why it cannot be timed."""
     code = ("import sys, tempfile, time\nfrom pathlib import Path\n"
-            "try:\n    from jaxgcn import kernel_build\nexcept ImportError:\n    print('n/a'); sys.exit()\n"
+            "try:\n    from jaxgcn.native import kernel_build\nexcept ImportError:\n    print('n/a'); sys.exit()\n"
             "d = Path(tempfile.mkdtemp())\nt = time.perf_counter()\nmsg = kernel_build.build_prebuilt(d)\n"
             "print(f'{time.perf_counter() - t:.2f} s ({msg})')\n")
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip()

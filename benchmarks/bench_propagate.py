@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxgcn.datasets import load_dataset, synthetic
-from jaxgcn.graph import from_edges, gcn_norm, with_dense
-from jaxgcn.propagate import BACKENDS, propagate
+from jaxgcn.core.graph import from_edges, gcn_norm, with_dense
+from jaxgcn.core.propagate import BACKENDS, propagate
 
 
 def median_us(fn, *args, repeats: int) -> float:

@@ -63,10 +63,10 @@ def jax_worker(args: argparse.Namespace) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from jaxgcn.data import with_focus
+    from jaxgcn.core.data import with_focus
     from jaxgcn.datasets import RawGraph, prepare
-    from jaxgcn.memory import estimate
-    from jaxgcn.models import Execution, GCNConfig
+    from jaxgcn.host.memory import estimate
+    from jaxgcn.core.models import Execution, GCNConfig
     from jaxgcn.plan import ops_for
     from jaxgcn.train import TrainConfig, compile_runner
 

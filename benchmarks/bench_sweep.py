@@ -22,7 +22,7 @@ from figure_record import add_record_arguments, figure, record
 
 from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.datasets import load_dataset, prepare
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
 
 

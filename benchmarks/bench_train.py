@@ -31,9 +31,9 @@ def steady_state(dataset: str, repeats: int) -> dict[str, float]:
     import jax
     import jax.numpy as jnp
 
-    from jaxgcn.data import with_focus
+    from jaxgcn.core.data import with_focus
     from jaxgcn.datasets import load_dataset, prepare
-    from jaxgcn.models import Execution, GCNConfig
+    from jaxgcn.core.models import Execution, GCNConfig
     from jaxgcn.plan import ops_for
     from jaxgcn.train import TrainConfig, compile_runner
 

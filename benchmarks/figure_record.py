@@ -63,7 +63,7 @@ def add_record_arguments(ap: argparse.ArgumentParser) -> None:
 
 def cpu() -> str:
     """This machine's CPU as ``jaxgcn info`` names it: model name (family F model M)."""
-    from jaxgcn.machine import read_cpu
+    from jaxgcn.host.machine import read_cpu
 
     return read_cpu()[0]
 

@@ -55,9 +55,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgcn.batched import entries_for, init_params, run_inputs
-from jaxgcn.data import with_focus
+from jaxgcn.core.data import with_focus
 from jaxgcn.datasets import load_dataset, prepare
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.plan import concrete
 from jaxgcn.train import TrainConfig, compile, make_batch_runner, signature
 
@@ -228,7 +228,7 @@ class Hlo:
                 return "Adam"
             if func in ("_drop_input", "_drop_hidden", "_keep", "hash_bits", "_mix32") or func.endswith(".keys"):
                 return "dropout (masks, RNG keys)"
-            if func in ("xla_matmul_runs", "matmul_runs"):  # jaxgcn.ops: XLA's or the kernel's
+            if func in ("xla_matmul_runs", "matmul_runs"):  # jaxgcn.core.ops: XLA's or the kernel's
                 return "dense products h·W (fwd+bwd)"
             if func == "spmm" and ins["op"] != "custom-call":
                 # around the kernel (its gradient rule's ops carry the forward's stack): permuting the
@@ -391,7 +391,7 @@ def profile(prepared: Any, r: int, seconds: float, repeat: int, limits: dict[str
     init, run_until = compile(key, runner, (params, seeds, runs), data)[:2]
     hlo = Hlo(run_until.as_text())
     hlo.x_nnz = {int(data.x.cols.shape[0])}  # the features' products: every entry, or the gradient's reached ones
-    reached = getattr(data.aux, "x_reached", None)  # the kernel's cut features (jaxgcn.native_ops.prepare)
+    reached = getattr(data.aux, "x_reached", None)  # the kernel's cut features (jaxgcn.core.native_ops.prepare)
     if reached is not None:
         hlo.x_nnz.add(int(reached.t_rows.shape[0]))
 

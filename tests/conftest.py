@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 # XLA's flags for the programs the tests themselves run eagerly, op by op (reference values,
 # gradients of unjitted functions: some 3,000 one-op programs): the classic loop emitter and LLVM
-# level 1, the options jaxgcn.compiler gives its own programs (which these flags therefore leave as
+# level 1, the options jaxgcn.host.compiler gives its own programs (which these flags therefore leave as
 # they are). Each one-op program then compiles in about 30 ms instead of 42-54 ms (150 programs of
 # distinct shapes, a 2-core Zen 3). Set before JAX starts its CPU client, and only where this jaxlib
 # knows them (XLA aborts on an unknown flag): probed once per jaxlib version in a subprocess (~1.7 s; the
@@ -91,7 +91,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): one worker per CPU this process may use (affinity mask,
     cgroup quota), at most 4: each worker holds its own JAX runtime and module fixtures."""
-    from jaxgcn.memory import available_cpus
+    from jaxgcn.host.memory import available_cpus
 
     return min(4, available_cpus())
 
@@ -144,7 +144,7 @@ def expected_adj() -> np.ndarray:
 @pytest.fixture
 def graph(raw_edges: EdgeList):
     """The fixture graph cleaned with the defaults (not normalized)."""
-    from jaxgcn.graph import from_edges
+    from jaxgcn.core.graph import from_edges
 
     g, _ = from_edges(raw_edges.senders, raw_edges.receivers, raw_edges.weights, n_nodes=raw_edges.n_nodes)
     return g
@@ -209,7 +209,7 @@ def gnnbench_mirror(tmp_path_factory):
     server.server_close()
 
 
-# The kernel's prefetch tile and thread cut-offs are the machine's (jaxgcn.machine); the tests that
+# The kernel's prefetch tile and thread cut-offs are the machine's (jaxgcn.host.machine); the tests that
 # were sized to reach a regime (prefetch, several row chunks) pin the settings they were sized for,
 # so that they reach it on every CPU.
 REGIME_TUNING = (256 * 1024, 1 << 18, 1 << 17)  # tile bytes, product and pass cut-offs
@@ -218,8 +218,8 @@ REGIME_TUNING = (256 * 1024, 1 << 18, 1 << 17)  # tile bytes, product and pass c
 @pytest.fixture
 def regime_tuning():
     """The kernel runs with :data:`REGIME_TUNING` during the test; the machine's settings after."""
-    import jaxgcn.csr as csr
-    from jaxgcn import machine
+    import jaxgcn.native.csr as csr
+    from jaxgcn.host import machine
 
     if not csr.kernel_status()[0]:  # tests/test_csr.py::test_kernel_builds_here says why
         yield

@@ -30,8 +30,9 @@ NAMEDTUPLE_INIT = re.compile(r"Error parsing type annotation .+ for (?P<cls>jaxg
 # documents it, and pdoc does not follow a re-exported variable to its docstring.
 NO_DOCSTRING = {"__version__"}
 
-MAIN_MODULES = ("jaxgcn", "jaxgcn.graph", "jaxgcn.layers", "jaxgcn.models", "jaxgcn.propagate", "jaxgcn.train",
-                "jaxgcn.batched", "jaxgcn.sweep", "jaxgcn.csr", "jaxgcn.datasets", "jaxgcn.checkpoint",
+MAIN_MODULES = ("jaxgcn", "jaxgcn.core.graph", "jaxgcn.core.layers", "jaxgcn.core.models", "jaxgcn.core.propagate",
+                "jaxgcn.train",
+                "jaxgcn.batched", "jaxgcn.sweep", "jaxgcn.native.csr", "jaxgcn.datasets", "jaxgcn.store.checkpoint",
                 "jaxgcn.distributed", "jaxgcn.cli")
 
 

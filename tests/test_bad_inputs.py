@@ -31,7 +31,7 @@ from jaxgcn.datasets import load_raw, prepare
 from jaxgcn.datasets.files import load_files, read_features
 from jaxgcn.datasets.planetoid import safe_load_pickle
 from jaxgcn.datasets.splits import planetoid_split
-from jaxgcn.graph import from_edges
+from jaxgcn.core.graph import from_edges
 
 N, CLASSES = 30, ("alpha", "beta", "gamma")
 
@@ -454,7 +454,7 @@ def test_the_valid_planetoid_folder_loads(tmp_path):
 
 def test_library_errors_name_the_parameter_and_the_cli_the_flag(tmp_path, capsys, monkeypatch):
     """The library's message begins with its parameter; ``jaxgcn.cli.main`` prints it with the flag in front."""
-    from jaxgcn import csr as csr_mod
+    from jaxgcn.native import csr as csr_mod
     from jaxgcn.datasets import synthetic
     from jaxgcn.datasets.ogb import load_ogb
 
@@ -531,7 +531,7 @@ def test_library_boundaries_refuse_absurd_node_ids_and_bad_sparse_structures():
         from_edges([0], [10**13 - 1])
     with pytest.raises(ValueError, match=r"edges: edge weight 1e\+39 at position 0 overflows float32"):
         from_edges([0], [1], [1e39])
-    from jaxgcn.layers import sparse_features
+    from jaxgcn.core.layers import sparse_features
 
     for column in (7, 3):  # 3: the first index past the end
         bad = sp.csr_matrix(np.eye(3, dtype=np.float32))
@@ -634,7 +634,7 @@ def test_corrupted_npz_and_npy_features_load_or_raise_value_error(fuzz_dir, suff
     except ValueError:
         return
     if sp.issparse(x):  # whatever loaded is a valid structure
-        from jaxgcn.validate import check_sparse
+        from jaxgcn.core.validate import check_sparse
 
         check_sparse(x, "fuzz")
 

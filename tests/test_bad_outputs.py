@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxgcn import batch_state, checkpoint, cli, outputs
+from jaxgcn import cli
+from jaxgcn.io import outputs
+from jaxgcn.store import batch_state, checkpoint
 from jaxgcn.cli import common as cli_common
 from jaxgcn.app import data as app_data
 
@@ -230,7 +232,7 @@ def test_a_second_writer_of_a_checkpoint_directory_is_refused(tmp_path, capsys):
 
 KILLED_WRITE = """
 import os, signal, sys
-from jaxgcn import outputs
+from jaxgcn.io import outputs
 os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # killed after writing, before the rename
 outputs.write_atomic(sys.argv[1], '{"half": ')
 """
@@ -255,7 +257,7 @@ def test_the_next_write_removes_a_killed_writes_temporary_file(tmp_path, capsys)
     ck.mkdir()
     (ck / f".params-7.npz.tmp{pid}").write_bytes(b"PK")
     params = {"layer_0": {"w": np.ones((3, 2), np.float32)}, "layer_1": {"w": np.ones((2, 2), np.float32)}}
-    from jaxgcn.models import GCNConfig
+    from jaxgcn.core.models import GCNConfig
     from jaxgcn.train import TrainConfig
 
     checkpoint.save(ck, params, model_config=GCNConfig(hidden=2), train_config=TrainConfig(),
@@ -269,7 +271,7 @@ def test_a_link_planted_at_the_temporary_name_is_never_followed(tmp_path):
     # output as a link to it (--json, a checkpoint's params, the parse cache, a download record).
     from jaxgcn.datasets import parsed, synthetic
     from jaxgcn.datasets.download import _write_atomic
-    from jaxgcn.models import GCNConfig
+    from jaxgcn.core.models import GCNConfig
     from jaxgcn.train import TrainConfig
 
     victim = tmp_path / "victim.txt"

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from jaxgcn import datasets, plan
 from jaxgcn.batched import Entry, entries_for, fit_runs, init_params, program_of, run_inputs, unstack_params
 from jaxgcn.datasets.splits import planetoid_split
-from jaxgcn.models import Execution, GCNConfig, apply_runs, gcn
+from jaxgcn.core.models import Execution, GCNConfig, apply_runs, gcn
 from jaxgcn.train import Kipf, Patience, TrainConfig, fit
 
 # On the weakly homophilous graph below, lr 0.1 makes Kipf's rule stop every seed well before 60
@@ -381,7 +381,7 @@ import jax
 import numpy as np
 from jaxgcn import datasets, plan
 from jaxgcn.batched import entries_for, fit_runs
-from jaxgcn.models import Execution
+from jaxgcn.core.models import Execution
 from jaxgcn.train import COMPILED
 from jaxgcn.train import Kipf, TrainConfig
 

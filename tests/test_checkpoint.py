@@ -1,4 +1,4 @@
-"""Checkpoints (jaxgcn.checkpoint) and the evaluate / predict commands."""
+"""Checkpoints (jaxgcn.store.checkpoint) and the evaluate / predict commands."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from cli_run import unwrap
 
-from jaxgcn import batch_state, checkpoint
+from jaxgcn.store import batch_state, checkpoint
 from jaxgcn.cli import main
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig
 
 PARAMS = {"layer_0": {"w": np.arange(6, dtype=np.float32).reshape(3, 2)}, "layer_1": {"w": np.ones((2, 2), np.float32)}}
@@ -43,9 +43,9 @@ def test_a_run_state_goes_to_its_writer_after_the_model_and_never_to_the_old_lay
     # a state without the writer of the one format is refused before any file is written
     kwargs = dict(model_config=GCNConfig(hidden=2), train_config=TrainConfig(), info=INFO, epoch=3, metrics={})
     state = {"leaf": np.arange(3, dtype=np.float32)}
-    with pytest.raises(ValueError, match=r"^checkpoint\.save: state= needs write_state= \(e\.g\. a jaxgcn\.batch_state"
-                                         r"\.saver\(.*the state-<n>\.npz layout of earlier versions is read, no "
-                                         r"longer written$"):
+    with pytest.raises(ValueError, match=r"^checkpoint\.save: state= needs write_state= \(e\.g\. a "
+                                         r"jaxgcn\.store\.batch_state\.saver\(.*the state-<n>\.npz layout of earlier "
+                                         r"versions is read, no longer written$"):
         checkpoint.save(tmp_path / "ck", PARAMS, state=state, **kwargs)
     assert not (tmp_path / "ck").exists()
     written = []

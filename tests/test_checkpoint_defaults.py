@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from cli_run import run_main, unwrap
 
-from jaxgcn import batch_state, checkpoint
+from jaxgcn.store import batch_state, checkpoint
 from jaxgcn.app.job import Outcome
 from jaxgcn.cli import build_parser, records
 from jaxgcn.cli import train as cli_train
-from jaxgcn.reports import RunSummary
+from jaxgcn.io.reports import RunSummary
 
 NOTE = "{} citeseer, the dataset the checkpoint records (--dataset to change)"
 
@@ -198,7 +198,7 @@ def test_ms_per_epoch_divides_by_the_epochs_this_process_trained():
 
 def test_the_parser_reads_the_checkpoint_files_the_library_writes():
     # named twice so that parsing the flags imports no JAX: the two must not drift apart
-    from jaxgcn import batch_state
+    from jaxgcn.store import batch_state
     from jaxgcn.cli.records import CHECKPOINT_JSON
 
     assert CHECKPOINT_JSON == (checkpoint.META, f"{batch_state.FOLDER}/{batch_state.MANIFEST}")

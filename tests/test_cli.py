@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxgcn.datasets import prepare, synthetic
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
 from cli_run import run_main, unwrap
 

@@ -1,4 +1,4 @@
-"""jaxgcn compiles with XLA options that avoid a CPU miscompilation (jaxgcn.compiler)."""
+"""jaxgcn compiles with XLA options that avoid a CPU miscompilation (jaxgcn.host.compiler)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.compiler import compiler_options, jit
+from jaxgcn.host.compiler import compiler_options, jit
 from jaxgcn.train import masked_cross_entropy
 
 # The options that turn the YNNPACK library fusions off, choose XLA's classic loop emitter and LLVM level 1,
-# spelled here rather than read from jaxgcn.compiler: these tests check that module's option list.
+# spelled here rather than read from jaxgcn.host.compiler: these tests check that module's option list.
 YNN_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
 CLASSIC_EMITTER = {"xla_cpu_use_fusion_emitters": False}
 LLVM_LEVEL_1 = {"xla_backend_optimization_level": 1}
@@ -58,7 +58,7 @@ def test_options_are_only_those_this_jaxlib_accepts():
 
 def test_an_option_this_jaxlib_does_not_know_is_left_out_alone(monkeypatch):
     # another jaxlib may know one option and not the other: it keeps the one it knows
-    import jaxgcn.compiler as compiler
+    import jaxgcn.host.compiler as compiler
 
     known = compiler.compiler_options()
     monkeypatch.setattr(compiler, "_OPTIONS", {**compiler._OPTIONS, "xla_no_such_option_anywhere": "1"})

@@ -1,4 +1,4 @@
-"""The fused CSR kernel (jaxgcn.csr) against SciPy and the dense formula."""
+"""The fused CSR kernel (jaxgcn.native.csr) against SciPy and the dense formula."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax.test_util import check_grads
 
-import jaxgcn.csr as csr_mod
-import jaxgcn.fused as fused_mod
-from jaxgcn import kernel_build
-from jaxgcn.csr import csr_from_scipy, kernel_status, spmm
-from jaxgcn.layers import dropout, matmul, sparse_features
+import jaxgcn.native.csr as csr_mod
+import jaxgcn.native.fused as fused_mod
+from jaxgcn.native import kernel_build
+from jaxgcn.native.csr import csr_from_scipy, kernel_status, spmm
+from jaxgcn.core.layers import dropout, matmul, sparse_features
 
 
 def sparse_random(n, m, density, seed):
@@ -228,7 +228,7 @@ def test_one_run_gradient_scatter_refuses_out_of_range_patterns():
 
 def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):
     # spmm_xla is what sharded training uses where the kernel cannot run (GPU/TPU)
-    from jaxgcn.csr import csr_matmul, spmm_xla
+    from jaxgcn.native.csr import csr_matmul, spmm_xla
 
     rng = np.random.default_rng(3)
     a = csr_from_scipy(sp.random(60, 45, density=0.1, random_state=3, format="csr"))
@@ -251,7 +251,7 @@ def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):
 # when V = 1 or W / V is a multiple of 16, else in a loop; the gradient passes skip flags. Each case
 # names the regime it must reach and the kernel's own counters (csr.kernel_counters) say which it
 # did, so a changed threshold fails here instead of silently testing another regime. The machine
-# chooses the tile and cut-offs (jaxgcn.machine); these tests pin the settings the cases were sized
+# chooses the tile and cut-offs (jaxgcn.host.machine); these tests pin the settings the cases were sized
 # for (256 KiB, 2**18, 2**17), so that they test the same regimes on every CPU.
 
 pytestmark = pytest.mark.usefixtures("regime_tuning")  # tests/conftest.py
@@ -465,7 +465,7 @@ def _per_run_einsum(x, w):
                                                    (1000, 4, 16, 16)],
                          ids=["odd", "cora-64", "two-chunks-of-classes", "one", "exact-lanes"])
 def test_run_matmul_equals_the_dense_formula_with_gradients(n, runs, h, c):
-    from jaxgcn.fused import run_matmul
+    from jaxgcn.native.fused import run_matmul
 
     rng = np.random.default_rng(n + h)
     x = jnp.asarray(rng.standard_normal((n, runs, h)), jnp.float32)
@@ -482,7 +482,7 @@ def test_run_matmul_equals_the_dense_formula_with_gradients(n, runs, h, c):
 
 
 def test_run_matmul_gradients_match_finite_differences_to_second_order():
-    from jaxgcn.fused import run_matmul
+    from jaxgcn.native.fused import run_matmul
 
     rng = np.random.default_rng(2)
     x = jnp.asarray(rng.standard_normal((11, 3, 5)), jnp.float32) / 2
@@ -492,7 +492,7 @@ def test_run_matmul_gradients_match_finite_differences_to_second_order():
 
 
 def test_run_matmul_gradient_is_exactly_zero_where_the_cotangent_is():
-    from jaxgcn.fused import run_matmul
+    from jaxgcn.native.fused import run_matmul
 
     rng = np.random.default_rng(4)
     x = jnp.asarray(rng.standard_normal((50, 2, 16)), jnp.float32)
@@ -529,7 +529,7 @@ def test_run_matmul_gradients_read_rows_zero_only_in_their_first_lanes():
 
 
 def test_run_matmul_refuses_mismatched_weights():
-    from jaxgcn.fused import run_matmul
+    from jaxgcn.native.fused import run_matmul
 
     with pytest.raises(ValueError, match=r"w must be \[4, 2, out\]"):
         run_matmul(jnp.ones((3, 2, 4)), jnp.ones((4, 3, 5)))
@@ -538,7 +538,7 @@ def test_run_matmul_refuses_mismatched_weights():
 def test_batched_model_without_the_kernel_equals_with_it(monkeypatch):
     # the hidden products fall back to XLA where the kernel cannot run (or another backend is named):
     # same numbers
-    from jaxgcn import models
+    from jaxgcn.core import models
 
     rng = np.random.default_rng(6)
     h = jnp.asarray(rng.standard_normal((40, 3, 16)), jnp.float32)
@@ -567,7 +567,7 @@ def test_a_batch_on_another_backend_never_calls_the_kernel():
     # the same decision of the plan, tested above)
     from jaxgcn import datasets
     from jaxgcn.batched import entries_for, fit_runs
-    from jaxgcn.models import Execution, GCNConfig
+    from jaxgcn.core.models import Execution, GCNConfig
     from jaxgcn.train import TrainConfig
 
     raw = datasets.synthetic(120, n_classes=3, n_features=30, seed=2)
@@ -635,7 +635,7 @@ def test_diagonal_needs_a_square_matrix():
 def test_spmm_pair_equals_scipy(n, m, runs, h, big):
     # big: b over 256 KiB (prefetched) and several row chunks; one run of width <= 16 in the narrow
     # rows, else blocked when h % 16 == 0, else the loop
-    from jaxgcn.csr import spmm_pair
+    from jaxgcn.native.csr import spmm_pair
 
     a = csr_from_scipy(random_matrix(n, m, 0.2 if n < 100 else 0.01, n + h))
     rng = np.random.default_rng(h)
@@ -658,7 +658,7 @@ def test_spmm_pair_equals_scipy(n, m, runs, h, big):
 
 @pytest.mark.parametrize("symmetric", [False, True])
 def test_spmm_given_has_the_gradients_of_spmm(symmetric):
-    from jaxgcn.csr import spmm_given, spmm_pair
+    from jaxgcn.native.csr import spmm_given, spmm_pair
 
     a = random_matrix(40, 40, 0.15, 12)
     a = csr_from_scipy(a + a.T if symmetric else a, check_symmetric=True)
@@ -706,7 +706,7 @@ def test_the_hidden_dropout_kernel_keeps_the_hashed_masks(runs):
     """``models._drop_hidden`` on the kernel (``fused.hash_dropout``) keeps exactly the elements the
     XLA hash keeps, each run with its own keys, rate and width (counter ``i * hidden_r + j``), and
     scales them alike; its gradient is the same dropout of the incoming gradient."""
-    from jaxgcn.models import Execution, _drop_hidden, make_run_inputs
+    from jaxgcn.core.models import Execution, _drop_hidden, make_run_inputs
     from jaxgcn.plan import concrete
 
     rng = np.random.default_rng(2)
@@ -736,7 +736,7 @@ def test_the_hidden_dropout_kernel_applies_relu_with_its_gradient():
     """With ``relu`` the kernel drops ``relu(h)``: the elements and gradients of relu then dropout
     computed by XLA, from one pass and its kept mask; a NaN stays NaN where kept (a diverging run
     must still be seen diverging)."""
-    from jaxgcn.models import Execution, _drop_hidden, make_run_inputs
+    from jaxgcn.core.models import Execution, _drop_hidden, make_run_inputs
     from jaxgcn.plan import concrete
 
     rng = np.random.default_rng(3)

@@ -18,9 +18,9 @@ from jaxgcn import datasets
 from jaxgcn.datasets import load_dataset, load_raw, normalize_features, planetoid_split, prepare, synthetic
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.planetoid import RestrictedUnpickler, safe_load_pickle
-from jaxgcn.layers import matmul
-from jaxgcn.models import Execution, GCNConfig, gcn
-from jaxgcn.propagate import propagate
+from jaxgcn.core.layers import matmul
+from jaxgcn.core.models import Execution, GCNConfig, gcn
+from jaxgcn.core.propagate import propagate
 from tiny_datasets import P_ALLX, P_F, P_TEST, write_planetoid
 
 

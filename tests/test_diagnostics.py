@@ -14,14 +14,14 @@ import scipy.sparse as sp
 
 from jaxgcn import datasets
 from jaxgcn.batched import entries_for, fit_runs
-from jaxgcn.csr import CSR
+from jaxgcn.native.csr import CSR
 from jaxgcn.app.job import Outcome
 from jaxgcn.cli.train import summary_line
 from jaxgcn.datasets.stats import describe, self_loops_line
-from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_csr
-from jaxgcn.layers import gcn_apply, gcn_init
-from jaxgcn.reports import RunSummary, restored_line
-from jaxgcn.diagnostics import (adjacency_cause, adjacency_of, adjacency_scale, divergence_hint, likely_causes,
+from jaxgcn.core.graph import from_edges, gcn_norm, to_dense, with_csr
+from jaxgcn.core.layers import gcn_apply, gcn_init
+from jaxgcn.io.reports import RunSummary, restored_line
+from jaxgcn.core.diagnostics import (adjacency_cause, adjacency_of, adjacency_scale, divergence_hint, likely_causes,
                                 row_sums_of)
 from jaxgcn.train import Patience, TrainConfig, fit
 

@@ -22,7 +22,7 @@ import json
 import jax, jax.numpy as jnp, numpy as np
 from jaxgcn import datasets
 from jaxgcn.distributed import partition, shard_nodes, sharded_apply, sharded_loss
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.core.models import GCNConfig, gcn
 from jaxgcn.train import masked_cross_entropy
 
 assert len(jax.devices()) == 4
@@ -75,7 +75,7 @@ def test_sharded_runs_differing_only_in_lr_weight_decay_and_dropout_share_one_pr
     import jax
 
     from jaxgcn.distributed import make_sharded_runner, node_mesh, shard_data
-    from jaxgcn.models import GCNConfig
+    from jaxgcn.core.models import GCNConfig
     from jaxgcn.train import TrainConfig, compile
 
     p = datasets.prepare(datasets.synthetic(403, n_classes=3, n_features=6, homophily=0.3, seed=0), on_device=False)
@@ -103,7 +103,7 @@ def test_a_second_sharded_fit_with_the_same_settings_compiles_nothing():
     import jax
 
     from jaxgcn.distributed import fit_sharded, node_mesh, shard_data
-    from jaxgcn.models import GCNConfig
+    from jaxgcn.core.models import GCNConfig
     from jaxgcn.train import TrainConfig
 
     p = datasets.prepare(datasets.synthetic(403, n_classes=3, n_features=6, homophily=0.3, seed=0), on_device=False)
@@ -140,7 +140,7 @@ import json
 import jax, numpy as np
 from jaxgcn import datasets
 from jaxgcn.distributed import fit_sharded, node_mesh, shard_data
-from jaxgcn.models import GCNConfig
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.train import Patience, TrainConfig, fit
 
 raw = datasets.load_dataset("cora")
@@ -188,7 +188,7 @@ best = max(range(res.epochs_run), key=lambda e: (h["val_acc"][e], -h["val_loss"]
 out["patience"] = {"stopped": res.stopped_early, "epochs": res.epochs_run, "best": best + 1,
                    "val_acc": res.metrics["val_acc"], "best_val_acc": float(h["val_acc"][best])}
 # Resume (dropout on: the key matters): the run goes on from the saved state, to the same params.
-from jaxgcn import checkpoint
+from jaxgcn.store import checkpoint
 sharded, drop = shard_data(host.data, node_mesh(4)), TrainConfig(epochs=60, early_stopping=Patience(20))
 saved, seen = {}, []
 kw = dict(model_config=GCNConfig(), config=drop, key=jax.random.key(0), log=None, checkpoint_every=10)
@@ -292,7 +292,7 @@ jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv
 import jax.numpy as jnp, numpy as np
 from jaxgcn import datasets
 from jaxgcn.distributed import partition, shard_nodes, sharded_loss, to_global
-from jaxgcn.models import GCNConfig, gcn
+from jaxgcn.core.models import GCNConfig, gcn
 from jaxgcn.train import masked_cross_entropy
 
 p = datasets.prepare(datasets.synthetic(301, n_classes=3, n_features=6, homophily=0.3, seed=0))
@@ -483,7 +483,7 @@ def test_rcm_numbering_shrinks_the_cut_and_the_halo():
     # A ring lattice (each node linked to its 4 nearest) with shuffled ids has no locality until RCM
     # renumbers it: then few edges cross the 4 borders and the halo is a sliver of the all-gather.
     from jaxgcn.distributed import partition_stats
-    from jaxgcn.graph import from_edges, gcn_norm, reorder
+    from jaxgcn.core.graph import from_edges, gcn_norm, reorder
 
     n = 4000
     perm = np.random.default_rng(0).permutation(n)

@@ -169,7 +169,7 @@ def test_the_commands_of_the_page_run(page, tmp_path, monkeypatch, capsys):
     # a newcomer's machine: an empty HOME, so jaxgcn's cache folder is ~/.cache/jaxgcn there and holds
     # no dataset; only the C++ kernel is the one the session builds (linked: a new cache would rebuild
     # it in every fresh process), and the CLI keeps the session's compilation cache (tests/conftest.py)
-    from jaxgcn import caches
+    from jaxgcn.host import caches
 
     kernels = caches.root() / "kernels"
     kernels.mkdir(parents=True, exist_ok=True)

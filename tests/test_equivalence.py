@@ -14,7 +14,7 @@ Where the 36,000 pairs are reached: the training loop's loss and metrics read on
 and validation nodes (``TrainData.focus``), but the final evaluation takes the log-softmax and the
 cross-entropy of every node, [12,000 nodes, 3 runs, 2 classes] (a YNNPACK fusion when the library
 fusions are on), so the evaluated losses are compared, not only the accuracies. With the fusions
-back on (``jaxgcn.compiler._OPTIONS = {}``), jaxlib 0.10.2 still computes every reduction of these
+back on (``jaxgcn.host.compiler._OPTIONS = {}``), jaxlib 0.10.2 still computes every reduction of these
 programs right: in the engine's layout the run axis is never the leading axis of a reduction, which
 the bug needs (``tests/test_compiler.py``'s vmapped reproduction has it; measured here with 4 runs
 x 11,000 focus nodes too: histories and params within 3e-7 of the single runs). What these tests
@@ -44,7 +44,7 @@ from jaxgcn import datasets, train
 from jaxgcn.batched import entries_for, fit_runs, unstack_params
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.splits import planetoid_split
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.sweep import Grid, run_grid
 from jaxgcn.train import TrainConfig, fit
 
@@ -112,8 +112,8 @@ def singles(raw, prepared):
 
 def assert_no_library_fusions():
     """Every program compiled so far in this process, single and batched, was compiled with the
-    YNNPACK fusions off (``jaxgcn.compiler``): none holds a ``__ynn_fusion``. Nothing to check
-    where this jaxlib cannot turn them off (asked here, not of ``jaxgcn.compiler``, whose option
+    YNNPACK fusions off (``jaxgcn.host.compiler``): none holds a ``__ynn_fusion``. Nothing to check
+    where this jaxlib cannot turn them off (asked here, not of ``jaxgcn.host.compiler``, whose option
     list is what is checked)."""
     try:
         jax.jit(jnp.negative, compiler_options={"xla_cpu_experimental_ynn_fusion_type": ""}).lower(
@@ -190,7 +190,7 @@ sys.path.insert(0, sys.argv[1])
 from test_equivalence import CONFIG, sparse_sbm
 from jaxgcn import datasets
 from jaxgcn.distributed import fit_sharded, node_mesh, shard_data
-from jaxgcn.models import GCNConfig
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.train import TrainConfig, fit
 
 raw = sparse_sbm()

@@ -68,7 +68,7 @@ def test_log_refuses_another_runs_file_and_plot_refuses_to_merge_settings(tmp_pa
     assert f"no line has config_id nope; give one of its config ids ({ids[0]}, {ids[1]})" in one_line(
         capsys.readouterr().err)
 
-    from jaxgcn.plots import read_log
+    from jaxgcn.io.plots import read_log
 
     assert read_log(log, config_id=ids[0])[0]["epoch"].tolist() == [1.0, 2.0, 3.0]  # not replaced by the other's
     second = read_log(log, config_id=ids[1])
@@ -134,7 +134,7 @@ def test_sweep_of_one_run_reads_right_and_says_when_a_group_starts(tmp_path, cap
 
 def test_confusion_matrix_has_column_headers():
     from jaxgcn.cli.evaluate import describe
-    from jaxgcn.metrics import classification
+    from jaxgcn.io.metrics import classification
 
     m = classification(np.array([0, 1, 2, 2, 1]), np.array([0, 1, 2, 1, 1]), 3)
     lines = describe("test", ["red", "green", "Probabilistic_Methods"], m)
@@ -219,7 +219,7 @@ def test_log_append_adds_only_to_a_jaxgcn_log(tmp_path, capsys, content, line, p
 
 
 def test_log_append_accepts_every_kind_of_log_line(tmp_path):
-    from jaxgcn.progress import check_log
+    from jaxgcn.io.progress import check_log
 
     log = tmp_path / "l.jsonl"
     log.write_text(LOG + "\n" + '{"run": 1, "epoch": 2, "loss": 1, "val_acc": null}\n')  # older lines: no config_id
@@ -231,7 +231,7 @@ def test_a_logs_config_id_names_what_trains_not_how_it_is_shown_or_joined():
     from jaxgcn.cli import build_parser
     from jaxgcn.cli.records import parse_args
     from jaxgcn.cli.train import log_settings
-    from jaxgcn.progress import config_id
+    from jaxgcn.io.progress import config_id
 
     def tag(*flags: str) -> str:
         return config_id(log_settings(parse_args(build_parser(), ["train", *TINY, *flags])))

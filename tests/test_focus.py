@@ -1,4 +1,4 @@
-"""The training loop's last layer at the focus nodes only (jaxgcn.graph.focus_rows, jaxgcn.csr.spmm_rows)
+"""The training loop's last layer at the focus nodes only (jaxgcn.core.graph.focus_rows, jaxgcn.native.csr.spmm_rows)
 against the square product over every row, and training with it against training without it."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import jaxgcn.csr as csr_mod
-import jaxgcn.native_ops as native_mod
+import jaxgcn.native.csr as csr_mod
+import jaxgcn.core.native_ops as native_mod
 from jaxgcn import datasets, plan
 from jaxgcn.batched import entries_for, fit_runs
-from jaxgcn.csr import spmm, spmm_rows
-from jaxgcn.data import with_focus
-from jaxgcn.graph import focus_rows, from_edges, gcn_norm, with_csr
-from jaxgcn.models import Execution, GCNConfig, _drop_hidden, make_run_inputs
-from jaxgcn.native_ops import prepare, row_plan
+from jaxgcn.native.csr import spmm, spmm_rows
+from jaxgcn.core.data import with_focus
+from jaxgcn.core.graph import focus_rows, from_edges, gcn_norm, with_csr
+from jaxgcn.core.models import Execution, GCNConfig, _drop_hidden, make_run_inputs
+from jaxgcn.core.native_ops import prepare, row_plan
 from jaxgcn.train import TrainConfig, fit
 from jaxgcn.training.config import Kipf
 
@@ -216,7 +216,7 @@ def test_the_reached_features_cut_only_rows_the_gradient_never_reaches(prepared)
                           (2, 1, 16, "aggregate-first")])
 def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layers, runs, hidden, variant,
                                                                  monkeypatch):
-    """Each layer at the rows the logits read need only (jaxgcn.native_ops.row_plan: the training
+    """Each layer at the rows the logits read need only (jaxgcn.core.native_ops.row_plan: the training
     nodes' in a training step, the focus nodes' in an evaluation), and the first layer's gradient
     over the reached rows only, give the same runs, bit for bit, as every layer at every row
     followed by the focus gather and the gradient over every row (each one built or not). One run
@@ -251,7 +251,7 @@ def test_training_on_the_focus_rows_equals_training_on_every_row(prepared, layer
                    for m in p.mats[(variant == "aggregate-first"):])
     calls = []
     real = csr_mod.spmm_rows
-    monkeypatch.setattr("jaxgcn.models.spmm_rows", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr("jaxgcn.core.models.spmm_rows", lambda *a: calls.append(1) or real(*a))
 
     def train():
         if runs == 1:

@@ -15,10 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxgcn import checkpoint, datasets
+from jaxgcn import datasets
+from jaxgcn.store import checkpoint
 from jaxgcn.cli import build_parser
 from jaxgcn.cli.records import match_line, parse_args
-from jaxgcn.models import GCNConfig
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.train import TrainConfig
 
 JSON = st.recursive(

@@ -1,4 +1,4 @@
-"""Graph building, cleaning and normalization (jaxgcn.graph) against hand-computed values."""
+"""Graph building, cleaning and normalization (jaxgcn.core.graph) against hand-computed values."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxgcn.graph import Graph, from_edges, from_scipy, gcn_norm, to_dense, with_dense
-from jaxgcn.propagate import propagate
+from jaxgcn.core.graph import Graph, from_edges, from_scipy, gcn_norm, to_dense, with_dense
+from jaxgcn.core.propagate import propagate
 
 
 def build(raw_edges, **kwargs):

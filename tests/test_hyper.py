@@ -1,4 +1,4 @@
-"""The per-run hyperparameters are declared once (jaxgcn.hyper.PER_RUN): a program's key, a batch's
+"""The per-run hyperparameters are declared once (jaxgcn.core.hyper.PER_RUN): a program's key, a batch's
 and a single run's inputs and RunInputs' fields all follow the one table, and the sweep's axes are
 one constant that the sweep, the CLI and the plots share."""
 
@@ -12,10 +12,12 @@ import sys
 import numpy as np
 import pytest
 
-from jaxgcn import hyper, plots, sweep
+from jaxgcn import sweep
+from jaxgcn.core import hyper
+from jaxgcn.io import plots
 from jaxgcn.batched import Entry, program_key, program_of, run_inputs
 from jaxgcn.cli import config as cli_config
-from jaxgcn.models import GCNConfig, RunInputs, make_run_inputs
+from jaxgcn.core.models import GCNConfig, RunInputs, make_run_inputs
 from jaxgcn.train import TrainConfig, make_runner
 from cli_run import run_main
 
@@ -95,7 +97,7 @@ def test_the_sweep_the_cli_and_the_plots_share_one_list_of_axes():
 
 
 def test_the_declaration_imports_no_jax():
-    code = "import sys, jaxgcn.hyper, jaxgcn.plots; print('jax' in sys.modules)"
+    code = "import sys, jaxgcn.core.hyper, jaxgcn.io.plots; print('jax' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import jaxgcn.csr as csr_mod
-from jaxgcn import kernel_build, plan
-from jaxgcn.csr import csr_from_scipy
+import jaxgcn.native.csr as csr_mod
+from jaxgcn import plan
+from jaxgcn.native import kernel_build
+from jaxgcn.native.csr import csr_from_scipy
 
 GXX = shutil.which("g++")
 REPO = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxgcn.graph import gcn_norm, to_dense, with_dense
-from jaxgcn.layers import dropout, gcn_apply, gcn_init, keep_mask, matmul, sparse_features
-from jaxgcn.models import Execution, GCNConfig, gcn
+from jaxgcn.core.graph import gcn_norm, to_dense, with_dense
+from jaxgcn.core.layers import dropout, gcn_apply, gcn_init, keep_mask, matmul, sparse_features
+from jaxgcn.core.models import Execution, GCNConfig, gcn
 
 RNGS = ("hash", "jax")
 

@@ -49,7 +49,7 @@ def test_no_function_of_the_training_engine_is_longer_than_60_lines():
     assert not long, long
 
 
-CLI_BELOW = ("jaxgcn.csr", "jaxgcn.memory", "jaxgcn.datasets.named")
+CLI_BELOW = ("jaxgcn.native.csr", "jaxgcn.host.memory", "jaxgcn.datasets.named")
 
 
 def test_no_private_name_is_imported_from_another_module_and_the_cli_asks_the_plan():

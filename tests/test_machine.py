@@ -1,4 +1,4 @@
-"""What this process may use on any machine (jaxgcn.memory): psutil's available memory and the
+"""What this process may use on any machine (jaxgcn.host.memory): psutil's available memory and the
 CPU affinity mask, capped by a container's cgroup limits, read from fake cgroup trees."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxgcn import memory
+from jaxgcn.host import memory
 
 GiB = 2**30
 
@@ -181,9 +181,9 @@ def test_without_an_affinity_call_counts_the_cpus(tmp_path, monkeypatch):
     assert memory.available_cpus(root=tmp_path) == 1
 
 
-# --- the CPU's facts and the kernel settings chosen from them (jaxgcn.machine, issue 26) ----------
+# --- the CPU's facts and the kernel settings chosen from them (jaxgcn.host.machine, issue 26) ----------
 
-from jaxgcn import machine  # noqa: E402
+from jaxgcn.host import machine  # noqa: E402
 
 EPYC_AVX512 = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
                "model name\t: AMD EPYC 9B14\nflags\t\t: fpu sse sse2 avx avx2 fma avx512f avx512bw\n\n"
@@ -251,7 +251,7 @@ def test_the_report_holds_the_facts_and_the_choices(tmp_path):
 
 
 def test_the_kernel_runs_with_this_machines_settings():
-    import jaxgcn.csr as csr
+    import jaxgcn.native.csr as csr
 
     if not csr.kernel_status()[0]:
         pytest.skip(f"no csr kernel here: {csr.kernel_status()[1]}")
@@ -266,8 +266,8 @@ def test_every_setting_computes_the_same_sums():
     import numpy as np
     import scipy.sparse as sp
 
-    import jaxgcn.csr as csr
-    import jaxgcn.fused as fused
+    import jaxgcn.native.csr as csr
+    import jaxgcn.native.fused as fused
 
     if not csr.kernel_status()[0]:
         pytest.skip(f"no csr kernel here: {csr.kernel_status()[1]}")

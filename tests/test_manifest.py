@@ -1,4 +1,4 @@
-"""One reader (jaxgcn.manifest.read_manifest) for the JSON manifests: a checkpoint's checkpoint.json,
+"""One reader (jaxgcn.store.manifest.read_manifest) for the JSON manifests: a checkpoint's checkpoint.json,
 a several-run save's runs.json and a batch's batch-state/state.json, and train --resume's check of
 the batch state at parse time (issue 44)."""
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from jaxgcn import batch_state, checkpoint
-from jaxgcn.manifest import BATCH_STATE, CHECKPOINT, RUNS, ManifestError, peek_manifest, read_manifest
+from jaxgcn.store import batch_state, checkpoint
+from jaxgcn.store.manifest import BATCH_STATE, CHECKPOINT, RUNS, ManifestError, peek_manifest, read_manifest
 
 
 def _write(path, data: bytes):
@@ -94,6 +94,6 @@ def test_a_peek_gives_any_json_object_and_none_for_anything_else(tmp_path):
 
 def test_the_reader_imports_nothing_but_the_standard_library():
     # train --resume reads a batch's state.json at parse time, before JAX (jaxgcn.cli.common.BEFORE_JAX)
-    code = "import sys, jaxgcn.manifest; print(sorted({'jax', 'numpy'} & set(sys.modules)))"
+    code = "import sys, jaxgcn.store.manifest; print(sorted({'jax', 'numpy'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == "[]"

@@ -1,11 +1,11 @@
-"""jaxgcn.metrics against a confusion matrix worked out by hand (what `jaxgcn evaluate` reports)."""
+"""jaxgcn.io.metrics against a confusion matrix worked out by hand (what `jaxgcn evaluate` reports)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jaxgcn.metrics import classification, confusion_matrix
+from jaxgcn.io.metrics import classification, confusion_matrix
 
 # 4 classes, 10 nodes. Class 3 is never the true class; class 2 is never predicted.
 LABELS = np.array([0, 0, 0, 1, 1, 1, 1, 2, 2, 0])

@@ -25,11 +25,11 @@ import scipy.sparse as sp
 from cli_run import run_main, unwrap
 
 import jaxgcn.app.train
-from jaxgcn import batch_state, checkpoint
+from jaxgcn.store import batch_state, checkpoint
 from jaxgcn.app.saving import resumable_since
 from jaxgcn.cli.parser import ERROR_WIDTH, error_text
 from jaxgcn.datasets import download, load_dataset
-from jaxgcn.interrupt import CtrlC, Terminated
+from jaxgcn.host.interrupt import CtrlC, Terminated
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 30  # nodes of the tiny graphs below: 3 classes of 10
@@ -127,7 +127,8 @@ TINY = ["--dataset", "synthetic", "--nodes", "120", "--classes", "3", "--feature
 
 
 def test_one_cache_root_holds_the_kernel_the_compile_cache_and_the_datasets(home, monkeypatch):
-    from jaxgcn import caches, kernel_build
+    from jaxgcn.host import caches
+    from jaxgcn.native import kernel_build
     from jaxgcn.cli.runtime import enable_compile_cache
 
     monkeypatch.delenv("JAXGCN_DATA", raising=False)
@@ -384,8 +385,9 @@ def test_the_console_script_loads_nothing_heavy_before_its_ctrl_c_handler():
     script = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["jaxgcn"]
     module, _, function = script.partition(":")
     heavy = ("typing", "importlib.metadata", "argparse", "numpy")  # ~14 ms, ~30 ms, the parser's, ~50 ms
-    for statement, loaded in ((f"from {module} import {function}", "jaxgcn jaxgcn.console jaxgcn.interrupt"),
-                              ("from jaxgcn.cli import main", "jaxgcn jaxgcn.cli jaxgcn.interrupt")):
+    light = "jaxgcn.host jaxgcn.host.interrupt jaxgcn.moved"  # the Ctrl-C handler's package and the old names' finder
+    for statement, loaded in ((f"from {module} import {function}", f"jaxgcn jaxgcn.console {light}"),
+                              ("from jaxgcn.cli import main", f"jaxgcn jaxgcn.cli {light}")):
         code = (f"import sys\n{statement}\n"
                 f"print(' '.join(sorted(m for m in sys.modules if m.startswith('jaxgcn') or m in {heavy!r})))")
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

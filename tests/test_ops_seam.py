@@ -1,4 +1,4 @@
-"""The ops seam (jaxgcn.ops.Ops): a propagation backend plugs in from outside the package with one
+"""The ops seam (jaxgcn.core.ops.Ops): a propagation backend plugs in from outside the package with one
 registration line; the model reads the ops it is given; the plan alone decides which ops a run gets
 and alone asks whether the C++ kernel can run."""
 
@@ -12,9 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgcn import datasets, ops, plan
-from jaxgcn.csr import kernel_status
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn import datasets, plan
+from jaxgcn.core import ops
+from jaxgcn.native.csr import kernel_status
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "jaxgcn"
@@ -66,7 +67,7 @@ def test_a_toy_backend_registered_from_a_test_trains_as_the_segment_backend(toy,
 
 def test_the_model_runs_the_ops_it_is_given(small):
     # injected, not registered: the forward pass calls these ops' propagation, and equals segment's
-    from jaxgcn.models import gcn
+    from jaxgcn.core.models import gcn
 
     CALLS.clear()
     execution = Execution(backend="segment")
@@ -82,8 +83,8 @@ def test_the_model_runs_the_ops_it_is_given(small):
 @needs_kernel
 def test_the_step_reads_its_kernel_shortcuts_from_the_ops_it_is_given():
     # a step planned for the kernel but handed XLA's ops takes no row plans and no fused Adam pass
-    from jaxgcn.data import with_focus
-    from jaxgcn.native_ops import prepare
+    from jaxgcn.core.data import with_focus
+    from jaxgcn.core.native_ops import prepare
     from jaxgcn.training.step import LOCAL, Step
 
     data = with_focus(datasets.prepare(datasets.synthetic(300, n_classes=3, n_features=8, seed=0)).data, 2, prepare)
@@ -92,6 +93,20 @@ def test_the_step_reads_its_kernel_shortcuts_from_the_ops_it_is_given():
     assert step.products.name == "native" and step.rows(data, train=True) is data.aux.train_rows
     xla = step._replace(ops=ops.xla_ops(kernel))
     assert xla.products.name == "xla" and not xla.products.fused_adam and xla.rows(data, train=True) is None
+
+
+def test_the_model_and_a_step_take_the_same_ops_for_an_undecided_request():
+    # ONE rule (models.ops_of) for an execution nobody planned, handed to apply_runs or to a Step: XLA's
+    # ops, and the kernel's where the deprecated kernels=True asks for it; a decided one keeps its own
+    from jaxgcn.core.models import ops_of
+    from jaxgcn.training.step import LOCAL, Step
+
+    for request, name in ((Execution(backend="csr", kernels=True), "native"), (Execution(backend="csr"), "xla"),
+                          (Execution(backend="csr", kernels=False), "xla"), (Execution(backend="segment"), "xla")):
+        step = Step(GCNConfig(), TrainConfig(), request, None, LOCAL)
+        assert (ops_of(request).name, step.products.name) == (name, name), request
+    decided = plan.concrete(Execution(backend="csr", kernels=False))
+    assert ops_of(decided).name == Step(GCNConfig(), TrainConfig(), decided, None, LOCAL).products.name == "xla"
 
 
 def test_an_unregistered_backend_is_refused_and_registration_checks_the_name():
@@ -133,9 +148,10 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 
 def test_the_model_imports_neither_the_kernel_nor_its_fused_ops():
-    imported = _imports(SRC / "models.py")
-    assert "jaxgcn.ops" in imported
-    assert not [name for name in imported if name.startswith(("jaxgcn.csr", "jaxgcn.fused", "jaxgcn.native_ops"))]
+    imported = _imports(SRC / "core" / "models.py")
+    assert "jaxgcn.core.ops" in imported
+    assert not [name for name in imported
+                if name.startswith(("jaxgcn.native.csr", "jaxgcn.native.fused", "jaxgcn.core.native_ops"))]
 
 
 def _askers(names: tuple[str, ...]) -> dict[str, set[str]]:
@@ -161,6 +177,7 @@ def test_only_the_plan_asks_the_one_oracle_whether_the_kernel_runs():
     # kernel cannot run)
     askers = _askers(("kernel_status", "kernel_available", "_status", "require_kernel"))
     assert askers["kernel_status"] == {"plan.py"}
-    assert askers["require_kernel"] == {"csr.py", "fused.py"}  # a kernel call's own guard; the plan refuses a job
+    # a kernel call's own guard; the plan refuses a job
+    assert askers["require_kernel"] == {"native/csr.py", "native/fused.py"}
     assert askers["kernel_available"] == {"cli/train.py"}
-    assert askers["_status"] - {"cli/data.py"} == {"csr.py"}  # cli/data's own _status(args)
+    assert askers["_status"] - {"cli/data.py"} == {"native/csr.py"}  # cli/data's own _status(args)

@@ -18,9 +18,9 @@ import pytest
 
 from jaxgcn import datasets
 from jaxgcn.batched import Entry, entries_for, fit_runs, unstack_params
-from jaxgcn.csr import kernel_counters, reset_kernel_counters
-from jaxgcn.fused import adam_leaf
-from jaxgcn.models import Execution, GCNConfig, gcn
+from jaxgcn.native.csr import kernel_counters, reset_kernel_counters
+from jaxgcn.native.fused import adam_leaf
+from jaxgcn.core.models import Execution, GCNConfig, gcn
 from jaxgcn.sweep import Grid, run_grid
 from jaxgcn.train import OPTIMIZERS, Kipf, TrainConfig, fit, l2_penalty, masked_cross_entropy, optimizer_factory
 

@@ -76,8 +76,9 @@ def test_wheel_ships_license(wheel: zipfile.ZipFile) -> None:
 
 def test_wheel_ships_package_data(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
-    expected = {"jaxgcn/py.typed", "jaxgcn/kernels/spmm.cc", "jaxgcn/kernels/run_dense.h", "jaxgcn/kernels/adam.h",
-                "jaxgcn/kernels/dropout.h",
+    expected = {"jaxgcn/py.typed", "jaxgcn/native/kernels/spmm.cc", "jaxgcn/native/kernels/run_dense.h",
+                "jaxgcn/native/kernels/adam.h",
+                "jaxgcn/native/kernels/dropout.h",
                 "jaxgcn/datasets/data/LICENSE-planetoid.txt"}
     bundled = sorted((ROOT / "src/jaxgcn/datasets/data").glob("*.npz"))
     assert {p.name for p in bundled} >= {"cora.npz", "citeseer.npz"}
@@ -106,12 +107,12 @@ def test_wheel_ships_the_kernel_built_for_this_machine(wheel: zipfile.ZipFile) -
     # `jaxgcn train` then loads it instead of compiling it; the wheel is tagged for this platform
     import json
 
-    from jaxgcn import kernel_build
+    from jaxgcn.native import kernel_build
 
     if kernel_build._compiler() is None:
         pytest.skip("no C++ compiler here: the wheel ships no kernel, the first use says why")
     names = set(wheel.namelist())
-    assert {"jaxgcn/kernels/prebuilt/libjaxgcn_spmm.so", "jaxgcn/kernels/prebuilt/build.json"} <= names
-    info = json.loads(wheel.read("jaxgcn/kernels/prebuilt/build.json"))
+    assert {"jaxgcn/native/kernels/prebuilt/libjaxgcn_spmm.so", "jaxgcn/native/kernels/prebuilt/build.json"} <= names
+    info = json.loads(wheel.read("jaxgcn/native/kernels/prebuilt/build.json"))
     assert info["key"] == kernel_build._key() and info["jaxlib"] == kernel_build.jaxlib_version()
     assert not Path(wheel.filename).name.endswith("-none-any.whl"), wheel.filename

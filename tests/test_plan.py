@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from jaxgcn import datasets, plan
-from jaxgcn.csr import kernel_status
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.native.csr import kernel_status
+from jaxgcn.core.models import Execution, GCNConfig
 
 needs_kernel = pytest.mark.skipif(not kernel_status()[0], reason="the C++ kernel cannot be built here")
 
@@ -85,7 +85,7 @@ def test_every_entry_that_compiles_plans_its_execution():
     import numpy as np
     import scipy.sparse as sp
 
-    from jaxgcn import csr
+    from jaxgcn.native import csr
     from jaxgcn.train import TrainConfig, compile_runner
 
     raw = datasets.synthetic(120, n_classes=3, n_features=30, seed=2)
@@ -186,16 +186,18 @@ def test_only_the_plan_reads_the_requested_kernels():
     readers = {path.relative_to(src).as_posix() for path in src.rglob("*.py")
                for node in ast.walk(ast.parse(path.read_text()))
                if isinstance(node, ast.Attribute) and node.attr == "kernels" and isinstance(node.ctx, ast.Load)}
-    assert readers == {"plan.py", "models.py"}
-    models_reads = [node for node in ast.walk(ast.parse((src / "models.py").read_text()))
+    assert readers == {"plan.py", "core/models.py"}
+    models_reads = [node for node in ast.walk(ast.parse((src / "core" / "models.py").read_text()))
                     if isinstance(node, ast.Attribute) and node.attr == "kernels" and isinstance(node.ctx, ast.Load)]
-    # models.py: Execution's own check of the field (3 reads), and record() reading a Decided's decision
-    assert sorted(ast.unparse(node.value) for node in models_reads) == ["execution", "self", "self", "self"]
+    # models.py: Execution's own check of the field (3 reads), record() reading a Decided's decision, and
+    # ops_of: the one rule for an undecided request handed to the model or a step (kernels=True: the kernel's)
+    assert sorted(ast.unparse(node.value) for node in models_reads) == ["execution", "execution", "self", "self",
+                                                                        "self"]
 
 
 @needs_kernel
 def test_a_decided_execution_is_keyed_by_its_ops_and_recorded_with_the_decision():
-    from jaxgcn.models import Decided, record
+    from jaxgcn.core.models import Decided, record
 
     kernel, xla = plan.concrete(Execution(backend="csr")), plan.concrete(Execution(backend="csr", kernels=False))
     assert (kernel.ops.name, xla.ops.name) == ("native", "xla")  # the deprecated kernels=False: no kernel

@@ -1,6 +1,6 @@
-"""What the ops precompute of a run's data on the host, once (jaxgcn.ops.Ops.prepare, stored as
-TrainData.aux by jaxgcn.data.with_focus): the C++ kernel's row plans and cut features
-(jaxgcn.native_ops.prepare), nothing for XLA's ops or a registered backend that declares nothing."""
+"""What the ops precompute of a run's data on the host, once (jaxgcn.core.ops.Ops.prepare, stored as
+TrainData.aux by jaxgcn.core.data.with_focus): the C++ kernel's row plans and cut features
+(jaxgcn.core.native_ops.prepare), nothing for XLA's ops or a registered backend that declares nothing."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxgcn import datasets, ops, plan
+from jaxgcn import datasets, plan
+from jaxgcn.core import ops
 from jaxgcn.batched import entries_for, fit_runs
-from jaxgcn.data import with_focus
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.data import with_focus
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
 
 needs_kernel = pytest.mark.skipif(not plan.kernel_available()[0], reason="the C++ kernel cannot be built here")
@@ -84,7 +85,7 @@ def test_the_entry_points_hand_the_plans_ops_the_focused_data_once():
 def test_the_training_step_takes_its_first_layers_gradient_from_the_cut_features(data, monkeypatch):
     # the first layer's pair hands the training step's product to ``given`` with the features the
     # step reads from the aux: the cut pattern (fewer transposed entries), where it ignored the aux x's own
-    import jaxgcn.native_ops as native_ops
+    import jaxgcn.core.native_ops as native_ops
 
     seen: list[int] = []
     real = native_ops.spmm_given

@@ -12,7 +12,7 @@ import pytest
 
 from jaxgcn import datasets
 from jaxgcn.batched import entries_for, fit_runs, init_params, run_inputs, unstack_params
-from jaxgcn.models import GCNConfig
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.train import COMPILED, TrainConfig, TrainingDiverged, fit, make_batch_runner, make_runner, run_keys
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "jaxgcn"

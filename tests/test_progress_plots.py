@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from jaxgcn.progress import Progress
+from jaxgcn.io.progress import Progress
 from cli_run import run_main, unwrap
 
 SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
@@ -231,7 +231,7 @@ def trained(tmp_path_factory):
 
 
 def test_curves_png(trained, tmp_path):
-    from jaxgcn.plots import read_log
+    from jaxgcn.io.plots import read_log
 
     out = tmp_path / "curves.png"
     assert run_main(["plot", "curves", "--log", str(trained / "m.jsonl"), "--out", str(out)]) == 0
@@ -248,7 +248,7 @@ def test_embeddings_png(trained, tmp_path):
 
 
 def test_embedding_projection_keeps_the_classes_apart():
-    from jaxgcn.plots import project_2d
+    from jaxgcn.io.plots import project_2d
 
     rng = np.random.default_rng(0)
     h = np.concatenate([rng.normal(0, 0.1, (50, 16)), rng.normal(3, 0.1, (50, 16))])
@@ -258,7 +258,7 @@ def test_embedding_projection_keeps_the_classes_apart():
 
 
 def test_plot_library_errors_name_the_parameter(tmp_path):
-    from jaxgcn.plots import project_2d, read_log, sweep_heatmap
+    from jaxgcn.io.plots import project_2d, read_log, sweep_heatmap
 
     with pytest.raises(ValueError, match=r"^method='umap' must be pca or tsne$"):
         project_2d(np.zeros((4, 3)), "umap")
@@ -324,7 +324,7 @@ def test_plot_sweep_says_what_a_cell_takes_the_best_over_or_holds_it_with_fix(tm
     """A third swept setting: each cell is the best over it and the note names it with its values;
     --fix holds it, and each cell is then that configuration's own figure."""
     pytest.importorskip("matplotlib")
-    from jaxgcn.plots import sweep_cells
+    from jaxgcn.io.plots import sweep_cells
 
     configurations, path = _three_way_sweep(tmp_path)
     kept, over = sweep_cells(configurations, "lr", "hidden")

@@ -1,4 +1,4 @@
-"""Every propagation backend against the dense formula ``to_dense(graph) @ x`` (jaxgcn.propagate)."""
+"""Every propagation backend against the dense formula ``to_dense(graph) @ x`` (jaxgcn.core.propagate)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from jaxgcn.csr import kernel_status
-from jaxgcn.graph import from_edges, gcn_norm, to_dense, with_csr, with_dense
+from jaxgcn.native.csr import kernel_status
+from jaxgcn.core.graph import from_edges, gcn_norm, to_dense, with_csr, with_dense
 from jaxgcn.plan import backend_for
-from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, graph_backend, propagate
+from jaxgcn.core.propagate import BACKENDS, DENSE_MAX_NODES, graph_backend, propagate
 
 NORMS = ("sym", "row", "none")
 # (backend, what to attach first: "dense" with with_dense, "csr" with with_csr, None)

@@ -9,7 +9,8 @@ import re
 import jax
 import pytest
 
-from jaxgcn import machine, reports
+from jaxgcn.host import machine
+from jaxgcn.io import reports
 from jaxgcn.cli import build_parser
 from jaxgcn.cli.records import parse_args
 from cli_run import run_main, unwrap

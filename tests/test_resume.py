@@ -9,8 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from jaxgcn import batch_state, checkpoint, datasets
-from jaxgcn.models import GCNConfig
+from jaxgcn import datasets
+from jaxgcn.store import batch_state, checkpoint
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.train import Kipf, Patience, TrainConfig, fit
 
 # lr 0.1 on a weakly homophilous graph: Kipf's rule (window 5) stops the run at epoch ~35 of 60.

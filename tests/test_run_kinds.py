@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from cli_run import run_main, unwrap
 
-from jaxgcn import batch_state, checkpoint, datasets
+from jaxgcn import datasets
+from jaxgcn.store import batch_state, checkpoint
 from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.train import Patience, TrainConfig
 
@@ -148,7 +149,7 @@ def test_a_resume_on_another_layout_or_batch_is_refused_naming_the_values(tmp_pa
     # an interrupted batch (its state written, never removed)
     spec = ["--epochs", "40", "--patience", "400"]
     env = _env()
-    cmd = [sys.executable, "-c", "import sys\nfrom jaxgcn import batch_state\nbatch_state.remove = None\n"
+    cmd = [sys.executable, "-c", "import sys\nfrom jaxgcn.store import batch_state\nbatch_state.remove = None\n"
            "from jaxgcn.cli import main\nsys.exit(main(sys.argv[1:]))", "train", *SYNTHETIC, *spec, "--seeds", "3",
            "--save", str(tmp_path / "c"), "--checkpoint-every", "10"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -182,7 +183,7 @@ def test_a_sharded_checkpoint_resumes_on_its_own_device_count_only(tmp_path):
     def train(*more: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "jaxgcn.cli", "train", *args, *more], cwd=tmp_path, env=env,
                               capture_output=True, text=True)
-    cmd = [sys.executable, "-c", "import sys\nfrom jaxgcn import checkpoint\nsave = checkpoint.save\n"
+    cmd = [sys.executable, "-c", "import sys\nfrom jaxgcn.store import checkpoint\nsave = checkpoint.save\n"
            "def killed(*a, **kw):\n    if kw.get('state') is None:\n        raise KeyboardInterrupt('killed')\n"
            "    return save(*a, **kw)\ncheckpoint.save = killed\nfrom jaxgcn.cli import main\n"
            "sys.exit(main(sys.argv[1:]))", "train", *args, "--devices", "4", "--save", "ck", "--checkpoint-every",

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from jaxgcn import batch_state, checkpoint
-from jaxgcn.models import GCNConfig
+from jaxgcn.store import batch_state, checkpoint
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.train import TrainConfig
 
 from cli_run import run_main, unwrap

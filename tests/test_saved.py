@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxgcn import checkpoint
+from jaxgcn.store import checkpoint
 from jaxgcn.app import inference
-from jaxgcn.checkpoint import Checkpoint
+from jaxgcn.store.checkpoint import Checkpoint
 from jaxgcn.datasets import RawGraph
-from jaxgcn.models import GCNConfig
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.train import TrainConfig
 
 TRAINED_IDS = np.array(["a", "b", "c", "d"])  # column j of a one-hot model is node TRAINED_IDS[j]

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from cli_run import run_main, unwrap
 
-from jaxgcn import batch_state, checkpoint, datasets
+from jaxgcn import datasets
+from jaxgcn.store import batch_state, checkpoint
 from jaxgcn.batched import entries_for, fit_runs
 from jaxgcn.cli import train as cli_train
-from jaxgcn.models import GCNConfig
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.train import Patience, TrainConfig, TrainingDiverged, fit
 from jaxgcn.training.state import init_run_state, record_epoch
 
@@ -276,7 +277,7 @@ def _resumed_line(ck, capsys) -> str:
 
 
 class Seen:
-    """A stand-in for jaxgcn.progress.Progress that keeps the last history it was shown."""
+    """A stand-in for jaxgcn.io.progress.Progress that keeps the last history it was shown."""
 
     def compiling(self) -> None:
         pass

@@ -16,8 +16,8 @@ from cli_run import unwrap
 from jaxgcn import datasets
 from jaxgcn.cli import main
 from jaxgcn.datasets.ogb import load_arrays, load_ogb
-from jaxgcn.memory import GiB, MemoryEstimate, check_fits, estimate
-from jaxgcn.models import Execution, GCNConfig, gcn
+from jaxgcn.host.memory import GiB, MemoryEstimate, check_fits, estimate
+from jaxgcn.core.models import Execution, GCNConfig, gcn
 
 
 def write_gz(path: Path, rows) -> None:
@@ -150,9 +150,9 @@ def test_million_node_dense_request_is_refused_with_the_estimate(tmp_path):
 
 
 def test_cli_refuses_a_run_that_cannot_fit(monkeypatch, capsys):
-    import jaxgcn.memory
+    import jaxgcn.host.memory
 
-    monkeypatch.setattr(jaxgcn.memory, "available_bytes", lambda: 2**20)
+    monkeypatch.setattr(jaxgcn.host.memory, "available_bytes", lambda: 2**20)
     code = main(["train", "--dataset", "synthetic", "--nodes", "300", "--epochs", "2", "--no-compile-cache"])
     assert code == 2
     err = unwrap(capsys.readouterr().err)
@@ -210,7 +210,7 @@ def test_large_synthetic_graph_is_generated_vectorized():
 ])
 def test_the_memory_check_plans_for_the_runs_that_execute_together(monkeypatch, capsys, args, n_runs, hidden, runs):
     import jaxgcn.app.data  # noqa: F401 - imported before the patch, so that its own `estimate` stays the real one
-    import jaxgcn.memory as memory
+    import jaxgcn.host.memory as memory
     from jaxgcn.batched import runs_per_program
 
     planned = []

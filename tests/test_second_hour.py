@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from cli_run import run_main
 
-from jaxgcn import checkpoint
-from jaxgcn.plots import read_log
-from jaxgcn.progress import Progress
+from jaxgcn.store import checkpoint
+from jaxgcn.io.plots import read_log
+from jaxgcn.io.progress import Progress
 
 # a short run with progress lines every 2 epochs and a checkpoint every 4
 RUN = ["--dataset", "synthetic", "--nodes", "300", "--classes", "3", "--hidden", "8", "--epochs", "12",
@@ -89,7 +89,7 @@ def test_a_resumed_batch_logs_each_run_from_its_checkpoint_and_its_early_stops(t
     assert run_main(["train", *batch, "--log", tmp_path / "full.jsonl"]) == 0
     whole = log_rows(tmp_path / "full.jsonl")
     assert ("stop", 13) in whole  # before the checkpoint the batch resumes from: the resumed log says so too
-    from jaxgcn import batch_state
+    from jaxgcn.store import batch_state
     real = batch_state.saver
 
     def saver(*a, **kw):

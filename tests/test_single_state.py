@@ -1,5 +1,5 @@
 """A single run's resumable state is slice 0 of the one state format (``batch-state/``: a manifest
-plus one file per slice, :mod:`jaxgcn.batch_state`), its unbatched ``RunState`` as it is; read back
+plus one file per slice, :mod:`jaxgcn.store.batch_state`), its unbatched ``RunState`` as it is; read back
 from disk it resumes the run bit for bit."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from jaxgcn import batch_state, checkpoint, datasets
-from jaxgcn.models import GCNConfig
+from jaxgcn import datasets
+from jaxgcn.store import batch_state, checkpoint
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.train import Kipf, TrainConfig, fit
 
 CONFIG = TrainConfig(epochs=30, lr=0.1, early_stopping=Kipf(5))

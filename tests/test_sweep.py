@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from jaxgcn import datasets
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.plan import batch_bytes as estimate_bytes
 from jaxgcn.sweep import (GRID_KEYS, Entry, Grid, format_table, grid_values, lower, program_key,
                           rows_to_json, run_entries, run_grid, write_csv)

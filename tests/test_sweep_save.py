@@ -16,7 +16,8 @@ import time
 import pytest
 from cli_run import run_main, unwrap
 
-from jaxgcn import batch_state, sweep
+from jaxgcn import sweep
+from jaxgcn.store import batch_state
 from jaxgcn.app import sweep as app_sweep
 
 # Two groups: hidden 64 (4 runs, one slice of 4) then hidden 128 (4 runs, slices of 2 starting at
@@ -147,7 +148,7 @@ def test_a_resumed_sweep_keeps_the_chunks_it_started_with(tmp_path, monkeypatch,
     """The default memory budget is half the free memory, which changes between processes: the
     resumed sweep runs the chunks the killed one started with (3 + 1 runs of width 64, 1 run at a
     time of width 128), so its table equals the uninterrupted sweep's in those chunks."""
-    from jaxgcn.models import Execution, GCNConfig
+    from jaxgcn.core.models import Execution, GCNConfig
     from jaxgcn.plan import batch_bytes
     from jaxgcn.datasets import prepare, synthetic
 

@@ -17,8 +17,8 @@ import pytest
 from jax.test_util import check_grads
 
 from jaxgcn import datasets
-from jaxgcn.graph import gcn_norm
-from jaxgcn.models import Execution, GCNConfig, gcn
+from jaxgcn.core.graph import gcn_norm
+from jaxgcn.core.models import Execution, GCNConfig, gcn
 from jaxgcn.train import (
     Kipf,
     Patience,

@@ -2,7 +2,7 @@
 
 The names below are what a user calls: data in, one run, many runs, a grid. The pieces they are
 built from (layers, propagation backends, the training step, the kernel) are importable from
-their own modules (``jaxgcn.layers``, ``jaxgcn.propagate``, ``jaxgcn.training``, ``jaxgcn.csr``, ...).
+their own modules (``jaxgcn.core.layers``, ``jaxgcn.core.propagate``, ``jaxgcn.training``, ``jaxgcn.native.csr``, ...).
 
 >>> import jaxgcn
 >>> prepared = jaxgcn.prepare(jaxgcn.load_dataset("cora"))
@@ -17,15 +17,20 @@ imports neither :mod:`importlib.metadata` (~30 ms) nor even :mod:`typing` (~14 m
 from __future__ import annotations
 
 import importlib
+import sys
+
+from jaxgcn import moved
+
+moved.install(sys.meta_path)  # the old flat module names (jaxgcn.graph, ...) still import, for one release
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (type checkers read this name)
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and readers
     from typing import Any
 
-    from jaxgcn.data import TrainData  # noqa: F401
+    from jaxgcn.core.data import TrainData  # noqa: F401
     from jaxgcn.datasets import RawGraph, load_dataset, prepare, synthetic, with_random_splits  # noqa: F401
-    from jaxgcn.graph import Graph, from_edges, from_scipy, gcn_norm  # noqa: F401
-    from jaxgcn.models import Execution, GCNConfig, gcn  # noqa: F401
+    from jaxgcn.core.graph import Graph, from_edges, from_scipy, gcn_norm  # noqa: F401
+    from jaxgcn.core.models import Execution, GCNConfig, gcn  # noqa: F401
     from jaxgcn.sweep import Grid, run_grid  # noqa: F401
     from jaxgcn.training.config import TrainConfig, TrainingDiverged  # noqa: F401
     from jaxgcn.training.loop import FitResult, fit  # noqa: F401
@@ -35,10 +40,10 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and reader
 # each public name -> the module it comes from
 _FROM = {
     "__version__": "jaxgcn.version",
-    "TrainData": "jaxgcn.data",
+    "TrainData": "jaxgcn.core.data",
     **dict.fromkeys(("RawGraph", "load_dataset", "prepare", "synthetic", "with_random_splits"), "jaxgcn.datasets"),
-    **dict.fromkeys(("Graph", "from_edges", "from_scipy", "gcn_norm"), "jaxgcn.graph"),
-    **dict.fromkeys(("Execution", "GCNConfig", "gcn"), "jaxgcn.models"),
+    **dict.fromkeys(("Graph", "from_edges", "from_scipy", "gcn_norm"), "jaxgcn.core.graph"),
+    **dict.fromkeys(("Execution", "GCNConfig", "gcn"), "jaxgcn.core.models"),
     **dict.fromkeys(("Grid", "run_grid"), "jaxgcn.sweep"),
     **dict.fromkeys(("TrainConfig", "TrainingDiverged"), "jaxgcn.training.config"),
     **dict.fromkeys(("FitResult", "fit"), "jaxgcn.training.loop"),

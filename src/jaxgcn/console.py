@@ -1,15 +1,15 @@
 """The ``jaxgcn`` console script (pyproject's ``[project.scripts]``; ``python -m jaxgcn`` runs it too).
 
-Its first act is to install the Ctrl-C handler (:class:`jaxgcn.interrupt.CtrlC`); only then does it
+Its first act is to install the Ctrl-C handler (:class:`jaxgcn.host.interrupt.CtrlC`); only then does it
 import :mod:`jaxgcn.cli` (argparse, NumPy, the parser: ~0.1 s) and run the command. A Ctrl-C during
 those imports is held and ends the command with one line and exit status 130, never a traceback:
 what is left before the handler is the interpreter's own start-up, this module, ``jaxgcn/__init__``
-and :mod:`jaxgcn.interrupt`, which import light standard-library modules only.
+and :mod:`jaxgcn.host.interrupt`, which import light standard-library modules only.
 """
 
 from __future__ import annotations
 
-from jaxgcn.interrupt import CtrlC
+from jaxgcn.host.interrupt import CtrlC
 
 
 def main() -> int:

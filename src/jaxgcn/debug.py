@@ -13,8 +13,8 @@ from typing import Any
 import jax
 from jax.experimental import checkify
 
-from jaxgcn.models import Execution, GCNConfig, gcn
-from jaxgcn.data import TrainData
+from jaxgcn.core.models import Execution, GCNConfig, gcn
+from jaxgcn.core.data import TrainData
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.losses import l2_penalty, masked_cross_entropy
 

@@ -11,9 +11,9 @@ compiles (:func:`resolve`).
 - the peak-memory estimate of exactly that execution, and the line that says why ``auto`` fell
   back from the kernel.
 
-An :class:`~jaxgcn.models.Execution` is a request (``backend`` may be ``auto``); the engine runs
-the :class:`~jaxgcn.models.Decided` execution the plan makes of it (:func:`concrete`): a concrete
-``backend``, ``aggregate_first`` and the :class:`~jaxgcn.ops.Ops` that compute the products
+An :class:`~jaxgcn.core.models.Execution` is a request (``backend`` may be ``auto``); the engine runs
+the :class:`~jaxgcn.core.models.Decided` execution the plan makes of it (:func:`concrete`): a concrete
+``backend``, ``aggregate_first`` and the :class:`~jaxgcn.core.ops.Ops` that compute the products
 (:func:`ops_for`: XLA's, the C++ kernel's or a registered backend's). Nothing under
 ``jit`` asks whether the kernel exists, and only the plan and the kernel's own modules ask at all.
 Each public entry point (``fit``, ``fit_runs``, ``fit_sharded``, ``compile_runner``, inference)
@@ -30,14 +30,15 @@ from typing import Any, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from jaxgcn import hyper, memory, ops as ops_
-from jaxgcn.csr import UNAVAILABLE
-from jaxgcn.layers import is_sparse
-from jaxgcn.memory import MemoryEstimate
-from jaxgcn.models import Decided, Execution, GCNConfig
-from jaxgcn.csr import kernel_status  # THE availability oracle (next to the kernel): asked here only
-from jaxgcn.ops import Ops
-from jaxgcn.propagate import BACKENDS, DENSE_MAX_NODES, DENSE_MIN_DENSITY, graph_backend
+from jaxgcn.core import hyper, ops as ops_
+from jaxgcn.host import memory
+from jaxgcn.native.csr import UNAVAILABLE
+from jaxgcn.core.layers import is_sparse
+from jaxgcn.host.memory import MemoryEstimate
+from jaxgcn.core.models import Decided, Execution, GCNConfig
+from jaxgcn.native.csr import kernel_status  # THE availability oracle (next to the kernel): asked here only
+from jaxgcn.core.ops import Ops
+from jaxgcn.core.propagate import BACKENDS, DENSE_MAX_NODES, DENSE_MIN_DENSITY, graph_backend
 
 # Runs per device in one execution of the program: a power of two (XLA's CPU loops over a
 # [.., R] axis of 12 ran 1.5-2x slower per element than over 8 or 16) with R x hidden about 256
@@ -93,7 +94,7 @@ def _require_kernel() -> None:
 
 def planned(execution: Execution | Decided | Plan, graph: Any = None) -> Decided:
     """THE decision a public entry point makes once, at its top, before it builds anything: the
-    request ``execution`` made a :class:`~jaxgcn.models.Decided` (a decided one is returned as it
+    request ``execution`` made a :class:`~jaxgcn.core.models.Decided` (a decided one is returned as it
     is; a :class:`Plan`, its decided execution). The backend becomes concrete (``auto``: the layout
     ``graph`` was prepared with; a sharded run's row blocks, ``graph=None``: ``csr``) and the ops are
     chosen: the C++ kernel's where the backend is ``csr`` and the kernel can run here (the deprecated
@@ -115,7 +116,7 @@ concrete = planned  # the name the entry points (fit, fit_runs, fit_sharded, ...
 
 
 def require_decided(execution: Any) -> Decided:
-    """``execution`` as it is, where the plan decided it (a :class:`~jaxgcn.models.Decided`); else a
+    """``execution`` as it is, where the plan decided it (a :class:`~jaxgcn.core.models.Decided`); else a
     ValueError: an engine function was handed an execution nobody planned (it would silently run
     without the kernel, or on a backend other than the one the graph was prepared for)."""
     if not isinstance(execution, Decided):
@@ -125,24 +126,15 @@ def require_decided(execution: Any) -> Decided:
 
 
 def ops_for(execution: Execution | Decided, graph: Any = None) -> Ops:
-    """THE choice of what computes a run's products (:class:`jaxgcn.ops.Ops`): a registered backend's
-    ops, the C++ kernel's (:func:`jaxgcn.ops.native`) where it runs the products, else XLA's
+    """THE choice of what computes a run's products (:class:`jaxgcn.core.ops.Ops`): a registered backend's
+    ops, the C++ kernel's (:func:`jaxgcn.core.ops.native`) where it runs the products, else XLA's
     (:func:`planned`)."""
     return planned(execution, graph).ops
 
 
-def given_ops(execution: Execution | Decided) -> Ops:
-    """The ops of an execution handed to the engine as it is: a decided one's own; an undecided one
-    (a library caller's own ``Step`` or runner) runs XLA's, or the kernel's where it asks for the
-    deprecated ``kernels=True``, as such calls did before the plan decided."""
-    if isinstance(execution, Decided):
-        return execution.ops
-    return ops_.for_execution(execution, bool(execution.kernels))
-
-
 def kernel_available() -> tuple[bool, str]:
     """Whether the C++ kernel can run here, and why not: what the CLI and the sharded path ask the plan
-    (:func:`jaxgcn.csr.kernel_status`, the one oracle, asked only here)."""
+    (:func:`jaxgcn.native.csr.kernel_status`, the one oracle, asked only here)."""
     return kernel_status()
 
 
@@ -233,8 +225,8 @@ def runs_per_program(n_runs: int, hidden: int, execution: Execution, n_devices: 
 def program_key(entry: Any) -> tuple[GCNConfig, Any]:
     """The configs (model, train) of the program an entry (:class:`jaxgcn.training.runs.Entry`) runs
     in: its own, with the per-run fields (learning rate, weight decay, dropout: those
-    :data:`jaxgcn.hyper.PER_RUN` says vary) set to their defaults, since they are inputs of the compiled program
-    (:class:`jaxgcn.models.RunInputs`). Entries with equal keys share one program; any other
+    :data:`jaxgcn.core.hyper.PER_RUN` says vary) set to their defaults, since they are inputs of the compiled program
+    (:class:`jaxgcn.core.models.RunInputs`). Entries with equal keys share one program; any other
     difference (hidden width, epochs, L2 scope, ...) separates them. Runs of several widths could
     share one program padded to the widest, but then every run costs the widest: a 16/32/64 grid
     on Cora took 114 s padded to 64 and far less as one program per width (compiling one is ~1 s).
@@ -274,7 +266,7 @@ class Plan(NamedTuple):
     engine (``fit``, ``fit_runs``, ``fit_sharded``, the sweep: ``execution=plan``).
 
     Attributes:
-        execution: the decided execution (:class:`~jaxgcn.models.Decided`): concrete backend (never
+        execution: the decided execution (:class:`~jaxgcn.core.models.Decided`): concrete backend (never
             ``auto``), the ops and ``aggregate_first`` decided: what the engine runs.
         runs: the runs one execution of the program trains (1 for a single run).
         memory: the peak-memory estimate of that execution.
@@ -302,7 +294,7 @@ class Plan(NamedTuple):
 def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes: int, *, n_runs: int = 1,
             devices: int | None = None, aggregate: str = "off", n_nodes: int | None = None) -> Plan:
     """THE plan of a job training ``n_runs`` runs of ``model_config`` on ``data`` (a prepared
-    :class:`~jaxgcn.data.TrainData`) on ``devices`` devices (None: all of this process's).
+    :class:`~jaxgcn.core.data.TrainData`) on ``devices`` devices (None: all of this process's).
 
     ``aggregate`` is the ``--aggregate-first`` choice (``auto``, ``on``, ``off``).
     """
@@ -341,11 +333,11 @@ def cpu_devices(backend: str, devices: int | None, cores: int | None, batched: b
     when the C++ kernel runs the batch, as it already uses every core. The kernel is looked up
     without starting JAX (its cached build or recorded failure: a compiler that is present but
     fails still gets the runs spread over devices). ``cores``: those this process may use (None:
-    :func:`jaxgcn.memory.available_cpus`)."""
+    :func:`jaxgcn.host.memory.available_cpus`)."""
     cores = devices or cores or memory.available_cpus()
     if not batched or cores < 2:
         return None
-    from jaxgcn.csr import kernel_possible
+    from jaxgcn.native.csr import kernel_possible
 
     if backend in ("auto", "csr") and not devices and kernel_possible():
         return None
@@ -355,7 +347,7 @@ def cpu_devices(backend: str, devices: int | None, cores: int | None, batched: b
 def batch_bytes(data: Any, model_config: GCNConfig, n_runs: int, n_classes: int,
                 execution: Execution = Execution()) -> int:
     """Peak bytes that ``n_runs`` runs of a batch add on top of the shared data: the per-run parts of
-    :func:`jaxgcn.memory.estimate` (activations, message buffers, params with optimizer state)."""
+    :func:`jaxgcn.host.memory.estimate` (activations, message buffers, params with optimizer state)."""
     n, f = data.x.shape
     csr = data.graph.csr
     kwargs = dict(hidden=model_config.hidden, layers=model_config.layers,

@@ -19,16 +19,16 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from jaxgcn import hyper
-from jaxgcn.memory import available_bytes
-from jaxgcn.models import Execution, GCNConfig
-from jaxgcn.outputs import write_atomic
+from jaxgcn.core import hyper
+from jaxgcn.host.memory import available_bytes
+from jaxgcn.core.models import Execution, GCNConfig
+from jaxgcn.io.outputs import write_atomic
 from jaxgcn.plan import Plan, batch_bytes, concrete, program_key, slice_size
-from jaxgcn.data import TrainData
+from jaxgcn.core.data import TrainData
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.runs import Entry, fit_runs
 
-# the axes, in the order of the table and CSV columns: declared with the per-run inputs (jaxgcn.hyper)
+# the axes, in the order of the table and CSV columns: declared with the per-run inputs (jaxgcn.core.hyper)
 GRID_KEYS = hyper.GRID_KEYS
 
 
@@ -148,7 +148,7 @@ def run_entries(
     every ``process_count``-th entry of each group on its own devices; ``combine`` sums the
     processes' [n_entries, 4] result arrays (each fills only its own rows), e.g. with
     ``multihost_utils.process_allgather(x).sum(0)``, so every process returns every outcome.
-    ``progress`` (a :class:`jaxgcn.progress.Progress`) shows each chunk's epochs. Every program runs
+    ``progress`` (a :class:`jaxgcn.io.progress.Progress`) shows each chunk's epochs. Every program runs
     as ``execution`` says (the :class:`jaxgcn.plan.Plan` the application resolved, or a request the
     plan decides here, once: backend, ops, dropout stream, first-layer order, shared by all entries).
 
@@ -356,7 +356,7 @@ def csv_text(rows: list[Row]) -> str:
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
-    """One row per configuration (atomic write, :mod:`jaxgcn.outputs`)."""
+    """One row per configuration (atomic write, :mod:`jaxgcn.io.outputs`)."""
     write_atomic(path, csv_text(rows))
 
 

@@ -9,7 +9,7 @@ Every name here is re-exported from the module that defines it, and has one addr
 - :mod:`jaxgcn.training.state`: ``RunState``, ``init_run_state``, ``should_stop_early``, ...;
 - :mod:`jaxgcn.training.step`: ``make_runner``, ``make_batch_runner``, ``Runner``, ``Collective``;
 - :mod:`jaxgcn.training.loop`: ``fit``, ``FitResult``, ``drive``, the compile cache, the hooks;
-- :mod:`jaxgcn.layers` (the run axis), :mod:`jaxgcn.data` (``TrainData``), :mod:`jaxgcn.diagnostics`.
+- :mod:`jaxgcn.core.layers` (the run axis), :mod:`jaxgcn.core.data` (``TrainData``), :mod:`jaxgcn.core.diagnostics`.
 
 ``from jaxgcn.train import fit`` keeps working; new code imports from those modules, or the
 top-level names (``jaxgcn.fit``, ``jaxgcn.TrainConfig``, ...). No module of the package imports
@@ -18,10 +18,10 @@ this one (``tests/test_lint.py`` checks), so each name has one address inside it
 
 from __future__ import annotations
 
-from jaxgcn.data import TrainData, with_focus  # noqa: F401
-from jaxgcn.diagnostics import (  # noqa: F401
+from jaxgcn.core.data import TrainData, with_focus  # noqa: F401
+from jaxgcn.core.diagnostics import (  # noqa: F401
     adjacency_cause, adjacency_of, adjacency_scale, divergence_hint, divergence_message, likely_causes, row_sums_of)
-from jaxgcn.layers import insert_axes, run_axes, run_axis, select_running, unstacked_shapes  # noqa: F401
+from jaxgcn.core.layers import insert_axes, run_axes, run_axis, select_running, unstacked_shapes  # noqa: F401
 from jaxgcn.training.config import (  # noqa: F401
     DIVERGED, FINISHED, L2_SCOPES, OPTIMIZERS, RUNNING, STOPPED_EARLY, Kipf, Patience, TrainConfig, TrainingDiverged,
     early_stopping_from)

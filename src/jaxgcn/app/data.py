@@ -26,8 +26,8 @@ from jaxgcn.datasets.download import data_root as default_root
 from jaxgcn.datasets.files import load_files
 from jaxgcn.datasets.named import protocol_info, protocol_name, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
-from jaxgcn.machine import REORDER_MIN_NODES
-from jaxgcn.memory import MemoryEstimate, estimate
+from jaxgcn.host.machine import REORDER_MIN_NODES
+from jaxgcn.host.memory import MemoryEstimate, estimate
 from jaxgcn.plan import backend_for
 from jaxgcn.datasets.stats import edge_count
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table

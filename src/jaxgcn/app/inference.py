@@ -3,7 +3,7 @@ split that scores it honestly, its logits, and what ``evaluate`` and ``predict``
 metrics and their JSON report, the predictions CSV).
 
 This is what ``jaxgcn evaluate``, ``predict`` and ``plot embeddings`` compute, on typed values (a
-:class:`~jaxgcn.checkpoint.Checkpoint`, a :class:`~jaxgcn.datasets.RawGraph`, plain flags). Nothing
+:class:`~jaxgcn.store.checkpoint.Checkpoint`, a :class:`~jaxgcn.datasets.RawGraph`, plain flags). Nothing
 here reads arguments or prints: what the user should be told comes back as a ``note``, and a refusal
 whose fix the caller words in its own terms is a specific :class:`ValueError` subclass.
 :mod:`jaxgcn.inference` is an alias of this module for users' code; no module of the package imports it.
@@ -18,11 +18,12 @@ import jax
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn import checkpoint, outputs, reports
-from jaxgcn.checkpoint import SPLIT_CODES, Checkpoint
+from jaxgcn.io import outputs, reports
+from jaxgcn.store import checkpoint
+from jaxgcn.store.checkpoint import SPLIT_CODES, Checkpoint
 from jaxgcn.datasets import Prepared, RawGraph, prepare
-from jaxgcn.metrics import Classification, classification
-from jaxgcn.models import Execution, GCNConfig, gcn
+from jaxgcn.io.metrics import Classification, classification
+from jaxgcn.core.models import Execution, GCNConfig, gcn
 from jaxgcn.plan import concrete
 
 __all__ = [
@@ -126,7 +127,7 @@ def check_features(ck: Checkpoint, raw: RawGraph, *, path: str | Path,
 
 def saved_codes(ck: Checkpoint, raw: RawGraph) -> np.ndarray | None:
     """The checkpoint's training split on ``raw``'s nodes: [n_nodes] int8 codes of
-    :data:`~jaxgcn.checkpoint.SPLIT_CODES` (0 for a node the model never saw), matched by node id, or
+    :data:`~jaxgcn.store.checkpoint.SPLIT_CODES` (0 for a node the model never saw), matched by node id, or
     by position on the same named dataset of the same size; None when the nodes cannot be matched
     (other node ids, another dataset) or no split was saved."""
     if ck.split is None:
@@ -257,7 +258,7 @@ def score(ck: Checkpoint, prepared: Prepared, on: str) -> Classification:
 
 
 def write_report(path: str | Path, on: str, names: list[str], metrics: Classification, *, label: str) -> None:
-    """The evaluation's JSON report (:func:`jaxgcn.reports.evaluation_report`) written atomically to
+    """The evaluation's JSON report (:func:`jaxgcn.io.reports.evaluation_report`) written atomically to
     ``path`` (``label``: what an error calls it)."""
     outputs.write_atomic(path, reports.json_text(reports.evaluation_report(on, names, metrics)), label=label)
 

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxgcn.app.data import DataRequest, Loaded
-from jaxgcn.models import Execution, GCNConfig
-from jaxgcn.reports import RunSummary
+from jaxgcn.core.models import Execution, GCNConfig
+from jaxgcn.io.reports import RunSummary
 from jaxgcn.training.config import TrainConfig
 
 

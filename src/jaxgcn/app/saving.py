@@ -9,11 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jaxgcn import batch_state, checkpoint, outputs
+from jaxgcn.io import outputs
+from jaxgcn.store import batch_state, checkpoint
 from jaxgcn.app.data import Loaded, Say
 from jaxgcn.app.job import Job, Outcome
 from jaxgcn.datasets import split_codes
-from jaxgcn.models import Execution, GCNConfig, record
+from jaxgcn.core.models import Execution, GCNConfig, record
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.runs import unstack_params
 
@@ -31,7 +32,7 @@ def facts(job: Job, loaded: Loaded, *, fingerprint: bool = True, split: bool = T
 
 def result_facts(result: Any) -> dict[str, Any]:
     """What the final checkpoint's ``extra`` records about the run's outcome (a fit result or a
-    batch run's :class:`~jaxgcn.reports.RunSummary`): ``restored_epoch``, the epoch whose params
+    batch run's :class:`~jaxgcn.io.reports.RunSummary`): ``restored_epoch``, the epoch whose params
     it holds under patience early stopping (``None`` otherwise; ``epoch`` is then the last epoch
     trained)."""
     return {"restored_epoch": result.restored_epoch}
@@ -60,7 +61,7 @@ def fit_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: T
               ) -> tuple[dict[str, Any], int]:
     """``fit`` (and ``fit_sharded``) keyword arguments for ``checkpoint_every`` and ``resume``
     (``saved_facts``: :func:`facts`; ``layout``: :func:`settings`), and the epoch the run resumes
-    from (0 without ``resume``). The run's state is slice 0 of a :mod:`jaxgcn.batch_state` folder
+    from (0 without ``resume``). The run's state is slice 0 of a :mod:`jaxgcn.store.batch_state` folder
     (the one resumable-state format); the model files beside it are an ordinary checkpoint."""
     out: dict[str, Any] = {}
     if job.checkpoint_every is None and job.resume is None:
@@ -114,7 +115,7 @@ def _resume_one(job: Job, extra: dict[str, Any], fingerprint: dict[str, str], ep
 def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config: TrainConfig, execution: Execution,
                 saved_facts: dict[str, Any], say: Say, runs_per_program: int) -> tuple[dict[str, Any], int]:
     """``fit_runs`` keyword arguments for ``checkpoint_every`` and ``resume`` of a batch: each
-    slice's state in ``save``'s :mod:`jaxgcn.batch_state` folder. The seeds, splits and runs per
+    slice's state in ``save``'s :mod:`jaxgcn.store.batch_state` folder. The seeds, splits and runs per
     program are settings (a slice holds the runs that train together). Also the epoch the batch
     resumes from: the earliest slice's, 0 when one had not started or without ``resume``."""
     out: dict[str, Any] = {}
@@ -147,7 +148,7 @@ def batch_hooks(job: Job, loaded: Loaded, model_config: GCNConfig, train_config:
 def save_models(job: Job, outcome: Outcome, say: Say) -> None:
     """The final model of one run (a checkpoint in ``job.save``), or every run of a batch as an
     ordinary checkpoint (``run-000``, ...) with its own split, then the manifest that names them
-    (:func:`jaxgcn.checkpoint.save_runs`), last. The other layout's files go (a one-run save's
+    (:func:`jaxgcn.store.checkpoint.save_runs`), last. The other layout's files go (a one-run save's
     checkpoint, a larger save's runs, a batch's resumable state): the folder holds this save alone."""
     info = outcome.loaded.prepared.info
     configs: dict[str, Any] = dict(model_config=outcome.model, train_config=outcome.train,

@@ -13,16 +13,18 @@ from typing import Any, NamedTuple
 
 import jax
 
-from jaxgcn import checkpoint, distributed, memory
+from jaxgcn import distributed
+from jaxgcn.host import memory
+from jaxgcn.store import checkpoint
 from jaxgcn.app import saving
 from jaxgcn.app.data import PARTITIONED, Loaded, Say, load, one_split
 from jaxgcn.app.job import Job, Outcome
-from jaxgcn.layers import is_sparse
-from jaxgcn.memory import MemoryEstimate
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.layers import is_sparse
+from jaxgcn.host.memory import MemoryEstimate
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn import plan as planner
 from jaxgcn.plan import compile_note, exchange_for, fallback_note, require_sharded, with_first_layer
-from jaxgcn.reports import RunSummary
+from jaxgcn.io.reports import RunSummary
 
 
 class Layout(NamedTuple):

@@ -1,7 +1,7 @@
 """A sweep on one process or a job's processes (:func:`run`: ``jaxgcn sweep`` below its flags) and
 its saved progress (``--save DIR [--checkpoint-every K]``, ``--resume DIR``).
 
-A sweep keeps its progress in the resumable state of a batch (:mod:`jaxgcn.batch_state`:
+A sweep keeps its progress in the resumable state of a batch (:mod:`jaxgcn.store.batch_state`:
 ``DIR/batch-state/state.json`` and one file per slice), as ``train --seeds N`` does: a slice is
 keyed by its first run in the order the sweep runs them (group by group), and each finished
 group's results (``[val_acc, test_acc, epochs_run]`` per run) go into the manifest's ``done``,
@@ -22,10 +22,10 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from jaxgcn import batch_state, checkpoint
+from jaxgcn.store import batch_state, checkpoint
 from jaxgcn.app.data import Loaded
 from jaxgcn.training.runs import Entry
-from jaxgcn.models import Execution, GCNConfig, record
+from jaxgcn.core.models import Execution, GCNConfig, record
 from jaxgcn.plan import Plan, program_key
 from jaxgcn.sweep import Grid, Row, chunk_sizes, layout as sweep_layout, lower, run_grid
 from jaxgcn.training.config import TrainConfig
@@ -86,7 +86,7 @@ class Store:
     record of each group as it finishes.
 
     Args:
-        directory: ``--save DIR``; ``saver``: its :func:`jaxgcn.batch_state.saver`.
+        directory: ``--save DIR``; ``saver``: its :func:`jaxgcn.store.batch_state.saver`.
         layout: the first runs of the groups and slices (:func:`jaxgcn.sweep.layout`).
         checkpoint_every: save every started slice's state every K epochs (None: groups only).
         resume: the folder resumed and its checked manifest (None: a new sweep).

@@ -16,15 +16,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxgcn import memory
+from jaxgcn.host import memory
 from jaxgcn import plan as planner
 from jaxgcn.app import saving
 from jaxgcn.app.data import Loaded, Say, load, one_split
 from jaxgcn.app.job import Job, Outcome
 from jaxgcn.debug import CheckFailed, check_first_step
-from jaxgcn.diagnostics import divergence_hint
-from jaxgcn.models import Execution, GCNConfig
-from jaxgcn.reports import RunSummary
+from jaxgcn.core.diagnostics import divergence_hint
+from jaxgcn.core.models import Execution, GCNConfig
+from jaxgcn.io.reports import RunSummary
 from jaxgcn.training.config import Kipf, Patience, TrainConfig
 from jaxgcn.training.loop import fit
 from jaxgcn.training.runs import entries_for, fit_runs
@@ -143,7 +143,7 @@ def _batch(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execu
 
 def run(job: Job, say: Say, *, progress: Any = None, log_every: int = 0, loaded: Loaded | None = None) -> Outcome:
     """Train the job on this process's devices (one run, or a batch); ``progress``: a
-    :class:`jaxgcn.progress.Progress` (or None), which the caller closes; ``loaded``: the data,
+    :class:`jaxgcn.io.progress.Progress` (or None), which the caller closes; ``loaded``: the data,
     when already loaded (else :func:`jaxgcn.app.data.load` of ``job.data``)."""
     loaded = loaded if loaded is not None else load(job.data, say, backend=job.execution.backend)
     chosen = plan(loaded, job.model, job.execution, job.n_runs, say, devices=job.devices, aggregate=job.aggregate)

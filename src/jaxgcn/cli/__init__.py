@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 
-from jaxgcn.interrupt import CtrlC, Terminated
+from jaxgcn.host.interrupt import CtrlC, Terminated
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (~14 ms)
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def interrupted_line(args: Any, started: float, how: str = "interrupted") -> str
 
 
 def interrupted(exc: BaseException) -> KeyboardInterrupt | None:
-    """The Ctrl-C (KeyboardInterrupt; SIGTERM: its subclass :class:`~jaxgcn.interrupt.Terminated`)
+    """The Ctrl-C (KeyboardInterrupt; SIGTERM: its subclass :class:`~jaxgcn.host.interrupt.Terminated`)
     that ``exc`` is, or that caused or interrupted it: raised inside a Python method that C code
     called, it becomes ``SystemError: ... returned a result with an exception set``, its cause the
     KeyboardInterrupt. None for any other error."""
@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None, *, ctrl_c: CtrlC | None = None) -> i
 
 def _command(argv: Sequence[str] | None, parsed: list[Any], release: Callable[[], None]) -> int:
     """Parse ``argv`` (appending the result to ``parsed``) and run its command, calling ``release``
-    just before (:class:`~jaxgcn.interrupt.CtrlC`); errors become exit codes and messages
+    just before (:class:`~jaxgcn.host.interrupt.CtrlC`); errors become exit codes and messages
     (:func:`~jaxgcn.cli.parser.error_text`)."""
     from jaxgcn.cli.parser import EXIT_USAGE, error_text
     from jaxgcn.cli.records import parse_args

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from jaxgcn import outputs
+from jaxgcn.io import outputs
 from jaxgcn.cli.values import INT32_MAX, STDOUT
 from jaxgcn.datasets.base import check_own_files
 from jaxgcn.datasets.catalogue import SEVERAL_SPLIT_PROTOCOLS, check_name, lookup, refuse_unsupported
-from jaxgcn.progress import check_log
+from jaxgcn.io.progress import check_log
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
 # checkpoint/partitions: a directory jaxgcn owns (replaced only when it holds that kind of output); dir: any.
@@ -70,7 +70,7 @@ def check_inputs(args: argparse.Namespace) -> None:
 
 
 def _check_output(args: argparse.Namespace, flag: str, path: Path, kind: str) -> str:
-    """One output path checked (see :mod:`jaxgcn.outputs`); returns where it will be written."""
+    """One output path checked (see :mod:`jaxgcn.io.outputs`); returns where it will be written."""
     if kind in ("file", "append"):
         example = EXAMPLES.get(flag) or ("plot.png" if args.command == "plot" else "predictions.csv")
         target = outputs.check_file(flag, path, append=kind == "append", example=example)
@@ -90,7 +90,7 @@ def _check_output(args: argparse.Namespace, flag: str, path: Path, kind: str) ->
 def refuse_linked_folders(flag: str, path: Path, target: Path) -> None:
     """A save writes into folders of its own inside ``--save DIR`` (``run-NNN``, ``batch-state``): a
     link at such a name would send the writes (and the clean-up of old files) outside DIR. Refused
-    before any work, as the save itself refuses it (:func:`jaxgcn.outputs.owned_dir`)."""
+    before any work, as the save itself refuses it (:func:`jaxgcn.io.outputs.owned_dir`)."""
     try:
         entries = [e for e in os.scandir(target) if e.is_symlink()]
     except OSError:  # not there yet: nothing planted in it

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from jaxgcn.hyper import GRID_KEYS, grid_keys_of
-from jaxgcn.models import Execution, GCNConfig
+from jaxgcn.core.hyper import GRID_KEYS, grid_keys_of
+from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.sweep import Grid
 from jaxgcn.training.config import TrainConfig, early_stopping_from
 

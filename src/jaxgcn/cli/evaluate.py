@@ -10,7 +10,7 @@ import argparse
 from jaxgcn.app import inference
 from jaxgcn.cli.common import prelude
 from jaxgcn.cli.saved import load_for_checkpoint
-from jaxgcn.metrics import Classification
+from jaxgcn.io.metrics import Classification
 
 
 def describe(on: str, names: list[str], m: Classification) -> list[str]:

@@ -8,7 +8,8 @@ from typing import Any
 
 import scipy.sparse as sp
 
-from jaxgcn import machine, outputs, reports
+from jaxgcn.host import machine
+from jaxgcn.io import outputs, reports
 from jaxgcn.app.data import memory_estimate, split_note
 from jaxgcn.cli import data
 from jaxgcn.cli.common import prelude

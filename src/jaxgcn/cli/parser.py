@@ -16,7 +16,7 @@ from jaxgcn.cli import records
 from jaxgcn.cli.errors import PREPARED_AS_TRAINED, SPLIT_FLAGS, flags_of, unknown_flag
 from jaxgcn.cli import values as v
 from jaxgcn.datasets.catalogue import available
-from jaxgcn.machine import REORDER_MIN_NODES
+from jaxgcn.host.machine import REORDER_MIN_NODES
 from jaxgcn.training.config import OPTIMIZERS
 
 EXIT_USAGE = 2

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from jaxgcn import distributed, outputs
+from jaxgcn import distributed
+from jaxgcn.io import outputs
 from jaxgcn.cli.common import prelude
 from jaxgcn.cli.data import load, one_split, split_csv
 from jaxgcn.plan import exchange_for

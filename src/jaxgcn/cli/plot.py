@@ -1,5 +1,5 @@
 """``jaxgcn plot``: training curves (``--log``), node embeddings (``--checkpoint``), a sweep heatmap
-(``--sweep-json``), drawn by :mod:`jaxgcn.plots`."""
+(``--sweep-json``), drawn by :mod:`jaxgcn.io.plots`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxgcn import plots
+from jaxgcn.io import plots
 from jaxgcn.cli.common import prelude
 from jaxgcn.cli.saved import checkpoint_model, load_for_checkpoint, logits
 

@@ -9,7 +9,7 @@ import argparse
 import contextlib
 import sys
 
-from jaxgcn import outputs
+from jaxgcn.io import outputs
 from jaxgcn.app import inference
 from jaxgcn.cli.common import prelude
 from jaxgcn.cli.saved import load_for_checkpoint

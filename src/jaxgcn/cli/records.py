@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from jaxgcn.cli import values
-from jaxgcn.manifest import BATCH_STATE, ManifestError, peek_manifest, read_manifest
+from jaxgcn.store.manifest import BATCH_STATE, ManifestError, peek_manifest, read_manifest
 
 
 # Options that are not the run's configuration: the files that set defaults, and what a re-run must
@@ -46,7 +46,7 @@ RESUMED_OUTPUTS = ("checkpoint_every", "log")
 # choose the graph (the split is the one the checkpoint saved; normalizations come from it too)
 DATA_CHOICE = ("dataset", "data_dir", "ogb_split", "features", "nodes", "classes", "avg_degree", "homophily",
                "data_seed", "no_symmetrize")
-# where a checkpoint's JSON lives: jaxgcn.checkpoint.META and jaxgcn.batch_state's FOLDER/MANIFEST
+# where a checkpoint's JSON lives: jaxgcn.store.checkpoint.META and jaxgcn.store.batch_state's FOLDER/MANIFEST
 # (named here, not imported: parsing the flags imports no JAX)
 CHECKPOINT_JSON = ("checkpoint.json", "batch-state/state.json")
 # where a --save folder's model records its options: one run's checkpoint, a batch's state, or its first run
@@ -278,7 +278,7 @@ def refuse_nothing_to_resume(resume: Path) -> None:
         raise ValueError(f"{flag}: {state.parent.name} is {'a link' if state.parent.is_symlink() else 'a file'}, not "
                          "the folder jaxgcn keeps a batch's state in; nothing to resume: remove it and train again")
     if state.parent.is_dir():
-        try:  # the format only: the batch's reader (jaxgcn.batch_state, after JAX) checks the rest
+        try:  # the format only: the batch's reader (jaxgcn.store.batch_state, after JAX) checks the rest
             read_manifest(state, BATCH_STATE)
         except ManifestError as err:
             raise ValueError(f"{flag}: {CHECKPOINT_JSON[1]} is damaged ({err.why}), so the batch cannot be resumed; "
@@ -301,7 +301,7 @@ def own_files(options: dict[str, Any]) -> str:
 def _checkpoint_data(command: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
     """evaluate, predict, plot embeddings ``--checkpoint DIR`` given no ``--dataset`` or ``--edges``:
     the data options the checkpoint records (an older checkpoint: its catalogue dataset), as defaults."""
-    from jaxgcn.checkpoint_runs import resolve_run  # here: only when a checkpoint's data is looked up
+    from jaxgcn.store.checkpoint_runs import resolve_run  # here: only when a checkpoint's data is looked up
     from jaxgcn.datasets.catalogue import lookup
 
     try:
@@ -452,9 +452,10 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def record(args: argparse.Namespace, data: Any | None) -> dict[str, Any]:
-    """This run's ``record`` (:func:`jaxgcn.reports.run_record`); ``data``: the prepared
-    :class:`~jaxgcn.data.TrainData` whose fingerprint it holds (None: not on this host)."""
-    from jaxgcn import checkpoint, reports  # here: parsing the flags imports neither (nor JAX)
+    """This run's ``record`` (:func:`jaxgcn.io.reports.run_record`); ``data``: the prepared
+    :class:`~jaxgcn.core.data.TrainData` whose fingerprint it holds (None: not on this host)."""
+    from jaxgcn.io import reports
+    from jaxgcn.store import checkpoint  # here: parsing the flags imports neither (nor JAX)
 
     fingerprint = checkpoint.data_fingerprint(data) if data is not None else None
     return reports.run_record(args.command, getattr(args, "argv", [args.command]), options(args), fingerprint)
@@ -465,7 +466,7 @@ def match_line(args: argparse.Namespace, here: dict[str, Any]) -> str | None:
     naming what differs (None without ``--from-record``)."""
     if getattr(args, "from_record", None) is None:
         return None
-    from jaxgcn import reports
+    from jaxgcn.io import reports
 
     differ = reports.record_differences(read_record(args.from_record), here)
     parts = ["versions match" if not differ["versions"] else "versions differ: " + "; ".join(differ["versions"])]

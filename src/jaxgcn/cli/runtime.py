@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jax
 
-from jaxgcn import caches
+from jaxgcn.host import caches
 from jaxgcn.datasets.parsed import CacheNote
 from jaxgcn.plan import cpu_devices
 
@@ -33,7 +33,7 @@ def setup(args: argparse.Namespace, from_console: bool) -> None:
 
 
 def enable_compile_cache() -> None:
-    """JAX's persistent compilation cache in :func:`jaxgcn.caches.root`'s ``xla`` folder,
+    """JAX's persistent compilation cache in :func:`jaxgcn.host.caches.root`'s ``xla`` folder,
     unless a cache folder is already configured (``JAX_COMPILATION_CACHE_DIR``, or a library
     caller's ``jax.config``): then that one is kept (the test suite keeps its own)."""
     if jax.config.jax_compilation_cache_dir:

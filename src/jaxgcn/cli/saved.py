@@ -8,10 +8,10 @@ import argparse
 from typing import Any
 
 
-from jaxgcn import checkpoint
+from jaxgcn.store import checkpoint
 from jaxgcn.app import inference
 from jaxgcn.app.inference import Saved, checkpoint_model
-from jaxgcn.checkpoint import Checkpoint
+from jaxgcn.store.checkpoint import Checkpoint
 from jaxgcn.cli import data, records
 from jaxgcn.datasets import RawGraph
 

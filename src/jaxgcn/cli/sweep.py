@@ -12,7 +12,8 @@ from typing import Any
 
 import jax
 
-from jaxgcn import batch_state, outputs, reports
+from jaxgcn.io import outputs, reports
+from jaxgcn.store import batch_state
 from jaxgcn.app import sweep as app_sweep
 from jaxgcn.app.train import plan
 from jaxgcn.cli import records
@@ -20,9 +21,9 @@ from jaxgcn.cli.common import Say, prelude
 from jaxgcn.cli.config import sweep_base, sweep_grid
 from jaxgcn.cli.data import Loaded, load, split_csv
 from jaxgcn.cli.runtime import is_writer
-from jaxgcn.models import GCNConfig
+from jaxgcn.core.models import GCNConfig
 from jaxgcn.plan import Plan
-from jaxgcn.progress import Progress
+from jaxgcn.io.progress import Progress
 from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json
 from jaxgcn.training.config import TrainConfig
 

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxgcn import outputs, reports
+from jaxgcn.io import outputs, reports
 from jaxgcn.app import saving, sharded
 from jaxgcn.app import train as app_train
 from jaxgcn.app.job import Job, Outcome
@@ -20,8 +20,8 @@ from jaxgcn.cli.common import Say, prelude, warn_tensorboard
 from jaxgcn.cli.config import configs
 from jaxgcn.cli.data import request, split_csv
 from jaxgcn.cli.runtime import is_writer
-from jaxgcn.progress import Progress
-from jaxgcn.reports import restored_line
+from jaxgcn.io.progress import Progress
+from jaxgcn.io.reports import restored_line
 
 overfitting_hint = app_train.overfitting_hint  # where the tests and docs have always found it
 

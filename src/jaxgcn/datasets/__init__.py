@@ -1,7 +1,7 @@
 """Dataset loaders and the host-side preparation that turns files into device arrays.
 
 Data flows one way: files -> :class:`RawGraph` (NumPy/SciPy) -> :func:`prepare` (validation,
-cleaning, normalization, once, on the host) -> :class:`~jaxgcn.data.TrainData` on the device.
+cleaning, normalization, once, on the host) -> :class:`~jaxgcn.core.data.TrainData` on the device.
 
 This package's face imports nothing heavy: ``jaxgcn --help`` reads the catalogue
 (:mod:`~jaxgcn.datasets.catalogue`) without importing JAX. Every other name below is looked up in

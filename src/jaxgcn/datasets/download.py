@@ -1,7 +1,7 @@
 """Downloads of catalogue datasets into a per-user cache: verified, locked, and only when asked.
 
 Where files go: ``data_root()`` = the ``root`` argument (``--data-root``), else ``$JAXGCN_DATA``, else
-``datasets`` in jaxgcn's cache folder (:mod:`jaxgcn.caches`: ``$JAXGCN_CACHE_DIR``, else the per-user
+``datasets`` in jaxgcn's cache folder (:mod:`jaxgcn.host.caches`: ``$JAXGCN_CACHE_DIR``, else the per-user
 cache folder, ``platformdirs.user_cache_dir("jaxgcn")``). Each dataset has
 its own folder ``<root>/<name>/`` holding the files under their catalogue names.
 
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from typing import Callable
 
-from jaxgcn import caches
+from jaxgcn.host import caches
 from jaxgcn.datasets.catalogue import Dataset, Source
-from jaxgcn.outputs import open_temp
+from jaxgcn.io.outputs import open_temp
 
 ENV_ROOT = "JAXGCN_DATA"
 ENV_MIRROR = "JAXGCN_MIRROR"
@@ -51,7 +51,7 @@ class DownloadError(ValueError):
 
 def data_root(root: str | Path | None = None) -> Path:
     """The dataset cache folder: ``root``, else ``$JAXGCN_DATA``, else ``datasets`` in jaxgcn's cache
-    folder (:func:`jaxgcn.caches.root`: ``$JAXGCN_CACHE_DIR`` or the per-user cache folder)."""
+    folder (:func:`jaxgcn.host.caches.root`: ``$JAXGCN_CACHE_DIR`` or the per-user cache folder)."""
     if root is not None:
         return Path(root).expanduser()
     env = os.environ.get(ENV_ROOT)

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.readers import Table, is_number, read_npy, read_sparse_npz, read_table
-from jaxgcn.validate import check_graph_size
+from jaxgcn.core.validate import check_graph_size
 
 F32_MAX = float(np.finfo(np.float32).max)
 

@@ -20,7 +20,7 @@ from scipy.sparse.csgraph import connected_components
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.readers import read_npz
 from jaxgcn.datasets.splits import per_class_split
-from jaxgcn.validate import check_compressed, check_graph_size, check_shape
+from jaxgcn.core.validate import check_compressed, check_graph_size, check_shape
 
 PARTS = ("data", "indices", "indptr", "shape")
 KEYS = ({f"{m}_{p}" for m in ("adj", "attr", "labels") for p in PARTS}

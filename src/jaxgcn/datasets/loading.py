@@ -23,14 +23,14 @@ from jaxgcn.datasets.ogb import load_arrays, load_ogb
 from jaxgcn.datasets.planetoid import load_raw
 from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.datasets.synthetic import synthetic
-from jaxgcn.graph import from_edges, gcn_norm, with_csr, with_dense
-from jaxgcn.graph import reorder as reorder_graph
-from jaxgcn.layers import sparse_features
-from jaxgcn.memory import GiB, available_bytes
+from jaxgcn.core.graph import from_edges, gcn_norm, with_csr, with_dense
+from jaxgcn.core.graph import reorder as reorder_graph
+from jaxgcn.core.layers import sparse_features
+from jaxgcn.host.memory import GiB, available_bytes
 from jaxgcn.plan import backend_for
-from jaxgcn.propagate import BACKENDS
-from jaxgcn.data import SPLIT_CODES, TrainData
-from jaxgcn.validate import INT32_MAX, check_allocation, check_graph_size, check_sparse
+from jaxgcn.core.propagate import BACKENDS
+from jaxgcn.core.data import SPLIT_CODES, TrainData
+from jaxgcn.core.validate import INT32_MAX, check_allocation, check_graph_size, check_sparse
 
 FEATURE_NORMS = ("row", "standardize", "none")
 
@@ -199,7 +199,7 @@ def prepare(
     """Clean, normalize and move a :class:`RawGraph` to the device (once, on the host).
 
     ``reorder="rcm"`` renumbers the nodes by reverse Cuthill-McKee for memory locality (see
-    :func:`jaxgcn.graph.reorder`); ``info["node_order"]`` then maps new ids to the input's
+    :func:`jaxgcn.core.graph.reorder`); ``info["node_order"]`` then maps new ids to the input's
     (``node_order[i]`` is the input id of node ``i``). Metrics do not depend on the numbering.
 
     ``on_device=False`` keeps every array on the host (NumPy; sparse features as a host CSR), for
@@ -281,7 +281,7 @@ def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
     feats = normalize_features(raw.features, feature_norm, stats)
     layout = "csr" if backend == "csr" else "bcoo"
     if not on_device:
-        from jaxgcn.csr import csr_from_scipy
+        from jaxgcn.native.csr import csr_from_scipy
 
         x = csr_from_scipy(feats) if sp.issparse(feats) else np.asarray(feats, np.float32)
     else:

@@ -26,8 +26,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from jaxgcn.datasets.base import CacheNote, RawGraph  # noqa: F401 - CacheNote: where it was
-from jaxgcn.outputs import open_temp
-from jaxgcn.validate import check_npz_declared
+from jaxgcn.io.outputs import open_temp
+from jaxgcn.core.validate import check_npz_declared
 
 LOADER_VERSION = 1  # bump when a reader's output changes: every cached parse is then redone
 MIN_BYTES = 1 << 20

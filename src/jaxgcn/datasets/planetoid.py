@@ -23,7 +23,7 @@ import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.readers import read_bytes, read_text
-from jaxgcn.validate import check_compressed, check_graph_size, check_shape
+from jaxgcn.core.validate import check_compressed, check_graph_size, check_shape
 
 _RAW_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 

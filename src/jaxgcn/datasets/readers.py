@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn.validate import check_allocation, check_compressed, check_coordinates, check_graph_size, check_shape
+from jaxgcn.core.validate import check_allocation, check_compressed, check_coordinates, check_graph_size, check_shape
 
 GZIP_MAGIC, ZIP_MAGIC, NPY_MAGIC = b"\x1f\x8b", b"PK\x03\x04", b"\x93NUMPY"
 _CHUNK = 64 * 2**20  # bytes scanned at a time when measuring the widest cell

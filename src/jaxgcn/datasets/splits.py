@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxgcn.data import SPLIT_CODES
+from jaxgcn.core.data import SPLIT_CODES
 
 
 def planetoid_split(labels: np.ndarray, per_class: int = 20, n_val: int = 500, n_test: int = 1000,

@@ -6,7 +6,7 @@ import numpy as np
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.splits import planetoid_split
-from jaxgcn.validate import check_allocation
+from jaxgcn.core.validate import check_allocation
 
 
 def synthetic(

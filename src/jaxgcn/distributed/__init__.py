@@ -4,7 +4,7 @@ Device p owns nodes ``[p * L, (p + 1) * L)`` (the node count padded to ``P * L``
 labels, masks, self-loop weights and the rows of the adjacency for the edges pointing INTO them, as
 a local CSR block. Under ``jax.shard_map`` each propagation first gathers the source rows the block
 needs, then aggregates its own rows: with the fused kernel on the CPU, with XLA's gather and
-segment sum on GPUs/TPUs (:func:`jaxgcn.csr.csr_matmul`). Two exchanges:
+segment sum on GPUs/TPUs (:func:`jaxgcn.native.csr.csr_matmul`). Two exchanges:
 
 - ``all_gather`` (the simple baseline): every device receives every node's (transformed) features;
   the block's columns are global node ids. Per device: ``P * L`` rows of width ``w``.
@@ -12,7 +12,7 @@ segment sum on GPUs/TPUs (:func:`jaxgcn.csr.csr_matmul`). Two exchanges:
   ``[P, H, w]`` buffers, H = the largest such set over all pairs); the block's columns index
   ``[own L rows | H rows from device 0 | ... | H rows from device P-1]``. Per device:
   ``L + P * H`` rows. H is small when the numbering has locality (see :func:`partition_stats` and
-  :func:`jaxgcn.graph.reorder`), and about L on a graph without any.
+  :func:`jaxgcn.core.graph.reorder`), and about L on a graph without any.
 
 The gradient of either exchange is its transpose (a reduce-scatter, or the reverse all-to-all),
 which autodiff derives. No message is lost at partition borders: the sharded model equals the

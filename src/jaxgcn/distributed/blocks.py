@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn.csr import CSR, csr_from_scipy, csr_matmul
-from jaxgcn.graph import Graph
+from jaxgcn.native.csr import CSR, csr_from_scipy, csr_matmul
+from jaxgcn.core.graph import Graph
 
 AXIS = "nodes"  # the mesh axis the row blocks are sharded over (runtime and sharded share it)
 EXCHANGES = ("all_gather", "halo")
@@ -23,7 +23,7 @@ class GraphBlock(NamedTuple):
     """One device's rows of the adjacency (inside ``shard_map``; stacked [P, ...] outside).
 
     Attributes:
-        adj: :class:`~jaxgcn.csr.CSR` of shape [L, P * L] (``all_gather``: columns are global ids)
+        adj: :class:`~jaxgcn.native.csr.CSR` of shape [L, P * L] (``all_gather``: columns are global ids)
             or [L, L + P * H] (``halo``: own rows, then H received rows per device).
         self_weights: [L] diagonal of the local rows.
         send: ``halo`` only: [P, H] int32, ``send[p]`` = the local rows device p needs from this one
@@ -127,7 +127,7 @@ def partition_stats(graph: Graph, n_parts: int) -> dict[str, Any]:
     border, and the rows each device holds for a propagation under each exchange (``halo_rows`` =
     L + P * H, ``all_gather_rows`` = P * L).
 
-    >>> from jaxgcn.graph import from_edges, gcn_norm
+    >>> from jaxgcn.core.graph import from_edges, gcn_norm
     >>> g = gcn_norm(from_edges(np.arange(7), np.arange(1, 8))[0])  # a path 0-1-...-7
     >>> s = partition_stats(g, 2)
     >>> s["cut_fraction"], s["halo_width"], s["halo_rows"], s["all_gather_rows"]
@@ -149,7 +149,7 @@ def partition_stats(graph: Graph, n_parts: int) -> dict[str, Any]:
 def propagate_block(block: GraphBlock, x: jax.Array, *,
                     product: Callable[[CSR, jax.Array], jax.Array] = csr_matmul) -> jax.Array:
     """``Â · x`` for this device's rows (inside ``shard_map``): exchange the source rows, aggregate
-    them with ``product`` (the plan's :attr:`jaxgcn.ops.Ops.csr_product`,
+    them with ``product`` (the plan's :attr:`jaxgcn.core.ops.Ops.csr_product`,
     :func:`jaxgcn.distributed.sharded.block_propagation`)."""
     if block.send is None:
         sources = jax.lax.all_gather(x, AXIS, tiled=True)  # [P * L, width]

@@ -15,14 +15,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxgcn.csr import CSR
-from jaxgcn.data import TrainData
+from jaxgcn.native.csr import CSR
+from jaxgcn.core.data import TrainData
 from jaxgcn.distributed.blocks import GraphBlock, partition, partition_stats, shard_nodes
 from jaxgcn.distributed.runtime import from_local, own_parts
 from jaxgcn.distributed.sharded import ShardedData
-from jaxgcn.layers import is_sparse
-from jaxgcn.outputs import write_atomic
-from jaxgcn.validate import check_compressed, check_npz_declared
+from jaxgcn.core.layers import is_sparse
+from jaxgcn.io.outputs import write_atomic
+from jaxgcn.core.validate import check_compressed, check_npz_declared
 
 PARTITION_FORMAT = "jaxgcn-partitions"
 PARTITION_META = "partitions.json"
@@ -43,7 +43,7 @@ def _leaf_names(tree: Any) -> list[str]:
 
 def save_partitions(directory: str | os.PathLike, data: TrainData, n_parts: int, *, exchange: str = "all_gather",
                     info: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Partition a host :class:`jaxgcn.data.TrainData` into ``n_parts`` row blocks and write one
+    """Partition a host :class:`jaxgcn.core.data.TrainData` into ``n_parts`` row blocks and write one
     file per block (``part-00000.npz``...) plus ``partitions.json``, so that each process of a
     ``--distributed`` job later reads only the blocks of its own devices (:func:`load_partitions`).
     Files are written to a temporary name and renamed; the JSON is written last. Returns the JSON."""

@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.diagnostics import divergence_message
-from jaxgcn.data import TrainData
+from jaxgcn.core.diagnostics import divergence_message
+from jaxgcn.core.data import TrainData
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import block_of_this_device, to_global
-from jaxgcn.models import Execution, GCNConfig, Model, gcn
+from jaxgcn.core.models import Execution, GCNConfig, Model, gcn
 from jaxgcn.plan import Plan, concrete, ops_for
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.loop import FitResult, Layout, compile, fit_result, run, signature
@@ -27,7 +27,7 @@ from jaxgcn.training.step import Collective, Runner, make_batch_runner
 
 def block_propagation(execution: Execution) -> Callable[[GraphBlock, jax.Array], jax.Array]:
     """:func:`propagate_block` with the row-block product the plan chose for ``execution``
-    (:attr:`jaxgcn.ops.Ops.csr_product`: the fused kernel where it runs, else XLA's)."""
+    (:attr:`jaxgcn.core.ops.Ops.csr_product`: the fused kernel where it runs, else XLA's)."""
     return functools.partial(propagate_block, product=ops_for(execution).csr_product)
 
 

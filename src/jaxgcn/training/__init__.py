@@ -2,7 +2,7 @@
 
 Its modules import downward only (the import-linter contract in ``pyproject.toml``):
 
-- :mod:`~jaxgcn.training.config`: the settings (the run axis of params: :mod:`jaxgcn.layers`);
+- :mod:`~jaxgcn.training.config`: the settings (the run axis of params: :mod:`jaxgcn.core.layers`);
 - :mod:`~jaxgcn.training.losses`: THE masked cross-entropy and metrics, THE L2 term;
 - :mod:`~jaxgcn.training.optim`: THE optimizer factory;
 - :mod:`~jaxgcn.training.state`: a run's state, THE seed-to-key rule, its one initializer, the early-stopping rule;

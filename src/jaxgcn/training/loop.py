@@ -11,14 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.compiler import jit
-from jaxgcn.data import TrainData, with_focus
-from jaxgcn.diagnostics import divergence_message
-from jaxgcn.layers import Params
-from jaxgcn.models import Execution, GCNConfig, RunInputs
+from jaxgcn.host.compiler import jit
+from jaxgcn.core.data import TrainData, with_focus
+from jaxgcn.core.diagnostics import divergence_message
+from jaxgcn.core.layers import Params
+from jaxgcn.core.models import Execution, GCNConfig, RunInputs
 from jaxgcn.plan import Plan, concrete, require_decided
-from jaxgcn.progress import Chunk, Hook, log_hook, progress_hook, runs_line
-from jaxgcn.results import BatchResult, FitResult, fit_result, take_runs  # noqa: F401 - re-exported
+from jaxgcn.io.progress import Chunk, Hook, log_hook, progress_hook, runs_line
+from jaxgcn.core.results import BatchResult, FitResult, fit_result, take_runs  # noqa: F401 - re-exported
 from jaxgcn.training.config import DIVERGED, Patience, RUNNING, STOPPED_EARLY, TrainConfig, TrainingDiverged
 from jaxgcn.training.state import RunState
 from jaxgcn.training.step import make_batch_runner
@@ -252,7 +252,7 @@ def fit(
     returns a saved state to continue from instead of a fresh one. The epochs are the same
     compiled computation whatever the chunking, so a resumed run equals an uninterrupted one.
 
-    ``progress`` (a :class:`jaxgcn.progress.Progress`) receives the compile phase and the history
+    ``progress`` (a :class:`jaxgcn.io.progress.Progress`) receives the compile phase and the history
     after every chunk of ``log_every`` epochs (bar, plain lines, ``--log`` JSON lines).
 
     Raises:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxgcn.layers import Params
-from jaxgcn.layers import insert_axes
+from jaxgcn.core.layers import Params
+from jaxgcn.core.layers import insert_axes
 
 
 def masked_sums(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

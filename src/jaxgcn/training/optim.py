@@ -8,8 +8,8 @@ from typing import Any, Callable
 import jax
 import optax
 
-from jaxgcn.fused import ADAM_B1, ADAM_B2, ADAM_EPS, FusedStep, adam_step
-from jaxgcn.layers import Params
+from jaxgcn.native.fused import ADAM_B1, ADAM_B2, ADAM_EPS, FusedStep, adam_step
+from jaxgcn.core.layers import Params
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.losses import l2_covers
 
@@ -76,12 +76,12 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
 
 def fused_adam_applies(config: TrainConfig, kernels: bool | None) -> bool:
     """Whether the step's Adam/AdamW runs as one kernel pass per params leaf (:func:`fused_adam`):
-    the ops offer it (``kernels``: :attr:`jaxgcn.ops.Ops.fused_adam`) and no clipping comes first."""
+    the ops offer it (``kernels``: :attr:`jaxgcn.core.ops.Ops.fused_adam`) and no clipping comes first."""
     return bool(kernels) and config.optimizer in ("adam", "adamw") and not config.clip_norm
 
 
 def fused_adam(config: TrainConfig, params: Params, grads: Params, old_state: Any, new_state: Any,
                running: jax.Array) -> FusedStep:
     """One Adam (or AdamW, ``config.optimizer``) step in one kernel pass per params leaf
-    (:func:`jaxgcn.fused.adam_step`), the L2 term over the weights ``config.l2`` covers."""
+    (:func:`jaxgcn.native.fused.adam_step`), the L2 term over the weights ``config.l2`` covers."""
     return adam_step(params, grads, old_state, new_state, running, _decay_mask(params, config.l2), config.optimizer)

@@ -1,6 +1,6 @@
 """Many training runs as ONE compiled program, batched along the feature axis.
 
-The forward pass is :func:`jaxgcn.models.apply_runs`, the same one a single run uses: runs are
+The forward pass is :func:`jaxgcn.core.models.apply_runs`, the same one a single run uses: runs are
 stacked *inside* the feature axis (activations ``[n_nodes, n_runs, width]``, weights
 ``[in_dim, n_runs, out_dim]``), so one propagation with ``n_runs * width``-wide rows serves every
 run (``jax.vmap`` of a gather + ``segment_sum`` model measured slower on CPU than a loop). The
@@ -25,16 +25,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn import hyper
-from jaxgcn.compiler import jit
-from jaxgcn.diagnostics import runs_divergence_message
-from jaxgcn.data import with_focus
-from jaxgcn.layers import Params, run_axes
-from jaxgcn.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
+from jaxgcn.core import hyper
+from jaxgcn.host.compiler import jit
+from jaxgcn.core.diagnostics import runs_divergence_message
+from jaxgcn.core.data import with_focus
+from jaxgcn.core.layers import Params, run_axes
+from jaxgcn.core.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
 from jaxgcn.plan import (Plan, batch_mesh, concrete, on_runs, program_of, replicated, require_decided, run_shardings,
                          slice_size)
-from jaxgcn.data import TrainData
-from jaxgcn.results import BatchResult, concat_results, unstack_params  # noqa: F401 - unstack_params: its old address
+from jaxgcn.core.data import TrainData
+from jaxgcn.core.results import BatchResult, concat_results, unstack_params  # noqa: F401 - unstack_params: its old address
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.loop import Compiled, Layout, compile, run, signature  # noqa: F401
 from jaxgcn.training.state import BatchState, run_keys, state_axes
@@ -67,8 +67,8 @@ def entries_for(seeds: Sequence[int], *, model_config: GCNConfig = GCNConfig(), 
 
 
 def run_inputs(entries: Sequence[Entry]) -> RunInputs:
-    """The device-side per-run inputs of a batch: every input :data:`jaxgcn.hyper.PER_RUN` declares,
-    read from each entry (:func:`jaxgcn.models.make_run_inputs`)."""
+    """The device-side per-run inputs of a batch: every input :data:`jaxgcn.core.hyper.PER_RUN` declares,
+    read from each entry (:func:`jaxgcn.core.models.make_run_inputs`)."""
     each = [hyper.values_of(e.model, e.train, e) for e in entries]
     return make_run_inputs(**{name: [run[name] for run in each] for name in each[0]})
 

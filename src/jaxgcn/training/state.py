@@ -8,8 +8,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxgcn.layers import Params, insert_axes, run_axes, unstacked_shapes
-from jaxgcn.results import Evaluation  # noqa: F401 - where it always was
+from jaxgcn.core.layers import Params, insert_axes, run_axes, unstacked_shapes
+from jaxgcn.core.results import Evaluation  # noqa: F401 - where it always was
 from jaxgcn.training.config import DIVERGED, FINISHED, Kipf, Patience, RUNNING, STOPPED_EARLY, TrainConfig
 from jaxgcn.training.optim import optimizer_factory
 

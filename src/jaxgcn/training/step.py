@@ -16,14 +16,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxgcn import hyper
-from jaxgcn.data import TrainData
-from jaxgcn.layers import Params, insert_axes, run_axes, select_running, unstacked_shapes
-from jaxgcn.models import (Decided, Execution, FirstLayer, GCNConfig, Ops, Propagate, RunInputs, aggregate_input,
-                           apply_runs, first_layer_pair, gcn, make_run_inputs)
-from jaxgcn.plan import given_ops
-from jaxgcn.propagate import take_rows
-from jaxgcn.results import Evaluation
+from jaxgcn.core import hyper
+from jaxgcn.core.data import TrainData
+from jaxgcn.core.layers import Params, insert_axes, run_axes, select_running, unstacked_shapes
+from jaxgcn.core.models import (Decided, Execution, FirstLayer, GCNConfig, Ops, Propagate, RunInputs, aggregate_input,
+                           apply_runs, first_layer_pair, gcn, make_run_inputs, ops_of)
+from jaxgcn.core.propagate import take_rows
+from jaxgcn.core.results import Evaluation
 from jaxgcn.training.config import Patience, RUNNING, TrainConfig
 from jaxgcn.training.losses import masked_sums, per_run_l2
 from jaxgcn.training.optim import fused_adam, fused_adam_applies, optimizer_factory
@@ -51,7 +50,7 @@ class Runner(NamedTuple):
     """THE runner type: the pure functions of a batch of runs or of one run (both built by
     :func:`make_batch_runner`), called alike: ``init(..., runs)`` (a batch's stacked params and
     seeds, one run's key and data), ``run_until(state, data, runs, stop)``, ``evaluate(params,
-    data, runs)``, ``final_params(state)``. Each takes the runs' :class:`jaxgcn.models.RunInputs`:
+    data, runs)``, ``final_params(state)``. Each takes the runs' :class:`jaxgcn.core.models.RunInputs`:
     passed so, the learning rate, weight decay and dropout rate are inputs of the compiled program,
     not constants in it, so runs that differ only in them share one program (and its
     persistent-cache entry). One run's also gives them (``inputs()``); a batch's come from its entries."""
@@ -69,7 +68,7 @@ BatchRunner = Runner  # the name a batch's runner always had
 class Step(NamedTuple):
     """The settings of THE training step (:func:`make_batch_runner`) and its parts, each a pure
     function of its arguments (compiled with ``jax.jit`` by the callers). ``ops`` compute the
-    products (:class:`jaxgcn.ops.Ops`, chosen by the plan; None: those the plan decides for ``execution``):
+    products (:class:`jaxgcn.core.ops.Ops`, chosen by the plan; None: those the plan decides for ``execution``):
     the step reads its kernel-only shortcuts (row plans, the fused Adam pass, the first layer's
     pair) from them (:attr:`products`)."""
 
@@ -84,8 +83,8 @@ class Step(NamedTuple):
     @property
     def products(self) -> Ops:
         """The ops that compute the products: those given, else the decided execution's own
-        (:func:`jaxgcn.plan.given_ops`)."""
-        return self.ops if self.ops is not None else given_ops(self.execution)
+        (:func:`jaxgcn.core.models.ops_of`, the model's own rule)."""
+        return ops_of(self.execution, self.ops)
 
     @property
     def keep_best(self) -> bool:
@@ -98,7 +97,7 @@ class Step(NamedTuple):
         return per_run(data.train_mask), per_run(data.val_mask), per_run(data.test_mask)
 
     def rows(self, data: TrainData, *, train: bool) -> Any:
-        """The rows each layer computes (:func:`jaxgcn.native_ops.row_plan`, in ``data.aux``) for the
+        """The rows each layer computes (:func:`jaxgcn.core.native_ops.row_plan`, in ``data.aux``) for the
         logits a training step's loss (``train``) or the loop's evaluation reads, where the forward
         pass is the ops' default propagation with 2 or more layers and the ops take row plans (the
         csr kernel's, with the hash's dropout masks, drawn by node id; ``jax.random`` draws a
@@ -165,7 +164,7 @@ class Step(NamedTuple):
 
     def ahead(self, st: RunState, data: TrainData, runs: RunInputs) -> tuple[FirstLayer, FirstLayer] | None:
         """The first layer of the next training step of ``st`` and of an evaluation of its params,
-        in one kernel pass (:func:`jaxgcn.models.first_layer_pair`; None where it does not apply)."""
+        in one kernel pass (:func:`jaxgcn.core.models.first_layer_pair`; None where it does not apply)."""
         return first_layer_pair(runs_of(st).stack(st.params), data.x, runs, execution=self.execution,
                                 keys=self.step_keys(st)[1], ops=self.products)
 
@@ -176,7 +175,7 @@ class Step(NamedTuple):
         step adds the L2 term's gradient and computes its value)."""
         the = runs_of(st)
         train_m = self.masks(data, runs)[0]
-        reached = getattr(data.aux, "x_reached", None)  # the kernel's (jaxgcn.native_ops.prepare)
+        reached = getattr(data.aux, "x_reached", None)  # the kernel's (jaxgcn.core.native_ops.prepare)
         if first is not None and reached is not None and self.propagate is None:
             # the first layer's weight gradient over the rows the loss reaches
             data = data._replace(x=reached)
@@ -298,8 +297,8 @@ def make_batch_runner(model_config: GCNConfig, config: TrainConfig, execution: E
     ``propagate`` replaces the aggregation (sharded training passes its block exchange) and
     ``collective`` sums the loss, metrics and gradients over devices (:class:`Collective`). Split
     masks may be stacked ``[n_splits, n_nodes]``; each run reads the split its
-    :class:`jaxgcn.models.RunInputs` names. The first layer of a step and of its evaluation come
-    from one kernel pass wherever the kernel runs (:func:`jaxgcn.models.first_layer_pair`; on a
+    :class:`jaxgcn.core.models.RunInputs` names. The first layer of a step and of its evaluation come
+    from one kernel pass wherever the kernel runs (:func:`jaxgcn.core.models.first_layer_pair`; on a
     sharded run, over the device's block of rows: the first layer is row-local). ``ops``: what
     computes the products (default: those of the planned ``execution``, :func:`jaxgcn.plan.ops_for`).
 

@@ -2,8 +2,8 @@
 forward pass and a training step call (in the style of jraph's ``GraphConvolution(aggregate_nodes_fn=...)``).
 
 Two implementations ship: :func:`xla_ops` (pure XLA, any device) and :func:`native` (the C++
-kernel's functions, from :mod:`jaxgcn.native_ops`). The execution plan
-(:func:`jaxgcn.plan.ops_for`) decides which one a run gets; :mod:`jaxgcn.models` only calls them.
+kernel's functions, from :mod:`jaxgcn.core.native_ops`). The execution plan
+(:func:`jaxgcn.plan.ops_for`) decides which one a run gets; :mod:`jaxgcn.core.models` only calls them.
 
 A new propagation backend registers its own :class:`Ops` factory under its name (:func:`register`):
 ``Execution(backend=name)`` then accepts the name and every forward pass of that execution runs it.
@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import sparse as jsparse
 
-from jaxgcn import native_ops
-from jaxgcn.csr import CSR, spmm_rows, spmm_xla  # noqa: F401 - spmm_rows: the model's default row product
-from jaxgcn.propagate import BACKENDS, propagate
+from jaxgcn.core import native_ops
+from jaxgcn.native.csr import CSR, spmm_rows, spmm_xla  # noqa: F401 - spmm_rows: the model's default row product
+from jaxgcn.core.propagate import BACKENDS, propagate
 
 # (graph, x [n, width]) -> Â·x [n, width]: how a layer aggregates.
 Propagate = Callable[[Any, jax.Array], jax.Array]
@@ -39,18 +39,18 @@ class Ops(NamedTuple):
             per-run hidden activations [n, R, in].
         pair: ``pair(x)``: a function ``(x, w [in, R*out], values [nnz, R]) -> (train, shared)``
             computing the first layer's product for a training step and for an evaluation in one pass
-            (:func:`jaxgcn.csr.spmm_pair`), or None where it does not run for ``x``.
+            (:func:`jaxgcn.native.csr.spmm_pair`), or None where it does not run for ``x``.
         given: ``(x, w, values, product) -> product`` with the gradients of the product (used with ``pair``).
         rows_product: ``(rows, x [m, W]) -> [K, W]``: some rows of the propagation (row plans); None:
-            :data:`spmm_rows` (:func:`jaxgcn.csr.spmm_rows`, whose sums are the kernel's propagation's).
+            :data:`spmm_rows` (:func:`jaxgcn.native.csr.spmm_rows`, whose sums are the kernel's propagation's).
         drop_hidden: the hidden layers' (relu and) hash dropout in one pass
-            (:func:`jaxgcn.fused.hash_dropout`'s signature), or None: XLA draws the masks.
-        fused_adam: Adam/AdamW may run as one kernel pass per params leaf (:func:`jaxgcn.fused.adam_step`).
-        row_plans: a step may compute only the rows its loss reads (:func:`jaxgcn.native_ops.row_plan`).
+            (:func:`jaxgcn.native.fused.hash_dropout`'s signature), or None: XLA draws the masks.
+        fused_adam: Adam/AdamW may run as one kernel pass per params leaf (:func:`jaxgcn.native.fused.adam_step`).
+        row_plans: a step may compute only the rows its loss reads (:func:`jaxgcn.core.native_ops.row_plan`).
         csr_product: ``(a: CSR, b [m, W]) -> a @ b``: a sharded run's row-block product.
         prepare: ``(data, hops) -> aux``: what these ops precompute of a run's data on the host, once
-            (:func:`jaxgcn.data.with_focus` stores it as :attr:`jaxgcn.data.TrainData.aux`, the step
-            reads it; the kernel's: :func:`jaxgcn.native_ops.prepare`), or None: nothing.
+            (:func:`jaxgcn.core.data.with_focus` stores it as :attr:`jaxgcn.core.data.TrainData.aux`, the step
+            reads it; the kernel's: :func:`jaxgcn.core.native_ops.prepare`), or None: nothing.
     """
 
     name: str
@@ -97,7 +97,7 @@ def xla_ops(execution: Any) -> Ops:
 
 
 def native(execution: Any) -> Ops:
-    """The C++ kernel's :class:`Ops` of a planned ``execution`` (:func:`jaxgcn.native_ops.fields`)."""
+    """The C++ kernel's :class:`Ops` of a planned ``execution`` (:func:`jaxgcn.core.native_ops.fields`)."""
     return Ops("native", xla_ops(execution).propagate,
                functools.partial(native_ops.matmul_runs, xla=xla_matmul_runs), **native_ops.fields(execution))
 

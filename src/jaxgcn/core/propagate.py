@@ -1,12 +1,12 @@
 """Propagation ``Â · x`` with interchangeable backends that share one signature and one result.
 
-- ``dense``: ``Â`` as a dense matrix (attached with :func:`jaxgcn.graph.with_dense`, or built on
+- ``dense``: ``Â`` as a dense matrix (attached with :func:`jaxgcn.core.graph.with_dense`, or built on
   the fly); O(n²) memory, for small graphs and as the reference formula.
 - ``segment``: gather the sender rows, scale by the edge weights, ``jax.ops.segment_sum`` into the
   (sorted) receivers; O(edges · width) memory.
 - ``bcoo``: ``jax.experimental.sparse.BCOO`` matrix product.
-- ``csr``: the fused CSR kernel of :mod:`jaxgcn.csr` (CPU; no [edges, width] buffer), with the
-  adjacency attached by :func:`jaxgcn.graph.with_csr`.
+- ``csr``: the fused CSR kernel of :mod:`jaxgcn.native.csr` (CPU; no [edges, width] buffer), with the
+  adjacency attached by :func:`jaxgcn.core.graph.with_csr`.
 - ``auto``: the plan picks from the graph size (:func:`jaxgcn.plan.backend_for`).
 """
 
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.graph import Graph
+from jaxgcn.core.graph import Graph
 
 BACKENDS = ("dense", "segment", "bcoo", "csr")
 
@@ -59,7 +59,7 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
     """Compute ``Â @ x`` for the graph's (normalized) adjacency ``Â``.
 
     Args:
-        graph: a :class:`~jaxgcn.graph.Graph` with device or host arrays.
+        graph: a :class:`~jaxgcn.core.graph.Graph` with device or host arrays.
         x: [n_nodes, width] node features.
         backend: ``"dense"``, ``"segment"``, ``"bcoo"``, ``"csr"``, or ``"auto"``: the layout
             the graph was prepared for (:func:`graph_backend`).
@@ -70,7 +70,7 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
         [n_nodes, width] aggregated features.
 
     >>> import numpy as np
-    >>> from jaxgcn.graph import from_edges
+    >>> from jaxgcn.core.graph import from_edges
     >>> g, _ = from_edges([0], [1])
     >>> propagate(g, np.array([[1.0], [2.0]], np.float32)).tolist()
     [[3.0], [3.0]]
@@ -86,8 +86,8 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
                          "(csr has no message buffer to bound)")
     if backend == "csr":
         if graph.csr is None:
-            raise ValueError("backend 'csr' needs the CSR adjacency: attach it with jaxgcn.graph.with_csr(graph)")
-        from jaxgcn.csr import spmm
+            raise ValueError("backend 'csr' needs the CSR adjacency: attach it with jaxgcn.core.graph.with_csr(graph)")
+        from jaxgcn.native.csr import spmm
 
         # the self-loops inside the kernel: one pass over x and the output instead of two more
         return spmm(graph.csr, x.astype(jnp.float32), diag=jnp.asarray(graph.self_weights)).astype(x.dtype)

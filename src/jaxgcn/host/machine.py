@@ -3,7 +3,7 @@
 The csr kernel's speed depends on the CPU it runs on: the width of its vector unit (AVX-512's 16
 floats, AVX2's 8), the size of one core's L2 and the number of cores. :func:`facts` reads them
 once (``/proc/cpuinfo``, ``/sys/devices/system/cpu/cpu0/cache``, the affinity mask and cgroup quota of
-:func:`jaxgcn.memory.available_cpus`; a
+:func:`jaxgcn.host.memory.available_cpus`; a
 documented fallback for each fact a system does not show) and :func:`tuning_for` turns them into
 the kernel's settings:
 
@@ -31,7 +31,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from jaxgcn.memory import available_cpus
+from jaxgcn.host.memory import available_cpus
 
 REORDER_MIN_NODES = 100_000  # below this the features fit in cache and renumbering gains little
 
@@ -54,7 +54,7 @@ class Facts:
 
     cpu: str  # "AMD EPYC 7B13 (family 25 model 1)"
     isa: str  # "avx512", "avx2" or "baseline": the widest vector unit the kernel's compiler targets
-    cores: int  # the CPUs this process may use (jaxgcn.memory.available_cpus)
+    cores: int  # the CPUs this process may use (jaxgcn.host.memory.available_cpus)
     l1d: int  # bytes, one core's
     l2: int  # bytes, one core's
     l3: int  # bytes, one instance (shared by several cores); 0: none shown
@@ -103,7 +103,7 @@ def read_caches(sys_cpu: Path = SYS_CPU) -> dict[str, int]:
 def cpuinfo_fields(cpuinfo: Path = CPUINFO) -> dict[str, str]:
     """The first processor's fields in ``/proc/cpuinfo``, names in lower case (``"model name"``,
     ``"flags"`` on x86, ``"features"`` on ARM); ``{}`` where the file cannot be read. :func:`read_cpu`
-    and the kernel build's key (:mod:`jaxgcn.kernel_build`) both read it here."""
+    and the kernel build's key (:mod:`jaxgcn.native.kernel_build`) both read it here."""
     try:
         lines = cpuinfo.read_text(errors="replace").splitlines()
     except OSError:

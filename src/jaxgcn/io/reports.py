@@ -17,8 +17,8 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from jaxgcn import machine
-from jaxgcn.metrics import Classification
+from jaxgcn.host import machine
+from jaxgcn.io.metrics import Classification
 
 
 class RunSummary(NamedTuple):
@@ -117,7 +117,7 @@ def config_report(model_config: Any, train_config: Any, norm: str, feature_norm:
     report = {"model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
               "norm": norm, "feature_norm": feature_norm}
     if execution is not None:
-        from jaxgcn.models import record  # the models import JAX: only where an execution is reported
+        from jaxgcn.core.models import record  # the models import JAX: only where an execution is reported
 
         report["execution"] = record(execution)
     return report
@@ -197,7 +197,7 @@ def run_record(command: str, argv: list[str], options: dict[str, Any],
         command: the ``jaxgcn`` command (``train``, ``sweep``).
         argv: the command line as given (program name first).
         options: every parsed option, by its name in the parser (``weight_decay``), as JSON values.
-        fingerprint: :func:`jaxgcn.checkpoint.data_fingerprint` of the prepared data (``None`` where
+        fingerprint: :func:`jaxgcn.store.checkpoint.data_fingerprint` of the prepared data (``None`` where
             no process holds the whole data: partition files).
     """
     return {"format": 1, "command": command, "argv": list(argv), "options": options,

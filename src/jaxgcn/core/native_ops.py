@@ -1,9 +1,9 @@
-"""The C++ kernel's side of the ops seam (:class:`jaxgcn.ops.Ops`, ``native``): the first layer's
+"""The C++ kernel's side of the ops seam (:class:`jaxgcn.core.ops.Ops`, ``native``): the first layer's
 sparse product and pair, the per-run dense products, the fused hash dropout and Adam pass, row
 plans (:func:`row_plan`) and the other host-side precomputations of a run's data (:func:`prepare`),
-and the sharded path's CSR product, all from :mod:`jaxgcn.csr` and :mod:`jaxgcn.fused`. The execution
+and the sharded path's CSR product, all from :mod:`jaxgcn.native.csr` and :mod:`jaxgcn.native.fused`. The execution
 plan gives a run these ops where the backend is ``csr`` and the kernel can run here (:func:`jaxgcn.plan.ops_for`,
-which asks the one availability oracle, :func:`jaxgcn.csr.kernel_status`).
+which asks the one availability oracle, :func:`jaxgcn.native.csr.kernel_status`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, row_pointers, spmm, spmm_given, spmm_pair
-from jaxgcn.fused import hash_dropout, run_matmul
-from jaxgcn.graph import Graph, focus_rows
+from jaxgcn.native.csr import CSR, row_pointers, spmm, spmm_given, spmm_pair
+from jaxgcn.native.fused import hash_dropout, run_matmul
+from jaxgcn.core.graph import Graph, focus_rows
 
 
 def matmul_runs(x: Any, values: jax.Array | None, w: jax.Array, *, xla: Callable[..., jax.Array]) -> jax.Array:
-    """Per-run ``x_r @ w_r`` (:attr:`jaxgcn.ops.Ops.matmul_runs`) on the kernel where it serves: a
+    """Per-run ``x_r @ w_r`` (:attr:`jaxgcn.core.ops.Ops.matmul_runs`) on the kernel where it serves: a
     CSR input (R matrices with one pattern, no [nnz, R*out] buffer) and per-run hidden activations
     [n, R, in]; else ``xla``'s (a BCOO or dense [n, in] input)."""
     d_in, r, d_out = w.shape
@@ -37,7 +37,8 @@ def matmul_runs(x: Any, values: jax.Array | None, w: jax.Array, *, xla: Callable
 
 
 def pair(x: Any) -> Callable[..., tuple[jax.Array, jax.Array]] | None:
-    """The first layer's training/evaluation pair in one pass (:func:`jaxgcn.csr.spmm_pair`), for CSR features."""
+    """The first layer's training/evaluation pair in one pass (:func:`jaxgcn.native.csr.spmm_pair`), for CSR
+    features."""
     return spmm_pair if isinstance(x, CSR) else None
 
 
@@ -47,7 +48,7 @@ def csr_product(a: CSR, b: jax.Array) -> jax.Array:
 
 
 def fields(execution: Any) -> dict[str, Any]:
-    """The kernel's :class:`jaxgcn.ops.Ops` fields for a planned ``execution``: the hidden dropout
+    """The kernel's :class:`jaxgcn.core.ops.Ops` fields for a planned ``execution``: the hidden dropout
     fused and row plans taken where the masks are the counter hash's (row plans: backend ``csr``),
     and the data's precomputations (:func:`prepare`; its row plans only where the step takes them)."""
     hashed = execution.dropout_rng == "hash"
@@ -83,7 +84,7 @@ def row_plan(graph: Graph, nodes: Any, layers: int, *, most: float = 0.75) -> Ro
     while those are at most ``most`` of the nodes (then every row, down to the first layer).
     None where ``nodes`` themselves are over half the nodes (little to save) or ``layers`` < 2.
 
-    >>> from jaxgcn.graph import from_edges, gcn_norm, with_csr
+    >>> from jaxgcn.core.graph import from_edges, gcn_norm, with_csr
     >>> g = with_csr(gcn_norm(from_edges([0, 1, 2], [1, 2, 3])[0]))   # a path 0-1-2-3
     >>> plan = row_plan(g, np.array([0]), 2)
     >>> plan.ids[1].tolist(), plan.mats[1].shape, plan.mats[0].shape, plan.pos[1].tolist()
@@ -116,7 +117,7 @@ def row_plan(graph: Graph, nodes: Any, layers: int, *, most: float = 0.75) -> Ro
 
 class NativePrepared(NamedTuple):
     """The kernel's host-side precomputations of a run's data (:func:`prepare`), which a training
-    step reads from :attr:`jaxgcn.data.TrainData.aux` (a pytree; each field None where it does not apply).
+    step reads from :attr:`jaxgcn.core.data.TrainData.aux` (a pytree; each field None where it does not apply).
 
     Attributes:
         eval_rows: the rows each layer of the loop's evaluation computes for the logits at the data's
@@ -136,7 +137,7 @@ class NativePrepared(NamedTuple):
 
 def prepare(data: Any, hops: int, *, rows: bool = True) -> NativePrepared | None:
     """The kernel's precomputations (:class:`NativePrepared`) of ``data``, a
-    :class:`~jaxgcn.data.TrainData` with its ``focus`` (:func:`jaxgcn.data.with_focus`, which calls
+    :class:`~jaxgcn.core.data.TrainData` with its ``focus`` (:func:`jaxgcn.core.data.with_focus`, which calls
     this as the ops' ``prepare`` with ``hops``, the model's layers), on the host, once; None where
     the masks are not concrete (no focus). ``rows=False``: no row plans (the ops take none).
 

@@ -1,6 +1,6 @@
 """Where jaxgcn keeps what it computes or fetches once, under one root folder:
 
-- ``kernels/``: the fused CSR kernel, compiled for this CPU (:mod:`jaxgcn.kernel_build`);
+- ``kernels/``: the fused CSR kernel, compiled for this CPU (:mod:`jaxgcn.native.kernel_build`);
 - ``xla/``: JAX's persistent compilation cache of the command line (``--no-compile-cache`` turns it off);
 - ``datasets/``: downloaded datasets and parsed files (``--data-root`` or ``$JAXGCN_DATA`` move only these).
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.layers import Params, run_axis
+from jaxgcn.core.layers import Params, run_axis
 
 
 class FitResult(NamedTuple):

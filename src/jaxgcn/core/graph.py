@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn.validate import check_graph_size
+from jaxgcn.core.validate import check_graph_size
 
 NORMS = ("sym", "row", "none")
 F32_MAX = float(np.finfo(np.float32).max)
@@ -35,7 +35,7 @@ class Graph(NamedTuple):
         self_weights: [n_nodes] float32, diagonal of the adjacency (self-loop weights).
         dense: optional [n_nodes, n_nodes] float32 dense adjacency, attached by
             :func:`with_dense` for the ``dense`` backend; ``None`` otherwise.
-        csr: optional :class:`jaxgcn.csr.CSR` of the off-diagonal adjacency (row = receiver),
+        csr: optional :class:`jaxgcn.native.csr.CSR` of the off-diagonal adjacency (row = receiver),
             attached by :func:`with_csr` for the ``csr`` backend; ``None`` otherwise.
     """
 
@@ -305,7 +305,7 @@ def with_csr(graph: Graph, *, symmetric: bool | None = None, keep_edges: bool = 
     >>> g.csr.indptr.tolist(), g.csr.symmetric, g.n_edges
     ([0, 1, 2], True, 2)
     """
-    from jaxgcn.csr import CSR, row_pointers
+    from jaxgcn.native.csr import CSR, row_pointers
 
     n = graph.n_nodes
     recv, send = np.asarray(graph.receivers), np.asarray(graph.senders)
@@ -367,8 +367,8 @@ def reorder(graph: Graph, method: str = "rcm", *, symmetric: bool = False) -> tu
 
 def focus_rows(graph: Graph, rows: Any, cols: Any = None) -> Any:
     """The rows ``rows`` (sorted, distinct) of the propagation matrix ``Â`` (the graph's CSR plus
-    its self-loops), as a [K, n_nodes] :class:`jaxgcn.csr.CSR` (host arrays) for
-    :func:`jaxgcn.csr.spmm_rows`: a layer whose output only these rows are read from. With
+    its self-loops), as a [K, n_nodes] :class:`jaxgcn.native.csr.CSR` (host arrays) for
+    :func:`jaxgcn.native.csr.spmm_rows`: a layer whose output only these rows are read from. With
     ``cols`` (sorted, distinct node ids holding every column of those rows), a [K, len(cols)]
     matrix whose column ``j`` is node ``cols[j]``: a layer whose input holds those nodes' rows only.
 
@@ -387,7 +387,7 @@ def focus_rows(graph: Graph, rows: Any, cols: Any = None) -> Any:
     Traceback (most recent call last):
     ValueError: focus_rows: node 0, a column of the rows, is not among cols (2 nodes)
     """
-    from jaxgcn.csr import CSR, row_pointers
+    from jaxgcn.native.csr import CSR, row_pointers
 
     a = graph.csr
     if a is None:

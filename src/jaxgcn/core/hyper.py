@@ -4,15 +4,15 @@ A compiled training program takes each run's learning rate, weight decay and dro
 inputs, so runs that differ only in them share the program; it also takes each run's hidden width
 and split. Each is one row of :data:`PER_RUN`: its name (the field of its config), which config
 holds it, whether the runs of one program may differ in it, and the device columns it becomes.
-Everything else is derived from the table: :class:`jaxgcn.models.RunInputs` (its fields),
-:func:`jaxgcn.models.make_run_inputs`, a batch's and a single run's inputs
+Everything else is derived from the table: :class:`jaxgcn.core.models.RunInputs` (its fields),
+:func:`jaxgcn.core.models.make_run_inputs`, a batch's and a single run's inputs
 (:func:`jaxgcn.training.runs.run_inputs`, :meth:`jaxgcn.training.step.Step.inputs`) and which
 fields :func:`jaxgcn.plan.program_key` sets aside. Adding a per-run hyperparameter (say a
 momentum in :class:`jaxgcn.train.TrainConfig`) is one row here; its reader (the optimizer) then
 finds it as ``runs.momentum``.
 
 :data:`GRID_KEYS` (the axes of ``jaxgcn sweep``, in the order of its table and CSV columns) lives
-here too, because the CLI and :mod:`jaxgcn.plots` read it without importing JAX: this module
+here too, because the CLI and :mod:`jaxgcn.io.plots` read it without importing JAX: this module
 imports NumPy only.
 """
 
@@ -35,7 +35,7 @@ def keep_threshold(rate: float) -> int:
 
 
 class Column(NamedTuple):
-    """One device array of :class:`jaxgcn.models.RunInputs`: its field, dtype, and each run's
+    """One device array of :class:`jaxgcn.core.models.RunInputs`: its field, dtype, and each run's
     entry from its host value."""
 
     field: str
@@ -48,8 +48,8 @@ class PerRun(NamedTuple):
 
     Attributes:
         name: its field in the config that holds it (and its name as a keyword of
-            :func:`jaxgcn.models.make_run_inputs`).
-        holder: ``"model"`` (:class:`jaxgcn.models.GCNConfig`), ``"train"``
+            :func:`jaxgcn.core.models.make_run_inputs`).
+        holder: ``"model"`` (:class:`jaxgcn.core.models.GCNConfig`), ``"train"``
             (:class:`jaxgcn.train.TrainConfig`) or ``"entry"`` (the :class:`jaxgcn.batched.Entry`
             itself).
         varies: True when the runs of one program may differ in it (:func:`blank` sets it aside
@@ -75,7 +75,7 @@ PER_RUN: tuple[PerRun, ...] = (
     PerRun("split", "entry", True, (Column("split", np.int32, int),)),
 )
 """THE per-run inputs (see the module docstring); their columns, in order, are the fields of
-:class:`jaxgcn.models.RunInputs`."""
+:class:`jaxgcn.core.models.RunInputs`."""
 
 
 def varying() -> tuple[str, ...]:
@@ -120,7 +120,7 @@ def values_of(model: Any, train: Any, entry: Any = None) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=None)
 def inputs_type(table: tuple[PerRun, ...]) -> type:
-    """The NamedTuple of a table's columns (one class per table: :class:`jaxgcn.models.RunInputs`
+    """The NamedTuple of a table's columns (one class per table: :class:`jaxgcn.core.models.RunInputs`
     is the one of :data:`PER_RUN`)."""
     return NamedTuple("RunInputs", [(c.field, "jax.Array") for p in table for c in p.columns])  # type: ignore[misc]
 

@@ -1,7 +1,7 @@
 """Several runs in one checkpoint directory (``train --save`` with ``--seeds N`` / ``--splits K``):
 each run an ordinary checkpoint in ``run-000``, ``run-001``, ... and ``runs.json`` naming them with
 their seed, split and accuracies and the best-validation run, which a reader takes by default.
-:mod:`jaxgcn.checkpoint` re-exports every name."""
+:mod:`jaxgcn.store.checkpoint` re-exports every name."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jaxgcn.manifest import RUNS as RUNS_KIND, peek_manifest, read_manifest
-from jaxgcn.outputs import TEMP, write_atomic
-from jaxgcn.validate import is_json
+from jaxgcn.store.manifest import RUNS as RUNS_KIND, peek_manifest, read_manifest
+from jaxgcn.io.outputs import TEMP, write_atomic
+from jaxgcn.core.validate import is_json
 from jaxgcn.version import __version__
 
 RUNS = "runs.json"
@@ -45,7 +45,7 @@ def save_runs(directory: str | Path, runs: list[dict[str, Any]]) -> Path:
 
 
 def _remove_owned_files(folder: Path, temps: bool = True) -> bool:
-    """Remove what :func:`jaxgcn.checkpoint.save` writes in ``folder`` (links themselves, never
+    """Remove what :func:`jaxgcn.store.checkpoint.save` writes in ``folder`` (links themselves, never
     their targets) and, with ``temps``, its temporary files (the save folder's own are a live
     writer's); True when nothing else is left in it."""
     left = False

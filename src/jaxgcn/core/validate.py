@@ -4,7 +4,7 @@ matrices (index ranges, pointer arrays, shapes) and sizes that would allocate ab
 SciPy's C++ routines, XLA's gathers and the fused CSR kernel read indices without bounds checks,
 so there a bad index is a crash or silent garbage; here it is one ValueError that names the
 source, the offending value, where it sits and the fix. Every loader calls these on what it read,
-and :func:`jaxgcn.datasets.prepare` and :func:`jaxgcn.layers.sparse_features` call them again on
+and :func:`jaxgcn.datasets.prepare` and :func:`jaxgcn.core.layers.sparse_features` call them again on
 whatever a library user built by hand.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn.memory import GiB, available_bytes
+from jaxgcn.host.memory import GiB, available_bytes
 
 # Lower bounds of what preparing and training hold per node and per input feature, used to refuse
 # a size before it is allocated (a crafted matrix shape, a node id of 10**13, a feature index of

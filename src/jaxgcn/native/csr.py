@@ -5,10 +5,10 @@ message per stored entry, an ``[nnz, width]`` buffer written and read again: at 
 width 128 that is 5 GB per propagation, and on Cora's features with 100 stacked runs 315 MB per
 pass. The kernel in ``kernels/spmm.cc`` accumulates each output row in place instead, on XLA's
 intra-op thread pool. ``pip install`` builds it where a C++ compiler is found; otherwise (or for
-another CPU or jaxlib) :mod:`jaxgcn.kernel_build` compiles it on first use, once per machine, with
+another CPU or jaxlib) :mod:`jaxgcn.native.kernel_build` compiles it on first use, once per machine, with
 the C++ compiler that builds Python extensions (``g++``/``c++``, or ``$CXX``) against the FFI
-headers that jaxlib ships, and caches it in ``~/.cache/jaxgcn/kernels``
-(``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found, :func:`jaxgcn.csr.kernel_status` says why and
+headers that jaxlib ships, and caches it in ``~/.cache/jaxgcn/native/kernels``
+(``$JAXGCN_CACHE_DIR/kernels``). When no compiler is found, :func:`jaxgcn.native.csr.kernel_status` says why and
 ``backend="auto"`` keeps to the pure-XLA backends. A build that fails (with ``-march=native``, then
 once without it) is remembered as ``libjaxgcn_spmm-<key>.failed`` beside the cache, so later
 processes report it without compiling again; a new source, compiler or jaxlib is a new key and a
@@ -19,7 +19,7 @@ the CPU has them, and ``avx2`` without the AVX-512 one (``native``, the default,
 that ``-march=native`` enables), so that one machine can test them all; :func:`kernel_isa` says
 which the loaded library has, and :func:`kernel_counters` which regime its calls ran in.
 
-The same library holds the per-run dense products of a batch of runs (:func:`jaxgcn.fused.run_matmul`:
+The same library holds the per-run dense products of a batch of runs (:func:`jaxgcn.native.fused.run_matmul`:
 ``[n, R, H] x [H, R, C]``), which XLA computes either through transposes to ``[R, H, n]`` or as a
 materialized ``[n, R, H, C]`` broadcast product.
 
@@ -42,13 +42,14 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn import kernel_build, machine
-from jaxgcn.kernel_build import KernelBuildError  # noqa: F401 - its face
+from jaxgcn.host import machine
+from jaxgcn.native import kernel_build
+from jaxgcn.native.kernel_build import KernelBuildError  # noqa: F401 - its face
 
 _TARGET = "jaxgcn_spmm"
 _PAIR_TARGET = "jaxgcn_spmm_pair"
 _T_TARGET = "jaxgcn_spmm_t"
-DENSE_TARGET = "jaxgcn_run_dense"  # jaxgcn.fused's passes, registered here with the products
+DENSE_TARGET = "jaxgcn_run_dense"  # jaxgcn.native.fused's passes, registered here with the products
 ADAM_TARGET = "jaxgcn_adam"
 DROPOUT_TARGET = "jaxgcn_dropout"
 
@@ -179,12 +180,12 @@ def _load() -> tuple[bool, str]:
     lib.JaxgcnSetTuning.argtypes = [ctypes.c_int64] * 3
     lib.JaxgcnTuning.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     _LIBRARY = lib
-    lib.JaxgcnSetTuning(*dataclasses.astuple(machine.tuning()))  # the machine's settings (jaxgcn.machine)
+    lib.JaxgcnSetTuning(*dataclasses.astuple(machine.tuning()))  # the machine's settings (jaxgcn.host.machine)
     return True, f"built with {cxx} in {path.parent}" if cxx is not None else f"built at install time, in {path.parent}"
 
 
 def kernel_possible() -> bool:
-    """Whether :func:`jaxgcn.csr.kernel_status` may succeed, decided without starting JAX (the CLI asks before
+    """Whether :func:`jaxgcn.native.csr.kernel_status` may succeed, decided without starting JAX (the CLI asks before
     it sets the CPU device count): the kernels are not disabled (``JAXGCN_NO_KERNELS``), a compiler
     is present, and the kernel builds and loads: it is compiled now if it is not cached (~5 s, once
     per machine), and a failure an earlier process recorded is read, not retried."""
@@ -245,14 +246,14 @@ def kernel_isa() -> str:
     """Which branch of the kernel's masked loads and stores the loaded library was built with:
     ``"avx512"`` (``-march=native`` on an AVX-512 CPU), ``"avx2"`` (an AVX2 CPU, or
     ``JAXGCN_KERNEL_ISA=avx2`` on an AVX-512 one) or ``"portable"`` (any other CPU, or
-    ``JAXGCN_KERNEL_ISA=portable``). Needs :func:`jaxgcn.csr.kernel_status`."""
+    ``JAXGCN_KERNEL_ISA=portable``). Needs :func:`jaxgcn.native.csr.kernel_status`."""
     return {1: "avx512", 2: "avx2"}.get(_loaded_library().JaxgcnKernelIsa(), "portable")
 
 
 def kernel_tuning() -> machine.Tuning:
-    """The settings the loaded kernel runs with (:class:`jaxgcn.machine.Tuning`: those
-    :func:`jaxgcn.machine.tuning` chose for this machine, unless :func:`set_kernel_tuning` changed
-    them). Needs :func:`jaxgcn.csr.kernel_status`."""
+    """The settings the loaded kernel runs with (:class:`jaxgcn.host.machine.Tuning`: those
+    :func:`jaxgcn.host.machine.tuning` chose for this machine, unless :func:`set_kernel_tuning` changed
+    them). Needs :func:`jaxgcn.native.csr.kernel_status`."""
     values = (ctypes.c_int64 * 3)()
     _loaded_library().JaxgcnTuning(values)
     return machine.Tuning(*map(int, values))
@@ -260,7 +261,7 @@ def kernel_tuning() -> machine.Tuning:
 
 def set_kernel_tuning(tuning: machine.Tuning) -> None:
     """Run the kernel with these settings from now on (benchmarks try others; any settings compute
-    the same sums). Needs :func:`jaxgcn.csr.kernel_status`."""
+    the same sums). Needs :func:`jaxgcn.native.csr.kernel_status`."""
     if min(dataclasses.astuple(tuning)) <= 0:
         raise ValueError(f"kernel settings must be positive: {tuning}")
     _loaded_library().JaxgcnSetTuning(tuning.tile_bytes, tuning.product_cutoff, tuning.pass_cutoff)
@@ -269,7 +270,7 @@ def set_kernel_tuning(tuning: machine.Tuning) -> None:
 def kernel_counters() -> dict[str, int]:
     """The kernel's debug counters, cumulative since the library was loaded or
     :func:`reset_kernel_counters` (the tests read which regime a call ran in from them; counting
-    costs a few relaxed atomic adds per call). Needs :func:`jaxgcn.csr.kernel_status`.
+    costs a few relaxed atomic adds per call). Needs :func:`jaxgcn.native.csr.kernel_status`.
 
     - ``calls``: sparse products (:func:`spmm`, its gradient, :func:`spmm_pair`); ``pair_calls``
       of them from :func:`spmm_pair`.
@@ -281,13 +282,14 @@ def kernel_counters() -> dict[str, int]:
     - ``narrow_rows`` / ``blocked_rows`` / ``scalar_rows``: output rows summed in one vector
       register (one value column, ``W`` at most 16: a single run's hidden or output width) / in
       several (one value column, or ``W / V`` a multiple of 16) / in the loop for other widths.
-    - ``dense_calls``: :func:`jaxgcn.fused.run_matmul` products, any direction; ``dense_skipped_rows``: all-zero
+    - ``dense_calls``: :func:`jaxgcn.native.fused.run_matmul` products, any direction; ``dense_skipped_rows``: all-zero
       rows of the incoming gradient that they skipped.
     - ``scatter_calls``: one run's gradients ``Aᵀ g`` computed by scattering the live rows of ``g``
       (one value column, ``g`` at most 16 wide); their skipped rows of ``g`` count in
       ``skipped_rows``, and they are not among ``calls``.
-    - ``adam_calls``: optimizer steps of a params leaf (:func:`jaxgcn.fused.adam_leaf`).
-    - ``dropout_calls``: hash dropouts of hidden activations and their gradients (:func:`jaxgcn.fused.hash_dropout`).
+    - ``adam_calls``: optimizer steps of a params leaf (:func:`jaxgcn.native.fused.adam_leaf`).
+    - ``dropout_calls``: hash dropouts of hidden activations and their gradients
+      (:func:`jaxgcn.native.fused.hash_dropout`).
     """
     lib = _loaded_library()
     names = lib.JaxgcnKernelCounterNames().decode().split(",")
@@ -380,7 +382,7 @@ def _spmm_perm(indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag):
     """``(A + diag)^T g`` over A's transposed pattern, whose entry t has A's values ``vals[t_perm[t]]``
     (gathered into its order: the kernel reading them in place through ``t_perm`` measured no
     faster, its reads of them then random). ``t_perm`` may keep only some of A's entries (a
-    pattern cut to the rows of g that can be non-zero, :func:`jaxgcn.data.with_focus`): then the
+    pattern cut to the rows of g that can be non-zero, :func:`jaxgcn.core.data.with_focus`): then the
     product is exact for such g only, and it has no second-order gradient."""
     return _call(t_indptr, t_rows, vals[t_perm], g, True, diag)
 
@@ -395,7 +397,7 @@ def _spmm_perm_bwd(res, h):
     indptr, cols, t_indptr, t_rows, t_perm, vals, g, diag = res
     if t_rows.shape[0] != cols.shape[0]:
         raise NotImplementedError("a product over a transposed pattern cut to some rows has no second-order "
-                                  "gradient (jaxgcn.data.with_focus); differentiate the uncut features")
+                                  "gradient (jaxgcn.core.data.with_focus); differentiate the uncut features")
     dg = _spmm(indptr, cols, t_indptr, t_rows, t_perm, vals, h, diag, True)
     nnz, v = t_rows.shape[0], vals.shape[1]
     prods = h[_entry_rows(t_indptr, nnz)].reshape(nnz, v, -1) * g[t_rows].reshape(nnz, v, -1)
@@ -513,11 +515,11 @@ def spmm_given(a: CSR, b: jax.Array, values: jax.Array | None, product: jax.Arra
 
 def spmm_rows(a: CSR, b: jax.Array) -> jax.Array:
     """``a @ b`` for ``a`` some rows of a propagation matrix with their self-loops as entries
-    (:func:`jaxgcn.graph.focus_rows`), [K, W]: each row, and the gradient over ``a``'s transposed
+    (:func:`jaxgcn.core.graph.focus_rows`), [K, W]: each row, and the gradient over ``a``'s transposed
     pattern, sums in the order the square product with its diagonal does (:func:`spmm` with
     ``diag``), so the rows are that product's rows, bit for bit. ``a``'s values get no gradient."""
     if a.t_indptr is None:
-        raise ValueError("spmm_rows: the rows need their transposed pattern (jaxgcn.graph.focus_rows builds it)")
+        raise ValueError("spmm_rows: the rows need their transposed pattern (jaxgcn.core.graph.focus_rows builds it)")
     return _rows(*_operands(a, b, None))
 
 

@@ -9,14 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn import ops as ops_
-from jaxgcn.graph import Graph
-from jaxgcn import hyper
-from jaxgcn.layers import Features, Params, hash_bits, insert_axes, is_sparse
-from jaxgcn.ops import Ops, Propagate, spmm_rows
-from jaxgcn.propagate import BACKENDS
+from jaxgcn.core import ops as ops_
+from jaxgcn.core.graph import Graph
+from jaxgcn.core import hyper
+from jaxgcn.core.layers import Features, Params, hash_bits, insert_axes, is_sparse
+from jaxgcn.core.ops import Ops, Propagate, spmm_rows
+from jaxgcn.core.propagate import BACKENDS
 
-# Propagate: (graph, x [n, width]) -> Â·x [n, width], how a layer aggregates (jaxgcn.ops). The
+# Propagate: (graph, x [n, width]) -> Â·x [n, width], how a layer aggregates (jaxgcn.core.ops). The
 # default is the ops' (the execution's backend); sharded training passes its block exchange.
 
 
@@ -143,7 +143,7 @@ def gcn(config: GCNConfig = GCNConfig(), execution: Execution = Execution(), *,
     """Build the GCN's pure init/apply functions.
 
     ``apply`` is :func:`apply_runs` (the one forward pass, written on a run axis) for a batch of
-    one run, run as ``execution`` says, with ``ops`` (:class:`jaxgcn.ops.Ops`; default: those of
+    one run, run as ``execution`` says, with ``ops`` (:class:`jaxgcn.core.ops.Ops`; default: those of
     the planned ``execution``, :func:`ops_of`). ``propagate`` replaces the aggregation ``Â·x``
     (default: the ops').
 
@@ -159,7 +159,7 @@ def gcn(config: GCNConfig = GCNConfig(), execution: Execution = Execution(), *,
     layer returns logits ``Â · drop(h) · W + b``.
 
     >>> import numpy as np
-    >>> from jaxgcn.graph import from_edges, gcn_norm
+    >>> from jaxgcn.core.graph import from_edges, gcn_norm
     >>> g = gcn_norm(from_edges([0, 1], [1, 2])[0])
     >>> model = gcn(GCNConfig(hidden=4))
     >>> params = model.init(jax.random.key(0), 5, 3)
@@ -230,11 +230,11 @@ def aggregate_input(execution: Execution, graph: Graph, x: Features, *,
 RunInputs = hyper.inputs_type(hyper.PER_RUN)  # its fields: the columns of the one declaration
 RunInputs.__module__ = __name__
 RunInputs.__doc__ = """Per-run device arrays (length R): the hyperparameters that may differ between runs,
-    one field per column of :data:`jaxgcn.hyper.PER_RUN` (which declares them).
+    one field per column of :data:`jaxgcn.core.hyper.PER_RUN` (which declares them).
 
     Attributes:
         lr, weight_decay: learning rate and weight decay (read by the training step).
-        keep_threshold: uint32 hash threshold of each run's dropout (:func:`jaxgcn.layers.keep_threshold`).
+        keep_threshold: uint32 hash threshold of each run's dropout (:func:`jaxgcn.core.layers.keep_threshold`).
         keep_scale: ``1 - dropout`` of each run (kept entries are divided by it).
         hidden: each run's own hidden width (activations are zero-padded to the widest).
         split: index of each run's split in stacked [n_splits, n] masks.
@@ -243,9 +243,9 @@ RunInputs.__doc__ = """Per-run device arrays (length R): the hyperparameters tha
 
 def make_run_inputs(**values: Any) -> RunInputs:
     """:class:`RunInputs` from per-run host values by name (``dropout=``, ``hidden=``, ``lr=``,
-    ``weight_decay=``, ``split=``: :data:`jaxgcn.hyper.PER_RUN`; one left out is 0 for every
+    ``weight_decay=``, ``split=``: :data:`jaxgcn.core.hyper.PER_RUN`; one left out is 0 for every
     run), each column computed as its declaration says (keep thresholds and scales exactly as
-    :func:`jaxgcn.layers.keep_mask` computes them for one run).
+    :func:`jaxgcn.core.layers.keep_mask` computes them for one run).
 
     >>> make_run_inputs(dropout=[0.5, 0.0], hidden=[16, 8]).keep_scale.tolist()
     [0.5, 1.0]
@@ -255,7 +255,7 @@ def make_run_inputs(**values: Any) -> RunInputs:
 
 
 def _hash_seeds(key: jax.Array) -> jax.Array:
-    """Each run's two 32-bit hash seeds [R, 2] from its dropout key [R] (:func:`jaxgcn.layers.keep_mask`)."""
+    """Each run's two 32-bit hash seeds [R, 2] from its dropout key [R] (:func:`jaxgcn.core.layers.keep_mask`)."""
     if key.shape[0] == 1:  # then no vmap: the same numbers, a smaller program to compile
         return jax.random.bits(key[0], (2,), jnp.uint32)[None]
     return jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32))(key)
@@ -263,7 +263,7 @@ def _hash_seeds(key: jax.Array) -> jax.Array:
 
 def _keep(execution: Execution, key: jax.Array, runs: RunInputs, counter: Any, shape: tuple[int, ...]) -> jax.Array:
     """Per-run keep masks of ``shape`` (``[n, R]`` or ``[n, R, width]``: the run axis second), from
-    the runs' keys [R]. ``hash``: the counter hash of :func:`jaxgcn.layers.keep_mask` (``counter`` broadcasts
+    the runs' keys [R]. ``hash``: the counter hash of :func:`jaxgcn.core.layers.keep_mask` (``counter`` broadcasts
     against ``shape``); ``jax``: ``jax.random.bernoulli`` per run, as a single run draws it."""
     one_run = key.shape[0] == 1  # then no vmap: the same numbers, a smaller program to compile
     if execution.dropout_rng == "jax":
@@ -330,11 +330,16 @@ def _materialize(x: jax.Array, key: jax.Array) -> jax.Array:
 
 
 def ops_of(execution: Execution | Decided, ops: Ops | None = None) -> Ops:
-    """``ops`` when given, else those the plan decided for ``execution`` (:class:`Decided`); an
-    undecided request runs XLA's (or its registered backend's: :func:`jaxgcn.ops.for_execution`)."""
+    """THE ops of a model or a step: ``ops`` when given, else those the plan decided for ``execution``
+    (:class:`Decided`). An undecided request (a library caller's own ``apply_runs``, ``Step`` or runner)
+    runs XLA's (or its registered backend's: :func:`jaxgcn.core.ops.for_execution`), and the C++ kernel's
+    where it asks for the deprecated ``kernels=True``, as such calls did before the plan decided; every
+    job's execution is decided by the plan (:func:`jaxgcn.plan.concrete`)."""
     if ops is not None:
         return ops
-    return execution.ops if isinstance(execution, Decided) else ops_.for_execution(execution)
+    if isinstance(execution, Decided):
+        return execution.ops
+    return ops_.for_execution(execution, execution.kernels is True)
 
 
 class FirstLayer(NamedTuple):
@@ -354,7 +359,7 @@ def first_layer_pair(params: Params, x: Features, runs: RunInputs, *, execution:
                      keys: jax.Array, ops: Ops | None = None) -> tuple[FirstLayer, FirstLayer] | None:
     """The first layer's products for a training step that drops with ``keys[0]`` and for an
     evaluation, both through ``params``' first-layer weights, from ONE pass of the CSR kernel over
-    the features and the weights (``ops.pair``, :func:`jaxgcn.csr.spmm_pair`); None where the ops
+    the features and the weights (``ops.pair``, :func:`jaxgcn.native.csr.spmm_pair`); None where the ops
     have no pair for ``x`` (the forward pass then computes its own).
 
     The training loop evaluates a step's new params, then trains the next step from the same
@@ -404,10 +409,10 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         propagate: the aggregation; default the ops' (the execution's backend).
         first: the first layer's product computed ahead (:func:`first_layer_pair`) with the dropout
             ``keys[0]`` draws (training) or none (evaluation); gradients flow as if computed here.
-        rows: the rows each layer computes (a :class:`jaxgcn.native_ops.RowPlan`, the csr kernel's), when
+        rows: the rows each layer computes (a :class:`jaxgcn.core.native_ops.RowPlan`, the csr kernel's), when
             only the logits of ``rows.nodes`` are read: each layer propagates into the rows the
             layers above need, and its dropout draws each row's mask by its node id.
-        ops: what computes the products (:class:`jaxgcn.ops.Ops`); default those of the planned
+        ops: what computes the products (:class:`jaxgcn.core.ops.Ops`); default those of the planned
             ``execution`` (:func:`ops_of`).
 
     Returns:

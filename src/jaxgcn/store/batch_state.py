@@ -1,7 +1,7 @@
 """The one resumable-state format: a batch of runs' (``train --seeds N --splits K --checkpoint-every E``),
 a sweep's, and a single run's, which is one slice (slice 0, its unbatched run state as it is, the
 manifest's ``single_run`` true). A single run's save of an older jaxgcn (``checkpoint.json``
-naming a ``state-<n>.npz``) is still read, by :func:`jaxgcn.checkpoint.load_state`.
+naming a ``state-<n>.npz``) is still read, by :func:`jaxgcn.store.checkpoint.load_state`.
 
 A batch trains in slices (:func:`jaxgcn.training.runs.fit_runs`); each slice's whole state (every run's
 params, optimizer moments, key, early-stopping records and history, stacked on the run axis, and
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxgcn import checkpoint
-from jaxgcn.manifest import BATCH_STATE, read_manifest
-from jaxgcn.outputs import owned_dir, remove_stale_temps, write_atomic
+from jaxgcn.store import checkpoint
+from jaxgcn.store.manifest import BATCH_STATE, read_manifest
+from jaxgcn.io.outputs import owned_dir, remove_stale_temps, write_atomic
 from jaxgcn.version import __version__
 
 FORMAT = BATCH_STATE.format

@@ -1,7 +1,7 @@
 """Layers as pairs of pure functions ``init(key, in_dim, out_dim) -> params`` / ``apply(params, ...)``.
 
 Node features may be a dense ``jax.Array``, a sparse ``jax.experimental.sparse.BCOO`` matrix with
-row-sorted indices, or a :class:`jaxgcn.csr.CSR` matrix for the fused kernel (see
+row-sorted indices, or a :class:`jaxgcn.native.csr.CSR` matrix for the fused kernel (see
 :func:`sparse_features`); :func:`dropout` and :func:`matmul` accept all three, so sparse inputs are
 never densified. Both sparse layouts store the non-zeros in the same row-major order, so dropout
 draws the same mask for either.
@@ -17,11 +17,11 @@ import numpy as np
 import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.csr import CSR, csr_from_scipy, csr_matmul
-from jaxgcn.graph import Graph
-from jaxgcn.hyper import keep_threshold  # host-side, declared with the per-run inputs it makes
-from jaxgcn.propagate import propagate
-from jaxgcn.validate import check_sparse
+from jaxgcn.native.csr import CSR, csr_from_scipy, csr_matmul
+from jaxgcn.core.graph import Graph
+from jaxgcn.core.hyper import keep_threshold  # host-side, declared with the per-run inputs it makes
+from jaxgcn.core.propagate import propagate
+from jaxgcn.core.validate import check_sparse
 
 Params = dict[str, Any]
 Features = jax.Array | jsparse.BCOO | CSR
@@ -34,7 +34,7 @@ def is_sparse(x: Any) -> bool:
 
 def sparse_features(matrix: Any, dtype: Any = jnp.float32, *, layout: str = "bcoo") -> jsparse.BCOO | CSR:
     """Turn a SciPy sparse [n_nodes, n_features] matrix into a row-sorted BCOO (``layout="bcoo"``)
-    or a :class:`~jaxgcn.csr.CSR` with its transposed pattern (``layout="csr"``) on the device.
+    or a :class:`~jaxgcn.native.csr.CSR` with its transposed pattern (``layout="csr"``) on the device.
 
     >>> import scipy.sparse as sp
     >>> sparse_features(sp.eye(3, format="csr")).nse, sparse_features(sp.eye(3), layout="csr").shape
@@ -149,7 +149,7 @@ def glorot(key: jax.Array, in_dim: int, out_dim: int) -> jax.Array:
 
 def gcn_init(key: jax.Array, in_dim: int, out_dim: int, *, bias: bool = False) -> Params:
     """Params of one GCN layer: ``{"w": [in_dim, out_dim]}``, plus ``"b": [out_dim]`` with ``bias``
-    (off by default, as in :class:`jaxgcn.models.GCNConfig` and Kipf's reference code)."""
+    (off by default, as in :class:`jaxgcn.core.models.GCNConfig` and Kipf's reference code)."""
     params = {"w": glorot(key, in_dim, out_dim)}
     if bias:
         params["b"] = jnp.zeros((out_dim,), jnp.float32)
@@ -179,10 +179,10 @@ def gcn_apply(
         key: PRNG key for dropout (required when training with ``dropout_rate > 0``).
         train: training mode (dropout on).
         dropout_rate: probability to drop an input entry.
-        backend: propagation backend (see :mod:`jaxgcn.propagate`); ``"auto"`` (the default, what
+        backend: propagation backend (see :mod:`jaxgcn.core.propagate`); ``"auto"`` (the default, what
             the model uses): the layout the graph was prepared for, so a graph of
             :func:`jaxgcn.datasets.prepare` with its defaults works as it is.
-        chunk_edges: edge block of the ``segment`` backend (see :func:`~jaxgcn.propagate.propagate`).
+        chunk_edges: edge block of the ``segment`` backend (see :func:`~jaxgcn.core.propagate.propagate`).
 
     Returns:
         [n_nodes, out_dim] pre-activation outputs.
@@ -201,7 +201,7 @@ def layer_norm(params: Params, x: jax.Array, eps: float = 1e-5) -> jax.Array:
 
 # ----------------------------------------------------------------------------- the run axis
 # Where a batch of runs stacks each leaf of its params (weights [in, R, out], biases and norms
-# [R, d]; :func:`jaxgcn.models.apply_runs` reads them so), and the tree operations on it that the
+# [R, d]; :func:`jaxgcn.core.models.apply_runs` reads them so), and the tree operations on it that the
 # model, the training engine and the results share.
 
 def run_axis(leaf: jax.Array) -> int:

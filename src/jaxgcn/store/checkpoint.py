@@ -8,7 +8,7 @@ data the model was trained on (features, labels, graph, split: :func:`data_finge
 split (per input node: 0 none, 1 train, 2 val, 3 test) in ``split-<n>.npy``.
 
 Writes: each file goes to a temporary name, is fsynced and renamed into place
-(:mod:`jaxgcn.outputs`), and ``checkpoint.json`` is written last: a process killed at any moment
+(:mod:`jaxgcn.io.outputs`), and ``checkpoint.json`` is written last: a process killed at any moment
 leaves either the previous checkpoint or the new one, never a mix, and the next save removes the
 temporary files a killed save left. Older files are removed only after the new JSON is in place,
 and with them a several-run save's ``runs.json`` and ``run-NNN`` folders (the other layout, which a
@@ -37,13 +37,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxgcn.checkpoint_runs import (RUNS, RUNS_FORMAT, remove_runs, resolve_run, run_dir,  # noqa: F401 - its face
+from jaxgcn.store.checkpoint_runs import (RUNS, RUNS_FORMAT, remove_runs, resolve_run, run_dir,  # noqa: F401 - its face
                                     save_runs)
-from jaxgcn.data import SPLIT_CODES  # noqa: F401 - re-exported for split-<n>.npy readers
-from jaxgcn.manifest import CHECKPOINT, manifest_text, parse_manifest
-from jaxgcn.validate import check_npy_declared, check_npz_declared, is_json
+from jaxgcn.core.data import SPLIT_CODES  # noqa: F401 - re-exported for split-<n>.npy readers
+from jaxgcn.store.manifest import CHECKPOINT, manifest_text, parse_manifest
+from jaxgcn.core.validate import check_npy_declared, check_npz_declared, is_json
 from jaxgcn.version import __version__
-from jaxgcn.outputs import remove_stale_temps, write_atomic
+from jaxgcn.io.outputs import remove_stale_temps, write_atomic
 
 FORMAT = CHECKPOINT.format
 META = "checkpoint.json"
@@ -92,7 +92,7 @@ def _sha256(arrays: list[Any]) -> str:
 
 
 def data_fingerprint(data: Any) -> dict[str, str]:
-    """SHA-256 of each part of a prepared :class:`~jaxgcn.data.TrainData` (features, labels,
+    """SHA-256 of each part of a prepared :class:`~jaxgcn.core.data.TrainData` (features, labels,
     graph, split masks), as stored in a checkpoint and compared on ``--resume``.
 
     >>> from jaxgcn.datasets import prepare, synthetic
@@ -213,13 +213,13 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     ``split`` ([n_nodes] codes of :data:`SPLIT_CODES`, input node order), ``fingerprint``
     (:func:`data_fingerprint`) and ``identity_features`` (the features were one-hot node ids, so
     column ``j`` belongs to ``node_ids[j]``) describe the training data. ``write_state(state)``
-    writes the state in the one resumable-state format (:mod:`jaxgcn.batch_state`'s slice 0), after
+    writes the state in the one resumable-state format (:mod:`jaxgcn.store.batch_state`'s slice 0), after
     ``checkpoint.json``; a ``state`` without it is refused before anything is written. The
     ``state-<n>.npz`` layout of earlier versions is only read (:func:`load_state`, for a release).
     """
-    from jaxgcn.models import record  # the models import JAX: only where a checkpoint is written
+    from jaxgcn.core.models import record  # the models import JAX: only where a checkpoint is written
     if state is not None and write_state is None:
-        raise ValueError("checkpoint.save: state= needs write_state= (e.g. a jaxgcn.batch_state.saver(directory, "
+        raise ValueError("checkpoint.save: state= needs write_state= (e.g. a jaxgcn.store.batch_state.saver(directory, "
                          "..., single=True) writing slice 0), the one resumable-state format; the state-<n>.npz "
                          "layout of earlier versions is read, no longer written")
     directory = Path(directory)
@@ -358,11 +358,11 @@ def _check_feature_stats(meta: dict[str, Any], path: Path) -> None:
 
 
 def model_config(meta: dict[str, Any], path: str | Path = META) -> Any:
-    """The :class:`~jaxgcn.models.GCNConfig` (architecture) a checkpoint's metadata records, checked
+    """The :class:`~jaxgcn.core.models.GCNConfig` (architecture) a checkpoint's metadata records, checked
     field by field. Execution settings that older checkpoints kept in ``model`` are skipped."""
     import typing
 
-    from jaxgcn.models import GCNConfig
+    from jaxgcn.core.models import GCNConfig
 
     path = Path(path)
     saved = {k: v for k, v in meta["model"].items() if k not in _EXECUTION_KEYS}
@@ -419,7 +419,7 @@ def check_params(params: dict[str, Any], meta: dict[str, Any], path: str | Path)
     inputs and ``n_classes`` outputs, and every value is finite."""
     import jax
 
-    from jaxgcn.models import gcn
+    from jaxgcn.core.models import gcn
 
     path = Path(path)
     config = model_config(meta, path)

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxgcn.hyper import GRID_KEYS
-from jaxgcn.progress import TooDeep, log_record
+from jaxgcn.core.hyper import GRID_KEYS
+from jaxgcn.io.progress import TooDeep, log_record
 
 DPI = 100
 
@@ -40,7 +40,7 @@ def _pyplot() -> Any:
 def _save(fig: Any, out: str | os.PathLike) -> Path:
     from io import BytesIO
 
-    from jaxgcn.outputs import write_atomic
+    from jaxgcn.io.outputs import write_atomic
 
     buf = BytesIO()
     fig.savefig(buf, dpi=DPI, format="png")
@@ -71,7 +71,7 @@ def read_log(path: str | os.PathLike, config_id: str | None = None) -> dict[int,
     """A ``--log`` JSON-lines file -> {run: {"epoch", "loss", "train_acc", "val_loss", "val_acc"
     [, "stopped_early_at"]}} (arrays). A later block of lines for the same run (a second training
     of the same settings appended to the file) replaces it. Lines of trainings with different
-    settings (their ``config_id``, see :mod:`jaxgcn.progress`) are refused, naming the settings
+    settings (their ``config_id``, see :mod:`jaxgcn.io.progress`) are refused, naming the settings
     that differ, unless ``config_id`` picks the runs of one of them."""
     runs: dict[int, list[dict[str, Any]]] = {}
     stops: dict[int, int] = {}

@@ -1,5 +1,5 @@
 """The C++ kernel's passes over a batch of runs other than the sparse products (registered with
-those by :mod:`jaxgcn.csr`): the per-run dense products (:func:`run_matmul`), one Adam step of a
+those by :mod:`jaxgcn.native.csr`): the per-run dense products (:func:`run_matmul`), one Adam step of a
 params leaf (:func:`adam_leaf`; of a params tree, :func:`adam_step`) and the hidden layers' relu
 and hash dropout (:func:`hash_dropout`), each one pass where XLA's CPU fusions took several."""
 
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxgcn.csr import ADAM_TARGET, DENSE_TARGET, DROPOUT_TARGET, require_kernel
+from jaxgcn.native.csr import ADAM_TARGET, DENSE_TARGET, DROPOUT_TARGET, require_kernel
 
 # Adam's moment decays and epsilon (optax.scale_by_adam's defaults): the optimizer factory's
 # (jaxgcn.training.optim) and the fused step's
@@ -33,7 +33,7 @@ def adam_leaf(p: jax.Array, mu: jax.Array, nu: jax.Array, g: jax.Array, hyper: j
     and ``1 / (1 - b2**t)``, weight decay ``wd`` and 1 where the run steps (0: its leaf stays as it
     was). With ``couple`` the gradient of the coupled L2 term, ``wd * p``, is added to ``g`` first
     (Adam); with ``decay`` ``wd * p`` is added to the update (AdamW). The operations are optax's as
-    XLA compiles them for the CPU (see kernels/adam.h). Needs :func:`jaxgcn.csr.kernel_status`.
+    XLA compiles them for the CPU (see kernels/adam.h). Needs :func:`jaxgcn.native.csr.kernel_status`.
     """
     require_kernel()
     out = jax.ShapeDtypeStruct(p.shape, jnp.float32)
@@ -119,12 +119,12 @@ def hash_dropout(h: jax.Array, seeds: jax.Array, hidden: jax.Array, threshold: j
                  scale: jax.Array, relu: bool = False, ids: jax.Array | None = None) -> jax.Array:
     """Dropout of R runs' activations ``h`` [n, R, W] (with ``relu``: of ``relu(h)``) with the
     kernel: element (i, r, j) is ``h * (1 / scale[r])`` where ``hash_bits(i * hidden[r] + j,
-    seeds[r]) >= threshold[r]`` (:func:`jaxgcn.layers.hash_bits`; ``seeds`` [R, 2] uint32,
+    seeds[r]) >= threshold[r]`` (:func:`jaxgcn.core.layers.hash_bits`; ``seeds`` [R, 2] uint32,
     ``hidden`` and ``threshold`` [R] uint32, ``scale`` [R] float32) and, with ``relu``, ``h`` is
     not <= 0; else 0. With ``ids`` [n] (the node ids of the rows of ``h``, when it holds some
-    nodes' rows only), ``ids[i]`` takes the place of ``i``. The masks are those ``jaxgcn.models``
+    nodes' rows only), ``ids[i]`` takes the place of ``i``. The masks are those ``jaxgcn.core.models``
     hashes, computed in one pass and kept as bits (one uint16 per 16 elements) for the gradient:
-    the same scaling of the incoming gradient where kept. Needs :func:`jaxgcn.csr.kernel_status`."""
+    the same scaling of the incoming gradient where kept. Needs :func:`jaxgcn.native.csr.kernel_status`."""
     return _dropout_call(h, seeds, hidden, threshold, scale, relu, ids=ids)[0]
 
 
@@ -181,11 +181,11 @@ def run_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     """Per-run products ``x[:, r] @ w[:, r]`` of R runs with the kernel: [n, R, H] x [H, R, C] -> [n, R, C].
 
     Node-major throughout (no transposes); the gradients skip the all-zero rows of the incoming
-    gradient (a loss masked to a few training nodes). Needs :func:`jaxgcn.csr.kernel_status`.
+    gradient (a loss masked to a few training nodes). Needs :func:`jaxgcn.native.csr.kernel_status`.
 
-    >>> from jaxgcn.native_ops import available
+    >>> from jaxgcn.native.csr import kernel_status
     >>> x, w = jnp.ones((3, 2, 4)), jnp.arange(16.0).reshape(4, 2, 2)
-    >>> run_matmul(x, w)[0].tolist() if available() else [[24.0, 28.0], [32.0, 36.0]]
+    >>> run_matmul(x, w)[0].tolist() if kernel_status()[0] else [[24.0, 28.0], [32.0, 36.0]]
     [[24.0, 28.0], [32.0, 36.0]]
     """
     require_kernel()

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.graph import Graph
-from jaxgcn.layers import Features
+from jaxgcn.core.graph import Graph
+from jaxgcn.core.layers import Features
 
 # Per-node split codes, as checkpoints store a split (split-<n>.npy) and split files are written.
 SPLIT_CODES = {"train": 1, "val": 2, "test": 3}  # 0 = in no split
@@ -29,8 +29,8 @@ class TrainData(NamedTuple):
         focus_pos: [n_nodes] int32: each node's place in ``focus``, -1 for a node not in it (the
             focus gather's gradient reads it); set with ``focus``.
         aux: what the ops that train on it precompute of it on the host (their ``prepare``,
-            :attr:`jaxgcn.ops.Ops.prepare`: the kernel's row plans and cut features,
-            :class:`jaxgcn.native_ops.NativePrepared`), a pytree the training step reads; set by
+            :attr:`jaxgcn.core.ops.Ops.prepare`: the kernel's row plans and cut features,
+            :class:`jaxgcn.core.native_ops.NativePrepared`), a pytree the training step reads; set by
             :func:`with_focus`. None: nothing (XLA's ops, or no ``prepare`` given).
     """
 
@@ -53,10 +53,10 @@ def with_focus(data: TrainData, hops: int = 0, prepare: Callable[[TrainData, int
     and metrics over every node were 11-13% of a batched epoch (benchmarks/profile_epoch.py).
     Masks that are not concrete arrays (traced, or blocks of a sharded graph) keep ``focus`` None.
 
-    ``prepare`` (the ops' :attr:`jaxgcn.ops.Ops.prepare`, which the training entry points pass)
+    ``prepare`` (the ops' :attr:`jaxgcn.core.ops.Ops.prepare`, which the training entry points pass)
     then precomputes what those ops read of the focused data for a model of ``hops`` layers
     (:attr:`TrainData.aux`): the C++ kernel's row plans and cut features
-    (:func:`jaxgcn.native_ops.prepare`).
+    (:func:`jaxgcn.core.native_ops.prepare`).
 
     >>> import numpy as np
     >>> m = np.array([1.0, 0, 0, 0]), np.array([0, 0, 1.0, 0]), np.array([0, 1.0, 0, 1.0])

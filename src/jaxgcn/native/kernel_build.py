@@ -1,11 +1,11 @@
 """Building the fused CSR kernel (``kernels/spmm.cc``) into a shared library, once per machine.
 
 It is compiled with the C++ compiler that builds Python extensions (``g++``/``c++``, or ``$CXX``)
-against the FFI headers that jaxlib ships, and cached in ``~/.cache/jaxgcn/kernels``
+against the FFI headers that jaxlib ships, and cached in ``~/.cache/jaxgcn/native/kernels``
 (``$JAXGCN_CACHE_DIR/kernels``) under a key of the source, jaxlib, CPU, compiler and
 ``JAXGCN_KERNEL_ISA``. A build that fails (with ``-march=native``, then once without it) is
 remembered as ``libjaxgcn_spmm-<key>.failed`` beside the cache, so later processes report it without
-compiling again. :mod:`jaxgcn.csr` loads and registers what this module builds.
+compiling again. :mod:`jaxgcn.native.csr` loads and registers what this module builds.
 
 Imports no JAX (it finds jaxlib's headers without importing it): the CLI asks whether the kernel
 can build before it sets up JAX's devices.
@@ -24,8 +24,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from jaxgcn import caches
-from jaxgcn.machine import cpu_flags, cpuinfo_fields
+from jaxgcn.host import caches
+from jaxgcn.host.machine import cpu_flags, cpuinfo_fields
 
 _SOURCE = Path(__file__).with_name("kernels") / "spmm.cc"
 # what the build is made of (the key of its cached library): spmm.cc and the files it includes
@@ -60,7 +60,7 @@ def _cache_dir() -> Path:
 
 
 def _cpu_id() -> str:
-    """What ``-march=native`` compiles for: the CPU's flags (:func:`jaxgcn.machine.cpu_flags`),
+    """What ``-march=native`` compiles for: the CPU's flags (:func:`jaxgcn.host.machine.cpu_flags`),
     else the processor's name."""
     return cpu_flags(cpuinfo_fields()) or platform.processor()
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.data import TrainData
+from jaxgcn.core.data import TrainData
 
 
 class _Settings(Protocol):
@@ -57,7 +57,7 @@ def adjacency_scale(graph: Any) -> float:
     the largest column sum, so a row-normalized graph needs no eigen solver; otherwise ARPACK
     (``eigsh`` when ``Â`` is symmetric) finds the largest eigenvalue.
 
-    >>> from jaxgcn.graph import from_edges, gcn_norm
+    >>> from jaxgcn.core.graph import from_edges, gcn_norm
     >>> g, _ = from_edges([0, 0, 0], [1, 2, 3], add_self_loops=True)
     >>> round(adjacency_scale(g), 3), round(adjacency_scale(gcn_norm(g, "sym")), 3)
     (2.732, 1.0)
@@ -129,7 +129,7 @@ def adjacency_cause(graph: Any, norm: str | None = None) -> str | None:
     if norm in ("sym", "row"):
         return (f"the adjacency is not normalized as norm={norm!r} implies ({what}, where a normalized Â "
                 "has 1): check the edge weights")
-    return f"the adjacency is unnormalized ({what}; a normalized Â has 1): use norm='sym' (jaxgcn.graph.gcn_norm)"
+    return f"the adjacency is unnormalized ({what}; a normalized Â has 1): use norm='sym' (jaxgcn.core.graph.gcn_norm)"
 
 
 def likely_causes(data: TrainData | None, config: _Settings, *, norm: str | None = None) -> str:
