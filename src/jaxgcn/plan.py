@@ -32,11 +32,10 @@ import numpy as np
 
 from jaxgcn.core import hyper, ops as ops_
 from jaxgcn.host import memory
-from jaxgcn.native.csr import UNAVAILABLE
 from jaxgcn.core.layers import is_sparse
 from jaxgcn.host.memory import MemoryEstimate
 from jaxgcn.core.models import Decided, Execution, GCNConfig
-from jaxgcn.native.csr import kernel_status  # THE availability oracle (next to the kernel): asked here only
+from jaxgcn.native.csr import UNAVAILABLE, kernel_status  # THE availability oracle: asked here only
 from jaxgcn.core.ops import Ops
 from jaxgcn.core.propagate import BACKENDS, DENSE_MAX_NODES, DENSE_MIN_DENSITY, graph_backend
 
