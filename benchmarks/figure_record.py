@@ -124,12 +124,13 @@ def save(path: Path, record: dict) -> None:
 
 
 def record(path: str | None, figures: dict[str, dict], *, append: bool = False, drop: tuple[str, ...] = (),
-           argv: list[str] | None = None) -> None:
+           argv: list[str] | None = None, machine: str | None = None) -> None:
     """Write ``figures`` into the record at ``path`` (a benchmark's ``--record``; nothing when None)
-    under this run's command, this CPU and today's date, and say what was written."""
+    under this run's command, this CPU (``machine``: the accelerator that measured them, named) and
+    today's date, and say what was written."""
     if path is None:
         return
-    meta = {"command": command(sys.argv if argv is None else argv), "cpu": cpu(),
+    meta = {"command": command(sys.argv if argv is None else argv), "cpu": machine or cpu(),
             "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
     data = load(Path(path))
     notes = update(data, figures, meta, append=append, drop=drop)

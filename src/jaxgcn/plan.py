@@ -62,17 +62,39 @@ def runs_per_device_for(hidden: int) -> int:
     return min(MAX_RUNS_PER_DEVICE, 1 << (fit.bit_length() - 1))
 
 
-def backend_for(requested: str, n_nodes: int, n_edges: int) -> str:
+# On an accelerator (TPU, GPU) XLA's scatter, which `segment` and `bcoo` (and a sparse first-layer
+# product) run on, is the bottleneck: 1M nodes / 25M nonzeros / 16 columns, one propagation took 3.1 s
+# as segment_sum on a TPU v5e against 0.17 s for a bare row gather. So `auto` there never picks them:
+# dense Â on the MXU while n² float32 fits ACCEL_DENSE_BYTES (Cora's 2708² is 29 MB: a forward and
+# backward epoch in 0.21 ms), else the scatter-free neighbour lists (`gather`). Features are dense
+# where they take at most a quarter of the device's free memory.
+ACCEL_DENSE_BYTES = 2**30
+ACCEL_MAX_RUNS = 128  # runs per program on an accelerator, memory permitting (one program for 100 seeds)
+
+
+def current_platform() -> str:
+    """The platform JAX runs on here: ``cpu``, ``gpu`` or ``tpu`` (``jax.default_backend()``)."""
+    return jax.default_backend()
+
+
+def backend_for(requested: str, n_nodes: int, n_edges: int, platform: str | None = None) -> str:
     """THE backend decision: ``requested`` made concrete for a cleaned graph of ``n_nodes`` nodes and
-    ``n_edges`` directed off-diagonal edges; explicit names are validated and kept.
+    ``n_edges`` directed off-diagonal edges on ``platform`` (None: :func:`current_platform`); explicit
+    names are validated and kept.
 
-    ``auto`` is ``dense`` for graphs of at most 1,024 nodes where at least 10% of the node pairs
-    are edges; otherwise ``csr`` where the fused kernel runs (CPU with a C++ compiler; it builds on
-    first use), else ``segment``. ``csr`` asked for where the kernel cannot run is refused, with why.
+    On the CPU, ``auto`` is ``dense`` for graphs of at most 1,024 nodes where at least 10% of the node
+    pairs are edges; otherwise ``csr`` where the fused kernel runs (a C++ compiler; it builds on
+    first use), else ``segment``. On an accelerator it is ``dense`` while the n x n float32 adjacency
+    takes at most :data:`ACCEL_DENSE_BYTES`, else ``gather``: never a scatter. ``csr`` asked for where
+    the kernel cannot run is refused, with why.
 
-    >>> backend_for("auto", 100, 2000), backend_for("auto", 100, 400) in ("csr", "segment")
+    >>> backend_for("auto", 100, 2000, "cpu"), backend_for("auto", 100, 400, "cpu") in ("csr", "segment")
     ('dense', True)
+    >>> backend_for("auto", 2708, 10556, "tpu"), backend_for("auto", 1_000_000, 25_000_000, "tpu")
+    ('dense', 'gather')
     """
+    if requested == "auto" and (platform or current_platform()) != "cpu":
+        return "dense" if 4 * n_nodes * n_nodes <= ACCEL_DENSE_BYTES else "gather"
     if requested == "auto":
         if n_nodes <= DENSE_MAX_NODES and n_edges >= DENSE_MIN_DENSITY * n_nodes * n_nodes:
             return "dense"
@@ -205,10 +227,52 @@ def run_shardings(tree: Any, axes: Any, mesh: jax.sharding.Mesh) -> Any:
                         tree, axes, is_leaf=lambda x: x is None)
 
 
+def features_layout(backend: str, n_nodes: int, n_features: int, platform: str | None = None,
+                    free: int | None = None) -> str:
+    """How sparse input features are laid out for ``backend`` on ``platform`` (None: here): ``csr`` for
+    the kernel, ``bcoo`` on the CPU; on an accelerator ``dense`` where the n x features float32 matrix
+    takes at most a quarter of the ``free`` device bytes (None: :func:`jaxgcn.host.memory.budget`), as a
+    sparse product there is a scatter; else ``bcoo``.
+
+    >>> features_layout("gather", 2708, 1433, "tpu", 16 * 2**30), features_layout("segment", 2708, 1433, "cpu")
+    ('dense', 'bcoo')
+    """
+    if backend == "csr":
+        return "csr"
+    if (platform or current_platform()) == "cpu":
+        return "bcoo"
+    free = memory.budget().free if free is None else free
+    return "dense" if 4 * n_nodes * n_features <= free // 4 else "bcoo"
+
+
+def accelerator_runs(n_runs: int, per_run_bytes: int, free: int) -> int:
+    """Runs per program on an accelerator: all of ``n_runs`` up to :data:`ACCEL_MAX_RUNS`, as many as
+    take half of the ``free`` device bytes at ``per_run_bytes`` each (a run axis R wide costs the chip
+    little: R x hidden-wide rows are gathered at the cost of one; Cora's 100-run epoch on a TPU v5e took
+    3x one run's time, not 100x).
+
+    >>> accelerator_runs(100, 10 * 2**20, 16 * 2**30), accelerator_runs(100, 2**30, 16 * 2**30)
+    (100, 8)
+    """
+    return max(1, min(n_runs, ACCEL_MAX_RUNS, (free // 2) // max(1, per_run_bytes)))
+
+
+def _per_run_bytes(hidden: int, graph: Any) -> int:
+    """The bytes one more run of a batch adds on ``graph`` (:func:`jaxgcn.host.memory.estimate`, with the
+    hidden width standing in for the features and classes it is not given)."""
+    n, edges = int(graph.n_nodes), int(graph.n_edges)
+    one, two = (memory.estimate(n, edges, hidden, hidden, hidden=hidden, runs=r).total for r in (1, 2))
+    return two - one
+
+
 def slice_size(n_runs: int, hidden: int, execution: Execution, n_devices: int | None, graph: Any,
                runs_per_device: int | None) -> int:
-    """The runs of one slice of ``fit_runs``: runs per device times the run-axis mesh size."""
+    """The runs of one slice of ``fit_runs``: runs per device times the run-axis mesh size (on the CPU,
+    :func:`runs_per_device_for`; on an accelerator, what its memory holds: :func:`accelerator_runs`)."""
     mesh = batch_mesh(n_runs, execution, n_devices, graph)
+    if runs_per_device is None and graph is not None and current_platform() != "cpu":
+        per_device = -(-n_runs // (mesh.size if mesh is not None else 1))
+        runs_per_device = accelerator_runs(per_device, _per_run_bytes(hidden, graph), memory.budget().free)
     if runs_per_device is None:
         runs_per_device = runs_per_device_for(hidden)
     return max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
@@ -306,14 +370,14 @@ def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes:
                    hidden=model_config.hidden, layers=model_config.layers, backend=execution.backend,
                    feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,
                    symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
-    return Plan(execution, runs, est, fallback_note(requested, execution.backend), jax.default_backend())
+    return Plan(execution, runs, est, fallback_note(requested, execution.backend), current_platform())
 
 
 def sharded(execution: Execution, estimate: MemoryEstimate) -> Plan:
     """THE plan of one run with the graph's rows sharded over devices: each row block is a CSR
     product (``auto``: ``csr``; the kernel where it runs), ``execution``'s ``aggregate_first`` (decided
     for the blocks' input: :func:`with_first_layer`), and the per-device ``estimate``."""
-    return Plan(planned(execution), 1, estimate, None, jax.default_backend())
+    return Plan(planned(execution), 1, estimate, None, current_platform())
 
 
 def fallback_note(requested: str, backend: str) -> str | None:

@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxgcn.core import hyper
-from jaxgcn.host.memory import available_bytes
+from jaxgcn.host.memory import available_bytes, device_budget
 from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.io.outputs import write_atomic
 from jaxgcn.plan import Plan, batch_bytes, concrete, program_key, slice_size
@@ -163,7 +163,7 @@ def run_entries(
     execution = concrete(execution, data.graph)  # the plan's decided execution, or the request decided once
     groups = _groups(entries)
     row = {j: r for r, j in enumerate(j for members in groups.values() for j in members)}  # result array rows
-    budget = None if chunks is not None else memory_budget or available_bytes() // 2
+    budget = None if chunks is not None else memory_budget or _free() // 2
     sizes = chunks if chunks is not None else chunk_sizes(data, n_classes, entries, execution=execution,
                                                           memory_budget=budget)
     results = np.zeros((len(entries), 4))  # val_acc, test_acc, epochs_run, done
@@ -191,6 +191,12 @@ def run_entries(
     return [Outcome(float(v), float(t), int(e)) for v, t, e, _ in (results[row[j]] for j in range(len(entries)))]
 
 
+def _free() -> int:
+    """The free bytes a sweep's chunks are sized on: the accelerator's where JAX runs on one, else the host's."""
+    room = device_budget()
+    return room.free if room is not None else available_bytes()
+
+
 def _groups(entries: list[Entry]) -> dict[tuple[GCNConfig, TrainConfig], list[int]]:
     """Entry indices by :func:`program_key`: fewest layers first, then by optimizer name, then in
     order of first appearance."""
@@ -204,7 +210,7 @@ def chunk_sizes(data: TrainData, n_classes: int, entries: list[Entry], *, execut
                 memory_budget: int | None = None) -> list[int]:
     """The runs per chunk of each group (in the order :func:`run_entries` runs them): as many as fit
     in ``memory_budget`` bytes (default: half the free memory), the whole group when it fits."""
-    budget = memory_budget or available_bytes() // 2
+    budget = memory_budget or _free() // 2
     sizes = []
     for (model, _), members in _groups(entries).items():
         per_run_bytes = batch_bytes(data, model, 1, n_classes, execution)

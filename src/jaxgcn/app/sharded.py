@@ -95,7 +95,8 @@ def _estimate(layout: Layout, model_config: GCNConfig, say: Say) -> MemoryEstima
     say(f"{n_parts} device(s) in {jax.process_count()} process(es) | {stats['rows_per_device']} nodes per device | "
         f"{100 * stats['cut_fraction']:.1f}% of edges cross a border | {layout.exchange}: {rows} rows received per "
         f"propagation (all_gather {stats['all_gather_rows']}, halo {stats['halo_rows']})")
-    say(f"memory estimate per device {est.describe()}; host {memory.available_bytes() / 2**30:.1f} GiB available")
+    room = memory.budget()
+    say(f"memory estimate per device {est.describe()}; {'host ' if room.where is None else ''}{room.describe()}")
     return est
 
 

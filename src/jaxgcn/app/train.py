@@ -46,9 +46,9 @@ def plan(loaded: Loaded, model_config: GCNConfig, execution: Execution, n_runs: 
         say(chosen.note)  # why not the csr kernel, in one line
     if deep := planner.compile_note(model_config):
         say(deep)
-    available = memory.available_bytes()  # looked up on the module at each call (tests replace it)
-    say(f"memory estimate {chosen.memory.describe()} of {available / 2**30:.1f} GiB available")
-    memory.check_fits(chosen.memory, available)
+    room = memory.budget()  # the accelerator's free memory, else the host's (tests replace available_bytes)
+    say(f"memory estimate {chosen.memory.describe()} of {room.describe()}")
+    memory.check_fits(chosen.memory, room.free, where=room.where)
     return chosen
 
 

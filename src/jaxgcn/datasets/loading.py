@@ -27,7 +27,7 @@ from jaxgcn.core.graph import from_edges, gcn_norm, with_csr, with_dense
 from jaxgcn.core.graph import reorder as reorder_graph
 from jaxgcn.core.layers import sparse_features
 from jaxgcn.host.memory import GiB, available_bytes
-from jaxgcn.plan import backend_for
+from jaxgcn.plan import backend_for, features_layout
 from jaxgcn.core.propagate import BACKENDS
 from jaxgcn.core.data import SPLIT_CODES, TrainData
 from jaxgcn.core.validate import INT32_MAX, check_allocation, check_graph_size, check_sparse
@@ -255,6 +255,11 @@ def clean(raw: RawGraph, *, norm: str = "sym", symmetrize: bool = True, add_self
     return Cleaned(raw, gcn_norm(graph, norm), order, masks, report, norm, symmetrize, reorder)
 
 
+def _dense(features: Any) -> np.ndarray:
+    """Features as a dense float32 array (a scipy matrix expanded: an accelerator's plan asked for it)."""
+    return features.toarray().astype(np.float32) if sp.issparse(features) else np.asarray(features, np.float32)
+
+
 def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
             feature_statistics: dict[str, Any] | None = None, on_device: bool = True) -> Prepared:
     """The device half of :func:`prepare`: ``cleaned`` laid out for the concrete ``backend`` the plan
@@ -279,13 +284,14 @@ def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
                          keep_edges=False)
     stats = feature_statistics if feature_statistics is not None else feature_stats(raw.features, feature_norm)
     feats = normalize_features(raw.features, feature_norm, stats)
-    layout = "csr" if backend == "csr" else "bcoo"
+    layout = features_layout(backend, n_nodes, int(raw.features.shape[1]))  # dense on an accelerator (no scatter)
     if not on_device:
         from jaxgcn.native.csr import csr_from_scipy
 
         x = csr_from_scipy(feats) if sp.issparse(feats) else np.asarray(feats, np.float32)
     else:
-        x = sparse_features(feats, layout=layout) if sp.issparse(feats) else jnp.asarray(feats, jnp.float32)
+        sparse = sp.issparse(feats) and layout != "dense"
+        x = sparse_features(feats, layout=layout) if sparse else jnp.asarray(_dense(feats), jnp.float32)
     n_classes = int(raw.labels.max()) + 1 if raw.labels.size else 0
     info = {"dataset": raw.name, "n_nodes": n_nodes, "n_edges": report["undirected_edges"],
             "n_features": int(raw.features.shape[1]), "n_classes": n_classes, **report,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 GiB = 2**30
 RUNTIME_BYTES = 400 * 2**20  # Python, NumPy, SciPy, JAX and XLA's CPU client, measured ~0.35-0.4 GB
@@ -232,8 +232,53 @@ def available_cpus(root: Path | None = None) -> int:
     return max(1, cpus if quota is None else min(cpus, quota))
 
 
-def check_fits(est: MemoryEstimate, available: int | None = None, *, what: str = "training") -> None:
-    """Raise a ValueError naming the estimate and the ways to shrink it when it exceeds memory."""
+class Budget(NamedTuple):
+    """The memory a job may fill: ``free`` bytes on ``where`` (None: this host's RAM, the CPU's memory;
+    else the accelerator's name, e.g. ``TPU v5 lite (tpu:0)``)."""
+
+    free: int
+    where: str | None = None
+
+    def describe(self) -> str:
+        """``15.7 GiB available`` and, on an accelerator, ``on <device>``."""
+        return f"{self.free / GiB:.1f} GiB available" + (f" on {self.where}" if self.where else "")
+
+
+def device_budget(device: Any = None) -> Budget | None:
+    """An accelerator's free memory, ``memory_stats()``'s ``bytes_limit`` minus ``bytes_in_use``,
+    named by its kind and id (``device``: JAX's first local device); None for a CPU device or one
+    that keeps no statistics (the host's RAM is then the budget: :func:`budget`).
+
+    >>> class Fake:
+    ...     platform, device_kind, id = "tpu", "TPU v5 lite", 0
+    ...     def memory_stats(self): return {"bytes_limit": 16 * GiB, "bytes_in_use": GiB}
+    >>> device_budget(Fake()).describe()
+    '15.0 GiB available on TPU v5 lite (tpu:0)'
+    """
+    if device is None:
+        import jax
+
+        device = jax.local_devices()[0]
+    if device.platform == "cpu":
+        return None
+    stats = device.memory_stats() or {}
+    limit = stats.get("bytes_limit")
+    if not limit:
+        return None
+    name = f"{device.device_kind} ({device.platform}:{device.id})"
+    return Budget(int(limit) - int(stats.get("bytes_in_use", 0)), name)
+
+
+def budget(device: Any = None) -> Budget:
+    """THE memory a job is checked against: the accelerator's free memory where JAX runs on one
+    (:func:`device_budget`), else the host's (:func:`available_bytes`)."""
+    return device_budget(device) or Budget(available_bytes())
+
+
+def check_fits(est: MemoryEstimate, available: int | None = None, *, what: str = "training",
+               where: str | None = None) -> None:
+    """Raise a ValueError naming the estimate and the ways to shrink it when it exceeds memory
+    (``available`` bytes on ``where``: None for the host, else the accelerator's name)."""
     available = available_bytes() if available is None else available
     if est.total <= available:
         return
@@ -246,7 +291,7 @@ def check_fits(est: MemoryEstimate, available: int | None = None, *, what: str =
         options.append("a sparse backend (--backend auto never picks dense for a graph this size)")
     options.append("fewer --seeds per program" if est.parts["params"] > est.total // 4
                    else "a machine with more memory")
-    raise ValueError(f"{what} needs about {est.describe()}, more than the {available / GiB:.1f} GiB available; "
+    raise ValueError(f"{what} needs about {est.describe()}, more than the {Budget(available, where).describe()}; "
                      f"options: {'; '.join(options)}")
 
 

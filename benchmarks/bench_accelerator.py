@@ -1,0 +1,276 @@
+"""jaxgcn on whatever device JAX sees (a TPU, a GPU, or the CPU for the side-by-side figures): the
+targets of issue 45, each part in its own process (one process holds a TPU at a time, and each
+part's peak device memory is then its own).
+
+    python benchmarks/bench_accelerator.py                       # every part
+    python benchmarks/bench_accelerator.py --parts cora,seeds    # some
+    JAX_PLATFORMS=cpu python benchmarks/bench_accelerator.py --parts cora,seeds,synthetic   # the CPU side
+    python benchmarks/bench_accelerator.py --record docs/figures.json   # + the figures the docs quote
+
+Parts:
+
+- ``cora``: one run's steady epoch (200 epochs, no early stopping, timed after a warm-up call) on the
+  backend ``auto`` picks on this device;
+- ``seeds``: ``jaxgcn train --dataset D --seeds 100`` (in this process, ``--json``): the training
+  seconds, the runs per program and the mean test accuracy, for each ``--precisions`` value, on Cora and
+  CiteSeer;
+- ``synthetic``: the 1M-node, 25M-nonzero synthetic graph (``--dataset synthetic --nodes 1000000
+  --avg-degree 25``, hidden 16), seconds per epoch;
+- ``products``: an ogbn-products-sized graph (2,449,029 nodes, about 124M nonzeros, 100 features, 47
+  classes) whose degrees are skewed (edge sources drawn with density ~ 1/sqrt(rank), ids shuffled),
+  hidden 128: seconds per epoch, the plan's memory estimate and the device's peak (``memory_stats``);
+- ``crossover``: one propagation forward and backward, dense Â against the neighbour lists, 16
+  columns, on graphs of growing size: where ``auto``'s dense limit should be;
+- ``rowsum``: the neighbour-list row sum of 1M nodes / 25M nonzeros / 16 columns: XLA's gather
+  against the Pallas kernel (:mod:`jaxgcn.core.pallas_gather`).
+
+Every figure names the device (``jax.devices()[0].device_kind``) and the JAX version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from figure_record import add_record_arguments, figure, record
+
+PARTS = ("cora", "seeds", "synthetic", "products", "crossover", "rowsum")
+
+
+def device() -> dict:
+    import jax
+
+    d = jax.devices()[0]
+    return {"device": d.device_kind, "platform": d.platform, "jax": jax.__version__}
+
+
+def peak_bytes() -> int | None:
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
+
+
+def skewed(n: int, avg_degree: float, seed: int = 0):
+    """A raw graph of ``n`` nodes, about ``n * avg_degree / 2`` input edges whose sources are skewed
+    (rank r drawn with density ~ 1/sqrt(r): the busiest node has tens of thousands of neighbours, as
+    ogbn-products' do), 100 features and 47 classes carrying a class signal (the synthetic SBM's)."""
+    import numpy as np
+
+    from jaxgcn.datasets import synthetic
+
+    base = synthetic(n, n_classes=47, n_features=100, avg_degree=1.0, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    m = int(n * avg_degree / 2)
+    perm = rng.permutation(n)
+    src = perm[np.minimum((n * rng.random(m) ** 2).astype(np.int64), n - 1)]
+    dst = rng.integers(0, n, m)
+    return base._replace(senders=src, receivers=dst)
+
+
+def epoch_worker(graph: str, hidden: int, epochs: int) -> dict:
+    """Seconds per epoch of one run on ``graph`` (``cora``, ``synthetic:N:DEG``, ``skewed:N:DEG``), the
+    plan's memory estimate and the device's peak bytes."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxgcn import plan
+    from jaxgcn.core.data import with_focus
+    from jaxgcn.core.models import Execution, GCNConfig
+    from jaxgcn.datasets import load_dataset, prepare, synthetic
+    from jaxgcn.train import TrainConfig, compile_runner
+
+    kind, *size = graph.split(":")
+    if kind == "cora":
+        raw = load_dataset("cora")
+    elif kind == "synthetic":
+        raw = synthetic(int(size[0]), avg_degree=float(size[1]))
+    else:
+        raw = skewed(int(size[0]), float(size[1]))
+    start = time.perf_counter()
+    prepared = prepare(raw, feature_norm="none" if kind == "skewed" else "row")
+    jax.block_until_ready(prepared.data)
+    host_s = time.perf_counter() - start
+    del raw
+    model_config, config = GCNConfig(hidden=hidden), TrainConfig(epochs=1 + epochs, early_stopping=None)
+    chosen = plan.resolve(Execution(), prepared.data, model_config, prepared.n_classes, aggregate="auto")
+    data = with_focus(prepared.data, model_config.layers, chosen.ops.prepare)
+    compiled = compile_runner(model_config, config, data, prepared.n_classes, chosen)
+    state = compiled.run_until(compiled.init(jax.random.key(0), data), data, jnp.int32(1))  # warm-up
+    jax.block_until_ready(state.epoch)
+    start = time.perf_counter()
+    state = compiled.run_until(state, data, jnp.int32(1 + epochs))
+    jax.block_until_ready(state.epoch)
+    return {**device(), "graph": graph, "backend": chosen.backend, "host_s": host_s,
+            "compile_s": compiled.compile_seconds, "epoch_ms": (time.perf_counter() - start) / epochs * 1e3,
+            "estimate_gib": chosen.memory.total / 2**30, "peak_gib": (peak_bytes() or 0) / 2**30,
+            "edges": prepared.data.graph.n_edges, "precision": getattr(chosen.execution, "precision", None)}
+
+
+def seeds_worker(dataset: str, precision: str | None, seeds: int) -> dict:
+    """``jaxgcn train --dataset D --seeds N [--precision P] --json F`` in this process."""
+    from jaxgcn.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        argv = ["train", "--dataset", dataset, "--seeds", str(seeds), "--json", str(out)]
+        if precision:
+            argv += ["--precision", precision]
+        if main(argv) != 0:
+            raise SystemExit(f"{argv} failed")
+        result = json.loads(out.read_text())
+    return {**device(), "dataset": dataset, "precision": result.get("precision", precision),
+            "backend": result["backend"], "train_s": result["train_seconds"], "compile_s": result["compile_seconds"],
+            "test_mean": result["test_acc_mean"], "test_std": result["test_acc_std"]}
+
+
+def timed(f, *args, n: int = 5) -> float:
+    import jax
+
+    jax.block_until_ready(f(*args))
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def crossover_worker(sizes: list[int], degree: float) -> dict:
+    """Milliseconds of one propagation forward + backward (16 columns): dense Â on the MXU against the
+    neighbour lists, for synthetic graphs of each size."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxgcn.core.graph import from_edges, gcn_norm, with_dense, with_lists
+    from jaxgcn.core.propagate import propagate
+    from jaxgcn.datasets import synthetic
+
+    out = {**device(), "degree": degree}
+    for n in sizes:
+        raw = synthetic(n, avg_degree=degree)
+        graph = gcn_norm(from_edges(raw.senders, raw.receivers, n_nodes=n)[0])
+        x = jax.random.normal(jax.random.key(0), (n, 16))
+        for backend, laid in (("dense", with_dense), ("gather", with_lists)):
+            g = jax.device_put(laid(graph))
+            step = jax.jit(jax.grad(lambda x, g, b=backend: jnp.sum(propagate(g, x, backend=b) ** 2)))
+            out[f"{backend}_{n}_ms"] = timed(step, x, g) * 1e3
+    return out
+
+
+def rowsum_worker(n: int, degree: int, width: int) -> dict:
+    """Seconds of the neighbour-list row sum of ``n`` rows of ``degree`` neighbours each (one bucket,
+    ``width`` columns): XLA's gather against the Pallas kernel."""
+    import jax
+    import numpy as np
+
+    from jaxgcn.core import gather, pallas_gather
+
+    rng = np.random.default_rng(0)
+    cols = jax.device_put(rng.integers(0, n, (n, degree)).astype(np.int32))
+    weights = jax.device_put(rng.random((n, degree), np.float32))
+    x = jax.random.normal(jax.random.key(0), (n, width))
+    out = {**device(), "rows": n, "degree": degree, "width": width}
+    out["xla_s"] = timed(jax.jit(gather.row_sum), x, cols, weights)
+    try:
+        out["pallas_s"] = timed(jax.jit(pallas_gather.row_sum), x, cols, weights)
+        ref, got = jax.jit(gather.row_sum)(x, cols, weights), jax.jit(pallas_gather.row_sum)(x, cols, weights)
+        out["pallas_max_err"] = float(abs(np.asarray(ref) - np.asarray(got)).max())
+    except Exception as exc:  # a kernel that does not lower here is a figure too
+        out["pallas_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return out
+
+
+def worker(args: argparse.Namespace) -> dict:
+    spec = json.loads(args.worker)
+    name = spec.pop("part")
+    return {"cora": epoch_worker, "epoch": epoch_worker, "seeds": seeds_worker, "crossover": crossover_worker,
+            "rowsum": rowsum_worker}[name](**spec)
+
+
+def run(spec: dict) -> dict:
+    """One part in its own process; its last JSON line (or the error's last line)."""
+    proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        return {"error": tail[0][:300], **spec}
+    return json.loads(lines[-1])
+
+
+def specs(args: argparse.Namespace) -> list[dict]:
+    parts = args.parts.split(",")
+    out = []
+    if "cora" in parts:
+        out.append({"part": "epoch", "graph": "cora", "hidden": 16, "epochs": 200})
+    if "seeds" in parts:
+        for dataset in ("cora", "citeseer"):
+            for precision in (args.precisions.split(",") if args.precisions else [None]):
+                out.append({"part": "seeds", "dataset": dataset, "precision": precision, "seeds": args.seeds})
+    if "synthetic" in parts:
+        out.append({"part": "epoch", "graph": "synthetic:1000000:25", "hidden": 16, "epochs": args.epochs})
+    if "products" in parts:
+        out.append({"part": "epoch", "graph": "skewed:2449029:51.5", "hidden": 128, "epochs": args.epochs})
+    if "crossover" in parts:
+        out.append({"part": "crossover", "sizes": [2708, 10000, 20000, 40000], "degree": 4.0})
+    if "rowsum" in parts:
+        out.append({"part": "rowsum", "n": 1_000_000, "degree": 25, "width": 16})
+    return out
+
+
+def figures_of(results: list[dict]) -> dict[str, dict]:
+    """The record's keys: ``accel.<platform>.<what>``."""
+    figs = {}
+    for r in results:
+        if "error" in r:
+            continue
+        p = f"accel.{r['platform']}"
+        graph = r.get("graph")
+        if graph == "cora":
+            figs[f"{p}.cora_epoch_ms"] = figure(r["epoch_ms"], "ms", 2)
+        elif graph and graph.startswith("synthetic"):
+            figs[f"{p}.synthetic_1m_epoch_s"] = figure(r["epoch_ms"] / 1e3, "s", 3)
+        elif graph:
+            figs[f"{p}.products_epoch_s"] = figure(r["epoch_ms"] / 1e3, "s", 2)
+            figs[f"{p}.products_estimate_gib"] = figure(r["estimate_gib"], "GiB", 2)
+            figs[f"{p}.products_peak_gib"] = figure(r["peak_gib"], "GiB", 2)
+        elif "dataset" in r:
+            tag = f"{r['dataset']}_100_{r['precision'] or 'auto'}"
+            figs[f"{p}.{tag}_train_s"] = figure(r["train_s"], "s", 2)
+            figs[f"{p}.{tag}_test"] = figure(100 * r["test_mean"], "%", 2, std=100 * r["test_std"])
+    return figs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    ap.add_argument("--seeds", type=int, default=100, help="runs of the seeds part (default: 100)")
+    ap.add_argument("--precisions", default="", help="seeds part: comma-separated --precision values (default: "
+                    "only the plan's)")
+    ap.add_argument("--epochs", type=int, default=5, help="timed epochs of the large graphs (default: 5)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    add_record_arguments(ap)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)), flush=True)
+        return 0
+    results = []
+    for spec in specs(args):
+        result = run(spec)
+        results.append(result)
+        print(json.dumps(result), flush=True)
+    where = next((r for r in results if "device" in r), None)
+    if where is not None:
+        record(args.record, figures_of(results), append=args.record_append,
+               machine=f"{where['device']} (JAX {where['jax']})")
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The plan on an accelerator, decided on the CPU with the platform and the device's memory faked:
+what ``auto`` picks, how features are laid out, how many runs share a program, what memory a job is
+checked against, and that the train step the plan builds there has no scatter (XLA's scatter is the
+accelerator's bottleneck: issue 45)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from jaxgcn import plan
+from jaxgcn.core.models import GCNConfig
+from jaxgcn.datasets import load_dataset, prepare
+from jaxgcn.host import memory
+from jaxgcn.host.memory import GiB, Budget
+
+TPU = Budget(15 * GiB, "TPU v5 lite (tpu:0)")
+
+
+@pytest.fixture
+def on_tpu(monkeypatch):
+    """This process planned as if JAX ran on a TPU v5e with 15 GiB free (the arrays stay on the CPU)."""
+    monkeypatch.setattr(plan, "current_platform", lambda: "tpu")
+    monkeypatch.setattr(memory, "device_budget", lambda device=None: TPU)
+
+
+@pytest.mark.parametrize("platform", ["tpu", "gpu"])
+def test_auto_never_picks_a_scatter_on_an_accelerator(platform):
+    # Cora's 2708² float32 adjacency (29 MB) goes on the MXU; past ACCEL_DENSE_BYTES, the neighbour lists
+    side = int((plan.ACCEL_DENSE_BYTES / 4) ** 0.5)
+    assert plan.backend_for("auto", 2708, 10556, platform) == "dense"
+    assert plan.backend_for("auto", side, 10 * side, platform) == "dense"
+    assert plan.backend_for("auto", side + 1, 10 * side, platform) == "gather"
+    assert plan.backend_for("auto", 1_000_000, 25_000_000, platform) == "gather"
+    assert plan.backend_for("segment", 1_000_000, 25_000_000, platform) == "segment"  # asked for: kept
+
+
+def test_the_cpu_keeps_its_choices():
+    assert plan.backend_for("auto", 100, 2000, "cpu") == "dense"
+    assert plan.backend_for("auto", 2708, 10556, "cpu") in ("csr", "segment")
+    assert plan.features_layout("segment", 2708, 1433, "cpu") == "bcoo"
+    assert plan.features_layout("csr", 2708, 1433, "tpu", 16 * GiB) == "csr"
+
+
+def test_features_are_dense_on_an_accelerator_where_a_quarter_of_its_memory_holds_them():
+    assert plan.features_layout("dense", 2708, 1433, "tpu", 16 * GiB) == "dense"
+    four = 4 * 2708 * 1433  # bytes of Cora's dense features
+    assert plan.features_layout("gather", 2708, 1433, "tpu", 4 * four) == "dense"
+    assert plan.features_layout("gather", 2708, 1433, "tpu", 4 * four - 4) == "bcoo"
+
+
+def test_runs_per_program_on_an_accelerator_come_from_its_memory():
+    assert plan.accelerator_runs(100, 10 * 2**20, 16 * GiB) == 100
+    assert plan.accelerator_runs(1000, 1, 16 * GiB) == plan.ACCEL_MAX_RUNS
+    assert plan.accelerator_runs(100, GiB, 16 * GiB) == 8  # half of the free memory: 8 runs of 1 GiB
+    assert plan.accelerator_runs(100, 20 * GiB, 16 * GiB) == 1
+
+
+def test_the_device_budget_is_free_memory_named_by_the_device():
+    class Chip:
+        platform, device_kind, id = "tpu", "TPU v5 lite", 3
+
+        def __init__(self, stats):
+            self.stats = stats
+
+        def memory_stats(self):
+            return self.stats
+
+    room = memory.device_budget(Chip({"bytes_limit": 16 * GiB, "bytes_in_use": 6 * GiB}))
+    assert room == Budget(10 * GiB, "TPU v5 lite (tpu:3)")
+    assert memory.device_budget(Chip(None)) is None  # no statistics: the host's memory is the budget
+    assert memory.device_budget(Chip({"bytes_in_use": 1})) is None
+    cpu = type("Cpu", (), {"platform": "cpu"})()
+    assert memory.device_budget(cpu) is None
+    est = memory.MemoryEstimate({"messages": 0, "activations": 12 * GiB, "adjacency": 0, "params": 0},
+                                12 * GiB)
+    with pytest.raises(ValueError, match=r"more than the 10\.0 GiB available on TPU v5 lite \(tpu:3\); options"):
+        memory.check_fits(est, room.free, where=room.where)
+
+
+def test_cora_on_a_tpu_is_dense_and_100_seeds_are_one_program(on_tpu):
+    prepared = prepare(load_dataset("cora"))
+    assert prepared.backend == "dense"
+    assert not hasattr(prepared.data.x, "nse") and prepared.data.x.shape == (2708, 1433)  # dense features
+    chosen = plan.resolve(plan.Execution(), prepared.data, GCNConfig(), prepared.n_classes, n_runs=100)
+    assert (chosen.platform, chosen.backend, chosen.runs) == ("tpu", "dense", 100)
+    assert plan.resolve(plan.Execution(), prepared.data, GCNConfig(), prepared.n_classes, n_runs=300).runs == 128
+
+
+def test_the_train_command_checks_the_devices_memory(on_tpu, capsys):
+    from jaxgcn.cli import main
+
+    assert main(["train", "--dataset", "cora", "--epochs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^memory estimate \d+\.\d\d GiB \(.*\) of 15\.0 GiB available on TPU v5 lite \(tpu:0\)$",
+                     out, re.M), out
+
+
+def _scatters(jaxpr, found=None) -> list[tuple[str, tuple[int, ...]]]:
+    """Every scatter primitive of ``jaxpr`` and its sub-jaxprs (loops, conds, custom VJPs), with its
+    operand's shape."""
+    found = [] if found is None else found
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name.startswith("scatter"):
+            found.append((eqn.primitive.name, tuple(eqn.invars[0].aval.shape)))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    _scatters(inner, found)
+    return found
+
+
+def step_scatters(backend: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The scatters of one run's compiled training loop on Cora prepared and planned for ``backend``
+    (the program :func:`jaxgcn.training.loop.single_program` compiles), before XLA rewrites them: the
+    CPU expands a scatter into a loop, so the compiled text would not show one."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxgcn.core.data import with_focus
+    from jaxgcn.training.config import TrainConfig
+    from jaxgcn.training.step import make_batch_runner
+
+    prepared = prepare(load_dataset("cora"), backend=backend)
+    execution = plan.resolve(plan.Execution(backend=backend), prepared.data, GCNConfig(), prepared.n_classes).execution
+    data = with_focus(prepared.data, 2, execution.ops.prepare)
+    runner = make_batch_runner(GCNConfig(), TrainConfig(), execution, one=(data.x.shape[1], prepared.n_classes))
+    runs = jax.tree.map(np.asarray, runner.inputs())
+    state = jax.eval_shape(runner.init, jax.random.key(0), data, runs)
+    return _scatters(jax.make_jaxpr(runner.run_until)(state, data, runs, jnp.int32(0)).jaxpr)
+
+
+@pytest.mark.parametrize("backend", ["auto", "gather"])
+def test_the_accelerator_plans_train_step_has_no_scatter_over_nodes(on_tpu, backend):
+    """The whole training loop of Cora as planned for a TPU (``auto``: dense Â and dense features; the
+    neighbour lists): no scatter over the nodes' rows. What remains are one-element writes of the
+    epoch's history (XLA makes them dynamic-update-slices) and the loss's [1, 2] sums."""
+    small = [(name, shape) for name, shape in step_scatters(backend) if int(np.prod(shape)) < 2708]
+    assert step_scatters(backend) == small
+    assert small, "the history writes: if none is found, the jaxpr walk misses sub-jaxprs"
+
+
+def test_segment_asked_for_on_an_accelerator_scatters(on_tpu):
+    """What `auto` keeps off on an accelerator: `segment`'s segment_sum is a scatter-add over [n, width]."""
+    assert ("scatter-add", (2708, 16)) in step_scatters("segment")
