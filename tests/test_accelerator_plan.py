@@ -53,7 +53,8 @@ def test_features_are_dense_on_an_accelerator_where_a_quarter_of_its_memory_hold
 
 def test_runs_per_program_on_an_accelerator_come_from_its_memory():
     assert plan.accelerator_runs(100, 10 * 2**20, 16 * GiB) == 100
-    assert plan.accelerator_runs(1000, 1, 16 * GiB) == plan.ACCEL_MAX_RUNS
+    assert plan.accelerator_runs(1024, 1, 16 * GiB) == plan.ACCEL_MAX_RUNS == 128
+    assert plan.accelerator_runs(1000, 1, 16 * GiB) == 125  # 8 programs of equal size, none padded
     assert plan.accelerator_runs(100, GiB, 16 * GiB) == 8  # half of the free memory: 8 runs of 1 GiB
     assert plan.accelerator_runs(100, 20 * GiB, 16 * GiB) == 1
 
@@ -86,7 +87,11 @@ def test_cora_on_a_tpu_is_dense_and_100_seeds_are_one_program(on_tpu):
     assert not hasattr(prepared.data.x, "nse") and prepared.data.x.shape == (2708, 1433)  # dense features
     chosen = plan.resolve(plan.Execution(), prepared.data, GCNConfig(), prepared.n_classes, n_runs=100)
     assert (chosen.platform, chosen.backend, chosen.runs) == ("tpu", "dense", 100)
-    assert plan.resolve(plan.Execution(), prepared.data, GCNConfig(), prepared.n_classes, n_runs=300).runs == 128
+    assert plan.resolve(plan.Execution(), prepared.data, GCNConfig(), prepared.n_classes, n_runs=300).runs == 100
+    # CiteSeer-sized dense inputs (3,703 features): a run's dropped copy is 8 x n x features bytes
+    per_run = plan._per_run_bytes(16, prepared.data.graph, 3703)
+    assert per_run > 8 * 2708 * 3703
+    assert plan.accelerator_runs(100, per_run, 6 * GiB) == 34  # 3 GiB hold 39 runs: 3 programs of 34
 
 
 def test_the_train_command_checks_the_devices_memory(on_tpu, capsys):
@@ -146,3 +151,49 @@ def test_the_accelerator_plans_train_step_has_no_scatter_over_nodes(on_tpu, back
 def test_segment_asked_for_on_an_accelerator_scatters(on_tpu):
     """What `auto` keeps off on an accelerator: `segment`'s segment_sum is a scatter-add over [n, width]."""
     assert ("scatter-add", (2708, 16)) in step_scatters("segment")
+
+
+@pytest.mark.parametrize("backend", ["auto", "gather"])
+def test_a_batch_equals_single_runs_on_the_accelerator_path(on_tpu, backend):
+    """The accelerator's plan (dense input features dropped per run, the per-run products as one
+    batched dot: the ops ``xla-mxu``; ``auto``: dense Â) trains each run of a batch as the run alone."""
+    import jax
+    import scipy.sparse as sp
+
+    from test_batched import assert_run_equals_fit
+
+    from jaxgcn.batched import entries_for, fit_runs
+    from jaxgcn.datasets import synthetic
+    from jaxgcn.train import Kipf, TrainConfig, fit
+
+    raw = synthetic(300, n_classes=4, n_features=24, homophily=0.5, signal=0.3, seed=1)
+    dense = np.asarray(raw.features)
+    raw = raw._replace(features=sp.csr_matrix(np.where(np.abs(dense) > 1.0, dense, 0.0).astype(np.float32)))
+    prepared = prepare(raw, backend=backend)
+    assert isinstance(prepared.data.x, jax.Array)  # laid out dense for the accelerator
+    config = TrainConfig(epochs=30, lr=0.1, early_stopping=Kipf(5))
+    chosen = plan.resolve(plan.Execution(backend=backend), prepared.data, GCNConfig(), prepared.n_classes, n_runs=3)
+    assert chosen.ops.name == "xla-mxu" and chosen.runs == 3
+    res = fit_runs(prepared.data, prepared.n_classes, entries_for([1, 0, 2], config=config), execution=chosen)
+    for r, seed in enumerate([1, 0, 2]):
+        one = fit(prepared.data, prepared.n_classes, config=config, key=jax.random.key(seed), log=None,
+                  execution=plan.resolve(plan.Execution(backend=backend), prepared.data, GCNConfig(),
+                                         prepared.n_classes))
+        assert_run_equals_fit(res, r, one)
+
+
+def test_the_accelerator_batches_runs_on_the_matrix_unit():
+    """Per-run hidden inputs [n, R, in] times [in, R, out]: one batched dot on an accelerator (the CPU's
+    broadcast product materializes [n, R, in, out]); equal values."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxgcn.core import ops
+
+    h = jax.random.normal(jax.random.key(0), (50, 3, 8))
+    w = jax.random.normal(jax.random.key(1), (8, 3, 5))
+    np.testing.assert_allclose(ops.mxu_matmul_runs(h, None, w), ops.xla_matmul_runs(h, None, w), rtol=1e-5,
+                               atol=1e-5)
+    text = jax.jit(ops.mxu_matmul_runs, static_argnums=1).lower(h, None, w).as_text()
+    assert "dot_general" in text and not re.search(r"tensor<50x3x8x5xf32>", text)
+    assert jnp.shape(ops.mxu_matmul_runs(h[:, :1], None, w[:, :1])) == (50, 1, 5)

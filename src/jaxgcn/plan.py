@@ -129,7 +129,8 @@ def planned(execution: Execution | Decided | Plan, graph: Any = None) -> Decided
         backend = "csr" if graph is None else graph_backend(graph)
     request = dataclasses.replace(execution, backend=backend)
     kernel = backend == "csr" and execution.kernels is not False and kernel_status()[0]
-    return Decided(backend, ops_.for_execution(request, kernel), execution.dropout_rng, execution.chunk_edges,
+    ops = ops_.for_execution(request, kernel, accelerator=current_platform() != "cpu")
+    return Decided(backend, ops, execution.dropout_rng, execution.chunk_edges,
                    execution.aggregate_first)
 
 
@@ -248,41 +249,47 @@ def features_layout(backend: str, n_nodes: int, n_features: int, platform: str |
 def accelerator_runs(n_runs: int, per_run_bytes: int, free: int) -> int:
     """Runs per program on an accelerator: all of ``n_runs`` up to :data:`ACCEL_MAX_RUNS`, as many as
     take half of the ``free`` device bytes at ``per_run_bytes`` each (a run axis R wide costs the chip
-    little: R x hidden-wide rows are gathered at the cost of one; Cora's 100-run epoch on a TPU v5e took
-    3x one run's time, not 100x).
+    little: R x hidden-wide rows are gathered at the cost of one), in programs of equal size (the last
+    one is padded to it: 100 runs of which 76 fit are two programs of 50, not 76 and 24 padded to 76).
 
     >>> accelerator_runs(100, 10 * 2**20, 16 * 2**30), accelerator_runs(100, 2**30, 16 * 2**30)
     (100, 8)
+    >>> accelerator_runs(100, 100 * 2**20, 15 * 2**30)
+    50
     """
-    return max(1, min(n_runs, ACCEL_MAX_RUNS, (free // 2) // max(1, per_run_bytes)))
+    fit = max(1, min(n_runs, ACCEL_MAX_RUNS, (free // 2) // max(1, per_run_bytes)))
+    return -(-n_runs // -(-n_runs // fit))
 
 
-def _per_run_bytes(hidden: int, graph: Any) -> int:
+def _per_run_bytes(hidden: int, graph: Any, n_features: int | None) -> int:
     """The bytes one more run of a batch adds on ``graph`` (:func:`jaxgcn.host.memory.estimate`, with the
-    hidden width standing in for the features and classes it is not given)."""
+    hidden width standing in for the classes it is not given), and with dense input features of
+    ``n_features`` columns, its dropped copy and that copy's gradient-pass twin."""
     n, edges = int(graph.n_nodes), int(graph.n_edges)
     one, two = (memory.estimate(n, edges, hidden, hidden, hidden=hidden, runs=r).total for r in (1, 2))
-    return two - one
+    return two - one + (8 * n * n_features if n_features else 0)
 
 
 def slice_size(n_runs: int, hidden: int, execution: Execution, n_devices: int | None, graph: Any,
-               runs_per_device: int | None) -> int:
+               runs_per_device: int | None, n_features: int | None = None) -> int:
     """The runs of one slice of ``fit_runs``: runs per device times the run-axis mesh size (on the CPU,
     :func:`runs_per_device_for`; on an accelerator, what its memory holds: :func:`accelerator_runs`)."""
     mesh = batch_mesh(n_runs, execution, n_devices, graph)
     if runs_per_device is None and graph is not None and current_platform() != "cpu":
         per_device = -(-n_runs // (mesh.size if mesh is not None else 1))
-        runs_per_device = accelerator_runs(per_device, _per_run_bytes(hidden, graph), memory.budget().free)
+        per_run = _per_run_bytes(hidden, graph, n_features)
+        runs_per_device = accelerator_runs(per_device, per_run, memory.budget().free)
     if runs_per_device is None:
         runs_per_device = runs_per_device_for(hidden)
     return max(1, runs_per_device) * (mesh.size if mesh is not None else 1)
 
 
 def runs_per_program(n_runs: int, hidden: int, execution: Execution, n_devices: int | None = None,
-                     graph: Any = None, runs_per_device: int | None = None) -> int:
+                     graph: Any = None, runs_per_device: int | None = None, n_features: int | None = None) -> int:
     """How many runs ``fit_runs`` executes together in one program (the last slice is padded to
-    the same size): what a memory estimate must plan for. Arguments as ``fit_runs``."""
-    return min(n_runs, slice_size(n_runs, hidden, execution, n_devices, graph, runs_per_device))
+    the same size): what a memory estimate must plan for. Arguments as ``fit_runs`` (``n_features``:
+    the columns of dense input features, None for sparse ones)."""
+    return min(n_runs, slice_size(n_runs, hidden, execution, n_devices, graph, runs_per_device, n_features))
 
 
 def program_key(entry: Any) -> tuple[GCNConfig, Any]:
@@ -365,7 +372,8 @@ def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes:
     n_features, dense = int(x.shape[1]), not is_sparse(x)
     requested = execution.backend
     execution = with_first_layer(planned(execution, graph), aggregate, model_config.hidden, n_features, dense)
-    runs = 1 if n_runs <= 1 else runs_per_program(n_runs, model_config.hidden, execution, devices, graph)
+    runs = 1 if n_runs <= 1 else runs_per_program(n_runs, model_config.hidden, execution, devices, graph,
+                                                  n_features=n_features if dense else None)
     est = memory.estimate(int(n_nodes if n_nodes is not None else x.shape[0]), graph.n_edges, n_features, n_classes,
                    hidden=model_config.hidden, layers=model_config.layers, backend=execution.backend,
                    feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,

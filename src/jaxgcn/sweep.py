@@ -25,6 +25,7 @@ from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.io.outputs import write_atomic
 from jaxgcn.plan import Plan, batch_bytes, concrete, program_key, slice_size
 from jaxgcn.core.data import TrainData
+from jaxgcn.core.layers import is_sparse
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.runs import Entry, fit_runs
 
@@ -227,7 +228,8 @@ def layout(data: TrainData, entries: list[Entry], chunks: list[int], *,
         groups.append(first)
         for start in range(0, len(members), chunk):
             n = min(chunk, len(members) - start)
-            size = slice_size(n, model.hidden, execution, None, data.graph, None)
+            size = slice_size(n, model.hidden, execution, None, data.graph, None,
+                              None if is_sparse(data.x) else int(data.x.shape[1]))
             slices.extend(first + start + s for s in range(0, n, size))
         first += len(members)
     return {"groups": groups, "slices": slices}

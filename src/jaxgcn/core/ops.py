@@ -90,6 +90,16 @@ def xla_matmul_runs(x: Any, values: jax.Array | None, w: jax.Array) -> jax.Array
     return jnp.sum(x[:, :, :, None] * w.transpose(1, 0, 2)[None], axis=2)
 
 
+def mxu_matmul_runs(x: Any, values: jax.Array | None, w: jax.Array) -> jax.Array:
+    """Per-run ``x_r @ w_r`` for an accelerator's matrix unit (:attr:`Ops.matmul_runs`): per-run inputs
+    [n, R, in] as ONE batched dot over the runs. The CPU's broadcast product (:func:`xla_matmul_runs`)
+    would materialize [n, R, in, out] on the vector unit: on a TPU v5e, 100 Cora seeds with dense
+    dropped inputs took 24 ms per epoch that way."""
+    if isinstance(x, (CSR, jsparse.BCOO)) or x.ndim == 2 or w.shape[1] == 1:
+        return xla_matmul_runs(x, values, w)
+    return jnp.einsum("nrf,fro->nro", x, w)
+
+
 def xla_ops(execution: Any) -> Ops:
     """The pure-XLA :class:`Ops` of ``execution`` (its ``backend`` and ``chunk_edges`` propagate)."""
     return Ops("xla", functools.partial(propagate, backend=execution.backend, chunk_edges=execution.chunk_edges),
@@ -130,9 +140,18 @@ def registered_backends() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def for_execution(execution: Any, kernel: bool = False) -> Ops:
+def accelerator_ops(execution: Any) -> Ops:
+    """XLA's :class:`Ops` for an accelerator (TPU, GPU): per-run products on the matrix unit
+    (:func:`mxu_matmul_runs`); the same propagation."""
+    return xla_ops(execution)._replace(name="xla-mxu", matmul_runs=mxu_matmul_runs)
+
+
+def for_execution(execution: Any, kernel: bool = False, accelerator: bool = False) -> Ops:
     """The :class:`Ops` of ``execution``: a registered backend's, the C++ kernel's where the plan
-    decided it runs (``kernel``: :func:`jaxgcn.plan.concrete`), else XLA's."""
+    decided it runs (``kernel``: :func:`jaxgcn.plan.concrete`), else XLA's (``accelerator``: the plan
+    runs on a TPU or GPU: :func:`accelerator_ops`)."""
     if execution.backend in _REGISTRY:
         return _REGISTRY[execution.backend](execution)
-    return native(execution) if kernel else xla_ops(execution)
+    if kernel:
+        return native(execution)
+    return accelerator_ops(execution) if accelerator else xla_ops(execution)

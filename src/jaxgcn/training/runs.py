@@ -29,6 +29,7 @@ from jaxgcn.core import hyper
 from jaxgcn.host.compiler import jit
 from jaxgcn.core.diagnostics import runs_divergence_message
 from jaxgcn.core.data import with_focus
+from jaxgcn.core.layers import is_sparse
 from jaxgcn.core.layers import Params, run_axes
 from jaxgcn.core.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
 from jaxgcn.plan import (Plan, batch_mesh, concrete, on_runs, program_of, replicated, require_decided, run_shardings,
@@ -147,7 +148,8 @@ def fit_runs(
     entries = list(entries)
     model_config, config = program_of(entries)
     execution = concrete(execution, data.graph)  # the request decided once: backend, ops (jaxgcn.plan)
-    size = slice_size(len(entries), model_config.hidden, execution, n_devices, data.graph, runs_per_device)
+    size = slice_size(len(entries), model_config.hidden, execution, n_devices, data.graph, runs_per_device,
+                      None if is_sparse(data.x) else int(data.x.shape[1]))
     data = with_focus(data, model_config.layers, execution.ops.prepare)  # and what the ops precompute
     options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,
                        on_checkpoint, resume)
