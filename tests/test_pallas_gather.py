@@ -76,8 +76,8 @@ def test_rows_of_padding_only_sum_to_zero():
 def test_rows_past_the_last_full_block(m):
     x = features(30, 16)
     rng = np.random.default_rng(m)
-    cols = jnp.asarray(rng.integers(0, 30, (m, 3)), jnp.int32)
-    weights = jnp.asarray(rng.uniform(-1, 1, (m, 3)), jnp.float32)
+    cols = jnp.asarray(rng.integers(0, 30, (m, 128)), jnp.int32)  # width 128: blocks of 8 rows
+    weights = jnp.asarray(rng.uniform(-1, 1, (m, 128)), jnp.float32)
     got = pg.row_sum(x, cols, weights, block_rows=8)
     assert got.shape == (m, 16)
     np.testing.assert_allclose(got, pg.xla_row_sum(x, cols, weights), atol=ATOL)
@@ -120,6 +120,22 @@ def test_interpreted_everywhere_but_on_the_tpu(monkeypatch):
     assert pg.resolve_interpret(None) is True
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_the_kernel_lowers_for_the_tpu(monkeypatch, dtype):
+    """Pallas's Mosaic lowering (not libtpu's compiler, which needs the chip) of the compiled kernel,
+    exported for the TPU from this CPU: a kernel Pallas cannot lower for Mosaic fails here."""
+    from jax import export
+    from jax._src.pallas.mosaic import tpu_info  # private: the lowering asks the device for its tiling
+
+    v5e = tpu_info.get_tpu_info_for_chip(tpu_info.ChipVersion.TPU_V5E, 1)
+    monkeypatch.setattr(tpu_info, "get_tpu_info", lambda: v5e)
+    for f, k in ((16, 4), (5, 17), (200, 1)):
+        fn = jax.jit(lambda x, c, w: pg.row_sum(x, c, w, interpret=False, dtype=dtype))
+        args = (jax.ShapeDtypeStruct((1000, f), jnp.float32), jax.ShapeDtypeStruct((300, k), jnp.int32),
+                jax.ShapeDtypeStruct((300, k), jnp.float32))
+        assert "tpu_custom_call" in export.export(fn, platforms=["tpu"])(*args).mlir_module()
+
+
 def test_the_table_fits_by_its_padded_vmem_size():
     # 16 float32 columns: 8 rows share a 128-lane VMEM row; 1M rows take 64 MB
     assert pg.table_bytes(1_000_000, 16) == 125_000 * 128 * 4
@@ -141,13 +157,31 @@ def test_a_table_past_vmem_is_refused_before_anything_runs():
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    ({"block_rows": 12}, "block_rows=12 must be a positive multiple of 8"),
+    ({"block_rows": 12}, "block_rows=12 must be a multiple of 1024 for lists of width 1"),
+    ({"block_rows": 0}, "block_rows=0 must be positive"),
     ({"dtype": jnp.float16}, "dtype=float16 is not a table storage type; use float32 or bfloat16"),
 ])
 def test_bad_options_are_named(kwargs, match):
     x = features(8, 4)
     with pytest.raises(ValueError, match=match):
         pg.row_sum(x, jnp.zeros((8, 1), jnp.int32), jnp.ones((8, 1), jnp.float32), **kwargs)
+
+
+def test_blocks_of_lists_meet_the_rank_1_smem_block_rule():
+    # rows a multiple of 8 and rows * width a multiple of 1024; odd widths padded to stay small
+    assert [pg.smem_step(k) for k in (1, 4, 128, 3)] == [1024, 256, 8, 1024]
+    assert [pg.list_width(k) for k in (3, 16, 17, 136)] == [3, 16, 18, 144]
+    for k in (1, 3, 5, 16, 17, 100, 136, 999):
+        kp, block = pg.list_width(k), pg.block_rows_for(pg.list_width(k))
+        assert block % 8 == 0 and block * kp % 1024 == 0 and block * kp <= pg.SMEM_BLOCK_MAX
+
+
+def test_odd_widths_are_padded_with_zero_weight_slots():
+    x = features(30, 16)
+    rng = np.random.default_rng(5)
+    cols = jnp.asarray(rng.integers(0, 30, (11, 17)), jnp.int32)
+    weights = jnp.asarray(rng.uniform(-1, 1, (11, 17)), jnp.float32)
+    np.testing.assert_allclose(pg.row_sum(x, cols, weights), pg.xla_row_sum(x, cols, weights), atol=ATOL)
 
 
 def test_a_width_below_the_largest_degree_is_refused():

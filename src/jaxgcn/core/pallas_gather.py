@@ -26,8 +26,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
 
 from jaxgcn.core.graph import Graph
 
@@ -39,7 +37,10 @@ VMEM_BYTES = 128 * 2**20  # one TPU v5e core's VMEM (jax/_src/tpu_info.py)
 VMEM_RESERVE = 8 * 2**20
 INTERLEAVE = 8  # output rows summed at once (a block's rows are a multiple of it)
 UNROLL = 2  # neighbour slots per loop step
-SMEM_BLOCK_WORDS = 4096  # entries of one block's cols (and weights) in SMEM; 1 MiB holds 2 × 2 × 16 KiB
+SMEM_TILE = 1024  # a rank-1 block's length must be a multiple of this (Pallas TPU lowering)
+SMEM_BLOCK_WORDS = 2048  # entries of one block's cols (and weights) in SMEM, aimed at
+SMEM_BLOCK_MAX = 16384  # and at most: cols and weights, double-buffered, take 256 KiB of the 1 MiB
+OUT_BLOCK_BYTES = 2**20  # one output block in VMEM (double-buffered, within VMEM_RESERVE)
 
 
 def _words(f: int, dtype: jnp.dtype) -> int:
@@ -72,11 +73,26 @@ def fits(n: int, f: int, vmem_bytes: int = VMEM_BYTES, dtype: jnp.dtype = jnp.fl
     return table_bytes(n, f, dtype) + VMEM_RESERVE <= vmem_bytes
 
 
-def block_rows_for(k: int) -> int:
-    """Output rows per grid step for lists of width ``k``: about :data:`SMEM_BLOCK_WORDS` entries,
-    a multiple of 8 rows whose ``rows · k`` is a multiple of 128 (the SMEM block's tiling)."""
-    step = math.lcm(SUBLANES, LANES // math.gcd(k, LANES))
-    return max(step, SMEM_BLOCK_WORDS // k // step * step)
+def smem_step(k: int) -> int:
+    """The rows a block of width-``k`` lists must be a multiple of: 8 (the kernel sums 8 rows at
+    once), with ``rows · k`` a multiple of 1024 (Pallas TPU's rule for a rank-1 block)."""
+    return math.lcm(INTERLEAVE, SMEM_TILE // math.gcd(k, SMEM_TILE))
+
+
+def list_width(k: int) -> int:
+    """The width the kernel pads lists of width ``k`` to (with weight-0 slots): ``k`` itself unless a
+    block of it would not fit :data:`SMEM_BLOCK_MAX` words (an odd ``k`` needs 1024 rows)."""
+    while smem_step(k) * k > SMEM_BLOCK_MAX:
+        k += 1
+    return k
+
+
+def block_rows_for(k: int, out_lanes: int = LANES) -> int:
+    """Output rows per grid step for lists of (padded) width ``k``: about :data:`SMEM_BLOCK_WORDS`
+    list entries and an output block of at most :data:`OUT_BLOCK_BYTES`, a multiple of
+    :func:`smem_step`."""
+    step = smem_step(k)
+    return max(step, min(SMEM_BLOCK_WORDS // k, OUT_BLOCK_BYTES // (4 * out_lanes)) // step * step)
 
 
 def resolve_interpret(interpret: bool | None) -> bool:
@@ -130,6 +146,7 @@ def _kernel(cols_ref, w_ref, x_ref, o_ref, *, k: int, pack: int, words: int, bf1
 
     :data:`INTERLEAVE` rows are summed at once, each in its own accumulator: their loads are
     independent, so the core overlaps them instead of waiting on one row's chain of loads."""
+    from jax.experimental import pallas as pl
     group = jax.lax.broadcasted_iota(jnp.int32, (1, x_ref.shape[1]), 1) // words
     shift = pack.bit_length() - 1  # pack is a power of two: row // pack, row % pack by bits
 
@@ -170,8 +187,8 @@ def _packed_table(x: jax.Array, dtype: jnp.dtype) -> tuple[jax.Array, int, int]:
     pack = _pack(words)
     rows = -(-n // pack)
     rows = -(-rows // SUBLANES) * SUBLANES
-    x = jnp.pad(x, ((0, rows * pack - n), (0, 0)))
-    return x.reshape(rows, pack * words), pack, words
+    x = jnp.pad(x, ((0, rows * pack - n), (0, 0))).reshape(rows, pack * words)
+    return jnp.pad(x, ((0, 0), (0, -x.shape[1] % LANES))), pack, words
 
 
 def _unpack_out(out: jax.Array, m: int, f: int, pack: int, words: int, bf16: bool) -> jax.Array:
@@ -191,8 +208,8 @@ def _check(x: jax.Array, cols: jax.Array, weights: jax.Array, block_rows: int | 
     if x.ndim != 2 or cols.ndim != 2 or weights.shape != cols.shape:
         raise ValueError(f"row_sum: x must be [n, F] and cols, weights [m, K] alike; got x {x.shape}, cols "
                          f"{cols.shape}, weights {weights.shape}")
-    if block_rows is not None and (block_rows <= 0 or block_rows % INTERLEAVE):
-        raise ValueError(f"row_sum: block_rows={block_rows} must be a positive multiple of {INTERLEAVE}")
+    if block_rows is not None and block_rows <= 0:
+        raise ValueError(f"row_sum: block_rows={block_rows} must be positive (a multiple of smem_step(K))")
     if jnp.dtype(dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
         raise ValueError(f"row_sum: dtype={jnp.dtype(dtype)} is not a table storage type; use float32 or bfloat16")
 
@@ -218,6 +235,10 @@ def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array, *, block_rows: in
     >>> row_sum(x, jnp.array([[0, 2], [1, 1]]), jnp.array([[1.0, 0.5], [2.0, 0.0]])).tolist()
     [[2.0, 3.5], [4.0, 6.0]]
     """
+    # imported here: Pallas adds ~0.1 s to importing jaxgcn, which CPU runs never use
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
     interpret = resolve_interpret(interpret)
     (n, f), (m, k) = x.shape, cols.shape
     bf16 = jnp.dtype(dtype) == jnp.bfloat16
@@ -226,26 +247,29 @@ def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array, *, block_rows: in
         raise ValueError(f"row_sum: x of shape {x.shape} ({table_bytes(n, f, dtype)} bytes packed in VMEM) does "
                          f"not fit the {VMEM_BYTES} bytes of VMEM; use the XLA row sum or dtype=bfloat16")
     table, pack, words = _packed_table(x.astype(jnp.float32), dtype)
-    block = block_rows or block_rows_for(k)
+    out_lanes = (2 if bf16 else 1) * table.shape[1]
+    kp = list_width(k)
+    block = block_rows or block_rows_for(kp, out_lanes)
+    if block % smem_step(kp):
+        raise ValueError(f"row_sum: block_rows={block} must be a multiple of {smem_step(kp)} for lists of width {k}")
     blocks = max(1, -(-m // block))
-    pad = blocks * block - m
-    # padding rows read row 0 with weight 0 and are sliced off
-    cols = jnp.pad(cols.astype(jnp.int32), ((0, pad), (0, 0))).reshape(-1)
-    weights = jnp.pad(weights.astype(jnp.float32), ((0, pad), (0, 0))).reshape(-1)
-    out_lanes = (2 if bf16 else 1) * (-(-table.shape[1] // LANES) * LANES)
+    # padding rows and slots read row 0 with weight 0; the rows are sliced off
+    pad = ((0, blocks * block - m), (0, kp - k))
+    cols = jnp.pad(cols.astype(jnp.int32), pad).reshape(-1)
+    weights = jnp.pad(weights.astype(jnp.float32), pad).reshape(-1)
     out = pl.pallas_call(
-        functools.partial(_kernel, k=k, pack=pack, words=words, bf16=bf16, unroll=min(k, UNROLL)),
+        functools.partial(_kernel, k=kp, pack=pack, words=words, bf16=bf16, unroll=min(kp, UNROLL)),
         grid=(blocks,),
-        in_specs=[pl.BlockSpec((block * k,), lambda i: (i,), memory_space=pltpu.SMEM),
-                  pl.BlockSpec((block * k,), lambda i: (i,), memory_space=pltpu.SMEM),
+        in_specs=[pl.BlockSpec((block * kp,), lambda i: (i,), memory_space=pltpu.SMEM),
+                  pl.BlockSpec((block * kp,), lambda i: (i,), memory_space=pltpu.SMEM),
                   pl.BlockSpec(memory_space=pltpu.VMEM)],
         out_specs=pl.BlockSpec((block, out_lanes), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((blocks * block, out_lanes), jnp.float32),
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel",),
-            vmem_limit_bytes=table_bytes(n, f, dtype) + VMEM_RESERVE),
+            vmem_limit_bytes=table_bytes(n, f, dtype) + 2 * 4 * block * out_lanes + VMEM_RESERVE // 2),
         interpret=interpret,
-    )(cols, weights, jnp.pad(table, ((0, 0), (0, out_lanes // (2 if bf16 else 1) - table.shape[1]))))
+    )(cols, weights, table)
     return _unpack_out(out, m, f, pack, words, bf16)
 
 
