@@ -148,6 +148,7 @@ def _kernel(cols_ref, w_ref, x_ref, o_ref, *, k: int, pack: int, words: int, bf1
     independent, so the core overlaps them instead of waiting on one row's chain of loads."""
     from jax.experimental import pallas as pl
     group = jax.lax.broadcasted_iota(jnp.int32, (1, x_ref.shape[1]), 1) // words
+    sublane = jax.lax.broadcasted_iota(jnp.int32, (INTERLEAVE, o_ref.shape[1]), 0)
     shift = pack.bit_length() - 1  # pack is a power of two: row // pack, row % pack by bits
 
     def load(entry):
@@ -169,8 +170,12 @@ def _kernel(cols_ref, w_ref, x_ref, o_ref, *, k: int, pack: int, words: int, bf1
 
         zero = jnp.zeros((1, o_ref.shape[1]), jnp.float32)
         accs = jax.lax.fori_loop(0, k, edge, (zero,) * INTERLEAVE, unroll=unroll)
-        for r, acc in enumerate(accs):
-            o_ref[pl.ds(first + r, 1), :] = acc
+        # one aligned [8, lanes] store (Mosaic proves a dynamic sublane offset aligned from
+        # multiple_of), the rows put in place by selects rather than 8 one-sublane stores
+        tile = jnp.broadcast_to(accs[0], (INTERLEAVE, o_ref.shape[1]))
+        for r, acc in enumerate(accs[1:], start=1):
+            tile = jnp.where(sublane == r, acc, tile)
+        o_ref[pl.ds(pl.multiple_of(first, INTERLEAVE), INTERLEAVE), :] = tile
         return carry
 
     jax.lax.fori_loop(0, o_ref.shape[0] // INTERLEAVE, rows, 0)
@@ -219,6 +224,9 @@ def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array, *, block_rows: in
             interpret: bool | None = None, dtype: jnp.dtype = jnp.float32) -> jax.Array:
     """``out[i] = Σ_k weights[i, k] · x[cols[i, k]]`` by the Pallas kernel, summed in float32.
 
+    It has no derivative of its own: :func:`propagate_symmetric` (or a caller's custom VJP, with the
+    transpose's lists) gives the backward pass, as another row sum.
+
     Args:
         x: [n, F] float32 table (stored in VMEM as ``dtype``: float32, or bfloat16 for half the VMEM).
         cols: [m, K] int32 row indices into ``x``, each in ``[0, n)`` (padding slots too).
@@ -235,18 +243,13 @@ def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array, *, block_rows: in
     >>> row_sum(x, jnp.array([[0, 2], [1, 1]]), jnp.array([[1.0, 0.5], [2.0, 0.0]])).tolist()
     [[2.0, 3.5], [4.0, 6.0]]
     """
-    # imported here: Pallas adds ~0.1 s to importing jaxgcn, which CPU runs never use
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import tpu as pltpu
-
-    interpret = resolve_interpret(interpret)
     (n, f), (m, k) = x.shape, cols.shape
-    bf16 = jnp.dtype(dtype) == jnp.bfloat16
     _check(x, cols, weights, block_rows, dtype)
     if not fits(n, f, dtype=dtype):
         raise ValueError(f"row_sum: x of shape {x.shape} ({table_bytes(n, f, dtype)} bytes packed in VMEM) does "
                          f"not fit the {VMEM_BYTES} bytes of VMEM; use the XLA row sum or dtype=bfloat16")
     table, pack, words = _packed_table(x.astype(jnp.float32), dtype)
+    bf16 = jnp.dtype(dtype) == jnp.bfloat16
     out_lanes = (2 if bf16 else 1) * table.shape[1]
     kp = list_width(k)
     block = block_rows or block_rows_for(kp, out_lanes)
@@ -255,22 +258,33 @@ def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array, *, block_rows: in
     blocks = max(1, -(-m // block))
     # padding rows and slots read row 0 with weight 0; the rows are sliced off
     pad = ((0, blocks * block - m), (0, kp - k))
-    cols = jnp.pad(cols.astype(jnp.int32), pad).reshape(-1)
-    weights = jnp.pad(weights.astype(jnp.float32), pad).reshape(-1)
-    out = pl.pallas_call(
-        functools.partial(_kernel, k=kp, pack=pack, words=words, bf16=bf16, unroll=min(kp, UNROLL)),
+    cols, weights = jnp.pad(cols.astype(jnp.int32), pad), jnp.pad(weights.astype(jnp.float32), pad)
+    kernel = functools.partial(_kernel, k=kp, pack=pack, words=words, bf16=bf16, unroll=min(kp, UNROLL))
+    vmem = table_bytes(n, f, dtype) + 2 * 4 * block * out_lanes + VMEM_RESERVE // 2
+    out = _launch(kernel, cols, weights, table, block, out_lanes, vmem, resolve_interpret(interpret))
+    return _unpack_out(out, m, f, pack, words, bf16)
+
+
+def _launch(kernel, cols: jax.Array, weights: jax.Array, table: jax.Array, block: int, out_lanes: int,
+            vmem: int, interpret: bool) -> jax.Array:
+    """The pallas_call: a grid over blocks of ``block`` output rows, each block's lists (``cols``
+    and ``weights`` [blocks · block, K], flattened: ``block · K`` entries a block) in SMEM, the
+    whole table in VMEM (copied in once, not pipelined). Returns ``[blocks · block, out_lanes]``."""
+    # imported here: Pallas adds ~0.1 s to importing jaxgcn, which CPU runs never use
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    blocks = cols.shape[0] // block
+    lists = pl.BlockSpec((block * cols.shape[1],), lambda i: (i,), memory_space=pltpu.SMEM)
+    return pl.pallas_call(
+        kernel,
         grid=(blocks,),
-        in_specs=[pl.BlockSpec((block * kp,), lambda i: (i,), memory_space=pltpu.SMEM),
-                  pl.BlockSpec((block * kp,), lambda i: (i,), memory_space=pltpu.SMEM),
-                  pl.BlockSpec(memory_space=pltpu.VMEM)],
+        in_specs=[lists, lists, pl.BlockSpec(memory_space=pltpu.VMEM)],
         out_specs=pl.BlockSpec((block, out_lanes), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((blocks * block, out_lanes), jnp.float32),
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel",),
-            vmem_limit_bytes=table_bytes(n, f, dtype) + 2 * 4 * block * out_lanes + VMEM_RESERVE // 2),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=vmem),
         interpret=interpret,
-    )(cols, weights, table)
-    return _unpack_out(out, m, f, pack, words, bf16)
+    )(cols.reshape(-1), weights.reshape(-1), table)
 
 
 def propagate_symmetric(x: jax.Array, cols: jax.Array, weights: jax.Array, self_weights: jax.Array, *,
