@@ -3,7 +3,7 @@
 jitted calls after a warm-up, on a random symmetric graph (sym-normalized, power-of-two buckets).
 
     python benchmarks/bench_pallas_gather.py [--nodes 100000] [--avg-degree 25] [--width 16]
-        [--skew 0] [--bf16] [--repeats 5] [--check]
+        [--skew 0] [--bf16] [--unroll 2 [4 ...]] [--repeats 5] [--check]
 
 On the TPU the kernel is compiled by Mosaic; anywhere else it is interpreted (slow: use e.g.
 ``--nodes 300 --avg-degree 4`` on a CPU). ``--check`` compares the two outputs and exits 1 when
@@ -65,12 +65,15 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--width", type=int, default=16, help="feature columns F")
     ap.add_argument("--skew", type=float, default=0.0, help="hub exponent (0: uniform degrees)")
     ap.add_argument("--bf16", action="store_true", help="also time the kernel with bfloat16 storage")
+    ap.add_argument("--unroll", type=int, nargs="+", default=[pg.UNROLL],
+                    help="the kernel's neighbour slots per loop step: one column each")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--check", action="store_true", help="compare the outputs (exit 1 when they differ)")
     args = ap.parse_args()
-    if args.nodes < 2 or args.avg_degree <= 0 or args.width < 1 or args.repeats < 1:
+    if args.nodes < 2 or args.avg_degree <= 0 or args.width < 1 or args.repeats < 1 or min(args.unroll) < 1:
         ap.error(f"--nodes {args.nodes}, --avg-degree {args.avg_degree}, --width {args.width}, --repeats "
-                 f"{args.repeats}: need nodes >= 2 and a positive degree, width and repeats")
+                 f"{args.repeats}, --unroll {args.unroll}: need nodes >= 2 and a positive degree, width, "
+                 "repeats and unroll")
     if not pg.fits(args.nodes, args.width):
         ap.error(f"--nodes {args.nodes} --width {args.width}: the table ({pg.table_bytes(args.nodes, args.width)} "
                  f"bytes in VMEM) does not fit {pg.VMEM_BYTES}; lower --nodes or --width")
@@ -79,9 +82,12 @@ def parse() -> argparse.Namespace:
 
 def kernels(args):
     """The row sums to time, by column name."""
-    out = {"xla": pg.xla_row_sum, "pallas": pg.row_sum}
-    if args.bf16:
-        out["pallas bf16"] = lambda x, c, w: pg.row_sum(x, c, w, dtype=jnp.bfloat16)
+    out = {"xla": pg.xla_row_sum}
+    for u in args.unroll:
+        tag = "" if len(args.unroll) == 1 else f" u{u}"
+        out["pallas" + tag] = lambda x, c, w, u=u: pg.row_sum(x, c, w, unroll=u)
+        if args.bf16:
+            out["pallas bf16" + tag] = lambda x, c, w, u=u: pg.row_sum(x, c, w, dtype=jnp.bfloat16, unroll=u)
     return out
 
 

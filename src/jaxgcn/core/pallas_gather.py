@@ -219,9 +219,9 @@ def _check(x: jax.Array, cols: jax.Array, weights: jax.Array, block_rows: int | 
         raise ValueError(f"row_sum: dtype={jnp.dtype(dtype)} is not a table storage type; use float32 or bfloat16")
 
 
-@functools.partial(jax.jit, static_argnames=("block_rows", "interpret", "dtype"))
+@functools.partial(jax.jit, static_argnames=("block_rows", "interpret", "dtype", "unroll"))
 def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array, *, block_rows: int | None = None,
-            interpret: bool | None = None, dtype: jnp.dtype = jnp.float32) -> jax.Array:
+            interpret: bool | None = None, dtype: jnp.dtype = jnp.float32, unroll: int = UNROLL) -> jax.Array:
     """``out[i] = Σ_k weights[i, k] · x[cols[i, k]]`` by the Pallas kernel, summed in float32.
 
     It has no derivative of its own: :func:`propagate_symmetric` (or a caller's custom VJP, with the
@@ -235,6 +235,7 @@ def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array, *, block_rows: in
             multiple of it (the last block is padded and sliced off).
         interpret: run the kernel interpreted; ``None``: on any backend but the TPU.
         dtype: the table's storage type in VMEM, ``jnp.float32`` or ``jnp.bfloat16``.
+        unroll: neighbour slots per step of the kernel's loop (a tuning knob; the result is the same).
 
     Returns:
         [m, F] float32, equal to :func:`xla_row_sum` (up to the rounding of ``dtype``).
@@ -259,7 +260,7 @@ def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array, *, block_rows: in
     # padding rows and slots read row 0 with weight 0; the rows are sliced off
     pad = ((0, blocks * block - m), (0, kp - k))
     cols, weights = jnp.pad(cols.astype(jnp.int32), pad), jnp.pad(weights.astype(jnp.float32), pad)
-    kernel = functools.partial(_kernel, k=kp, pack=pack, words=words, bf16=bf16, unroll=min(kp, UNROLL))
+    kernel = functools.partial(_kernel, k=kp, pack=pack, words=words, bf16=bf16, unroll=max(1, min(kp, unroll)))
     vmem = table_bytes(n, f, dtype) + 2 * 4 * block * out_lanes + VMEM_RESERVE // 2
     out = _launch(kernel, cols, weights, table, block, out_lanes, vmem, resolve_interpret(interpret))
     return _unpack_out(out, m, f, pack, words, bf16)
