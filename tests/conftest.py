@@ -88,6 +88,47 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(XLA_CACHE, ignore_errors=True)
 
 
+# On an accelerator (``python -m pytest -o addopts="" -n 0 ...`` on a TPU VM: docs/tpu.md) one process
+# holds the chip: a test that starts another Python process skips, and so does one that asks for the
+# C++ kernel, which runs on the CPU only. On the CPU (CI) neither applies.
+ONE_PROCESS = ("on an accelerator one process holds the chip: this test starts another Python process "
+               "(run it on the CPU)")
+KERNEL_ONLY = "backend='csr' needs the fused CPU kernel"
+
+
+def _on_accelerator() -> bool:
+    return jax.default_backend() != "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _one_process_on_the_accelerator(monkeypatch):
+    """On an accelerator, a test's ``subprocess.run``/``Popen`` of a Python or ``jaxgcn`` process skips."""
+    if not _on_accelerator():
+        return
+
+    def guarded(real):
+        def call(args, *rest, **kwargs):
+            first = str((args if isinstance(args, (list, tuple)) else str(args).split())[0])
+            if first == sys.executable or "python" in Path(first).name or Path(first).name == "jaxgcn":
+                pytest.skip(ONE_PROCESS)
+            return real(args, *rest, **kwargs)
+        return call
+
+    monkeypatch.setattr(subprocess, "run", guarded(subprocess.run))
+    monkeypatch.setattr(subprocess, "Popen", guarded(subprocess.Popen))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """On an accelerator, a test that failed because it asked for the CPU-only C++ kernel is reported
+    as skipped, with that reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.excinfo is not None and KERNEL_ONLY in str(call.excinfo.value) and _on_accelerator():
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {KERNEL_ONLY}, which runs on the CPU only")
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): one worker per CPU this process may use (affinity mask,
     cgroup quota), at most 4: each worker holds its own JAX runtime and module fixtures."""
