@@ -78,8 +78,8 @@ def _lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray) -> Neighbo
     order = np.where(width > 0, order, row_start[-1])  # empty rows: the zero row
     slot_start = np.r_[0, np.cumsum(sizes * widths)]  # first slot of each bucket in one flat array
     node_slot = slot_start[bucket] + (order - row_start[bucket]) * width  # first slot of each non-empty row
-    row_of = np.repeat(np.arange(n), degree)
-    slot = node_slot[row_of] + (np.arange(cols.size) - indptr[row_of])
+    # entry e of row i goes to node_slot[i] + (e - indptr[i]); no [nnz] row-id array (1 GB at 124M entries)
+    slot = np.repeat(node_slot - indptr[:-1], degree) + np.arange(cols.size)
     flat_cols = np.repeat(ranked, width[ranked]).astype(np.int32)  # padding points at the row itself
     flat_w = np.zeros(slot_start[-1], np.float32)
     flat_cols[slot] = cols
@@ -99,7 +99,9 @@ def build(senders: Any, receivers: Any, weights: Any, n_nodes: int, *, symmetric
         weights: [nnz] entry weights.
         n_nodes: the node count.
         symmetric: whether the matrix equals its transpose, when the caller knows it (``None``:
-            check); a non-symmetric one also gets its transpose's lists, for the gradient.
+            check); a non-symmetric one also gets its transpose's lists, for the gradient. The check
+            compares entry orders, so it finds a symmetric matrix only with the senders sorted within
+            each receiver (as from_edges leaves them); otherwise the (equal) transpose is built too.
 
     >>> lists = build([1, 2, 3, 0, 0, 0], [0, 0, 0, 1, 2, 3], [1.0] * 6, 5)   # a star, node 4 alone
     >>> [c.tolist() for c in lists.cols], [w.tolist() for w in lists.weights][1], lists.order.tolist()
