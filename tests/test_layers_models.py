@@ -335,7 +335,8 @@ def test_gcn_config_validation(kwargs, match):
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    (dict(backend="sparse"), r"backend='sparse' must be one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"),
+    (dict(backend="sparse"),
+     r"backend='sparse' must be one of \('auto', 'dense', 'segment', 'bcoo', 'csr', 'gather'\)"),
     (dict(dropout_rng="philox"), r"dropout_rng='philox' must be 'hash' or 'jax'"),
     (dict(chunk_edges=0), r"chunk_edges=0 needs the segment backend and a value >= 1"),
 ])

@@ -110,7 +110,8 @@ def test_the_model_and_a_step_take_the_same_ops_for_an_undecided_request():
 
 
 def test_an_unregistered_backend_is_refused_and_registration_checks_the_name():
-    with pytest.raises(ValueError, match=r"backend='toy' must be one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"):
+    with pytest.raises(ValueError,
+                       match=r"backend='toy' must be one of \('auto', 'dense', 'segment', 'bcoo', 'csr', 'gather'\)"):
         Execution(backend="toy")
     with pytest.raises(ValueError, match=r"register: name='segment' must be a new backend name"):
         ops.register("segment", toy_ops)

@@ -166,7 +166,7 @@ def test_the_plan_decides_the_backend_before_the_graph_is_laid_out():
     raw = datasets.synthetic(60, n_classes=2, n_features=4, avg_degree=12.0, train_per_class=5, n_val=10, n_test=10,
                              seed=0)  # small and dense: auto is dense
     undecided = (r"^backend 'auto' reached lay_out undecided; decide it first with "
-                 r"jaxgcn\.plan\.backend_for \(one of \('dense', 'segment', 'bcoo', 'csr'\)\)$")
+                 r"jaxgcn\.plan\.backend_for \(one of \('dense', 'segment', 'bcoo', 'csr', 'gather'\)\)$")
     with pytest.raises(ValueError, match=undecided):
         lay_out(clean(raw), "auto")
     loaded = app.data.load(app.DataRequest("synthetic"), lambda line: None, backend="auto", raw=raw)

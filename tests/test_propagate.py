@@ -9,16 +9,18 @@ import pytest
 from jax.test_util import check_grads
 
 from jaxgcn.native.csr import kernel_status
-from jaxgcn.core.graph import from_edges, gcn_norm, to_dense, with_csr, with_dense
+from jaxgcn.core.graph import from_edges, gcn_norm, to_dense, with_csr, with_dense, with_lists
 from jaxgcn.plan import backend_for
 from jaxgcn.core.propagate import BACKENDS, DENSE_MAX_NODES, graph_backend, propagate
 
 NORMS = ("sym", "row", "none")
-# (backend, what to attach first: "dense" with with_dense, "csr" with with_csr, None)
-VARIANTS = [("dense", "dense"), ("dense", None), ("segment", None), ("bcoo", None), ("csr", "csr")]
-VARIANT_IDS = ["dense-attached", "dense-on-the-fly", "segment", "bcoo", "csr"]
-# Forward mode is not defined for the csr kernel (a custom VJP); training uses reverse mode.
-MODES = {"csr": ("rev",)}
+# (backend, what to attach first: "dense" with with_dense, "csr" with with_csr, "lists" with with_lists, None)
+VARIANTS = [("dense", "dense"), ("dense", None), ("segment", None), ("bcoo", None), ("csr", "csr"),
+            ("gather", "lists")]
+VARIANT_IDS = ["dense-attached", "dense-on-the-fly", "segment", "bcoo", "csr", "gather"]
+ATTACH = {"dense": with_dense, "csr": with_csr, "lists": with_lists, None: lambda x: x}
+# Forward mode is not defined for the csr kernel and the gather lists (custom VJPs); training uses reverse mode.
+MODES = {"csr": ("rev",), "gather": ("rev",)}
 
 # float32 finite differences: eps 1e-2 and 1e-2 tolerances (x64 stays off, see conftest).
 GRAD_TOL = dict(atol=1e-2, rtol=1e-2, eps=1e-2)
@@ -26,7 +28,7 @@ GRAD_TOL = dict(atol=1e-2, rtol=1e-2, eps=1e-2)
 
 def prepared(graph, norm, attach):
     g = gcn_norm(graph, norm)
-    return {"dense": with_dense, "csr": with_csr, None: lambda x: x}[attach](g)
+    return ATTACH[attach](g)
 
 
 @pytest.mark.parametrize("norm", NORMS)
@@ -57,7 +59,7 @@ def test_backends_agree_on_a_random_directed_graph():
     x = rng.standard_normal((40, 5)).astype(np.float32)
     expected = to_dense(g).astype(np.float64) @ x.astype(np.float64)
     for backend, attach in VARIANTS:
-        gb = {"dense": with_dense, "csr": with_csr, None: lambda x: x}[attach](g)
+        gb = ATTACH[attach](g)
         out = propagate(gb, jnp.asarray(x), backend=backend)
         np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-5, err_msg=backend)
 
@@ -83,8 +85,8 @@ def test_gradient_is_transpose_of_adjacency(graph, node_features):
     g, _ = from_edges([0, 1, 2], [1, 2, 3], [1.0, 2.0, 3.0], symmetrize=False)
     c = jnp.asarray(np.arange(8, dtype=np.float32).reshape(4, 2))
     expected = to_dense(g).T @ np.asarray(c)
-    g = with_csr(g)  # directed: the csr backend needs its transposed pattern here
-    assert not g.csr.symmetric
+    g = with_lists(with_csr(g))  # directed: the csr backend and the gather lists need their transposes here
+    assert not g.csr.symmetric and g.lists.transpose is not None
     for backend in BACKENDS:
         grad = jax.grad(lambda x: jnp.sum(c * propagate(g, x, backend=backend)))(jnp.zeros((4, 2), jnp.float32))
         np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-6, err_msg=backend)
@@ -116,7 +118,7 @@ def test_backend_for_keeps_explicit_names(name):
 
 def test_backend_for_rejects_unknown_name():
     with pytest.raises(ValueError,
-                       match=r"backend 'sparse' is not one of \('auto', 'dense', 'segment', 'bcoo', 'csr'\)"):
+                       match=r"backend 'sparse' is not one of \('auto', 'dense', 'segment', 'bcoo', 'csr', 'gather'\)"):
         backend_for("sparse", 10, 10)
 
 
@@ -125,11 +127,11 @@ def test_propagate_rejects_unknown_backend(graph, node_features):
         propagate(gcn_norm(graph), jnp.asarray(node_features), backend="sparse")
 
 
-@pytest.mark.parametrize("attach", ["dense", "csr", None])
+@pytest.mark.parametrize("attach", ["dense", "csr", "lists", None])
 def test_auto_uses_the_layout_the_graph_was_prepared_for(graph, node_features, attach):
     g = prepared(graph, "sym", attach)
     x = jnp.asarray(node_features)
-    expected = {"dense": "dense", "csr": "csr", None: "segment"}[attach]
+    expected = {"dense": "dense", "csr": "csr", "lists": "gather", None: "segment"}[attach]
     assert graph_backend(g) == expected
     np.testing.assert_array_equal(np.asarray(propagate(g, x, backend="auto")),
                                   np.asarray(propagate(g, x, backend=expected)))

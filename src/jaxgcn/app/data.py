@@ -322,6 +322,8 @@ def memory_estimate(loaded: Loaded, hidden: int, feature_nnz: int | None) -> Mem
     stored features of sparse features, None for dense ones): what ``jaxgcn info`` reports."""
     prepared = loaded.prepared
     info, graph = prepared.info, prepared.data.graph
+    lists = graph.lists  # the gather backend's: its transpose's lists, its padded slots
+    symmetric = (graph.csr is None or graph.csr.symmetric) and (lists is None or lists.transpose is None)
     return estimate(info["n_nodes"], graph.n_edges, info["n_features"], prepared.n_classes, hidden=hidden,
-                    backend=prepared.backend, feature_nnz=feature_nnz,
-                    symmetric=graph.csr is None or graph.csr.symmetric)
+                    backend=prepared.backend, feature_nnz=feature_nnz, symmetric=symmetric,
+                    list_slots=None if lists is None else lists.slots)

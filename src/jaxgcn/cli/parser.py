@@ -294,9 +294,9 @@ def _add_model_args(p: argparse.ArgumentParser, grid: bool) -> None:
 
 
 def _add_execution_args(e: argparse._ArgumentGroup) -> None:
-    e.add_argument("--backend", choices=("auto", "dense", "segment", "bcoo", "csr"), default="auto",
-                   help="how A.H is computed; auto: dense for small dense graphs, else csr (the fused kernel) where "
-                        "it builds, else segment")
+    e.add_argument("--backend", choices=("auto", "dense", "segment", "bcoo", "csr", "gather"),
+                   default="auto", help="how A.H is computed; auto: dense for small dense graphs, else csr (the fused "
+                   "kernel) where it builds, else segment; gather: scatter-free neighbour lists (for accelerators)")
     e.add_argument("--chunk-edges", type=v.positive_int, default=None,
                    help="segment backend: propagate in blocks of N edges (bounds the message buffer)")
     e.add_argument("--aggregate-first", choices=("auto", "on", "off"), default="auto",

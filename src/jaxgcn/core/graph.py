@@ -37,6 +37,8 @@ class Graph(NamedTuple):
             :func:`with_dense` for the ``dense`` backend; ``None`` otherwise.
         csr: optional :class:`jaxgcn.native.csr.CSR` of the off-diagonal adjacency (row = receiver),
             attached by :func:`with_csr` for the ``csr`` backend; ``None`` otherwise.
+        lists: optional :class:`jaxgcn.core.gather.NeighbourLists` of the off-diagonal adjacency,
+            attached by :func:`with_lists` for the ``gather`` backend; ``None`` otherwise.
     """
 
     senders: Any
@@ -45,6 +47,7 @@ class Graph(NamedTuple):
     self_weights: Any
     dense: Any = None
     csr: Any = None
+    lists: Any = None
 
     @property
     def n_nodes(self) -> int:
@@ -271,6 +274,8 @@ def gcn_norm(graph: Graph, norm: str = "sym") -> Graph:
         if not graph.has_edge_list:
             raise ValueError("gcn_norm: this graph kept only its CSR form; normalize before with_csr(keep_edges=False)")
         out = with_csr(out, symmetric=graph.csr.symmetric and norm == "sym")
+    if graph.lists is not None:
+        out = with_lists(out, symmetric=graph.lists.transpose is None and norm == "sym")
     return with_dense(out) if graph.dense is not None else out
 
 
@@ -329,6 +334,28 @@ def with_csr(graph: Graph, *, symmetric: bool | None = None, keep_edges: bool = 
         empty = np.zeros(0, np.int32)
         out = out._replace(senders=empty, receivers=empty, weights=np.zeros(0, np.float32))
     return out
+
+
+def with_lists(graph: Graph, *, symmetric: bool | None = None) -> Graph:
+    """Attach the degree-bucketed neighbour lists used by the scatter-free ``gather`` backend (host
+    side, O(nnz): :func:`jaxgcn.core.gather.build`). A non-symmetric adjacency also gets its
+    transpose's lists, which the gradient propagates over.
+
+    Args:
+        graph: a host-side graph with its edge list.
+        symmetric: whether ``Â`` equals its transpose, when the caller knows it (``None``: check).
+
+    >>> g = with_lists(gcn_norm(from_edges([0, 1], [1, 2])[0]))   # a path 0-1-2
+    >>> [c.shape for c in g.lists.cols], g.lists.order.tolist(), g.lists.transpose is None
+    ([(2, 1), (1, 2)], [0, 2, 1], True)
+    """
+    from jaxgcn.core.gather import build
+
+    if not graph.has_edge_list:
+        raise ValueError("with_lists: this graph kept only its CSR form; build the lists before "
+                         "with_csr(keep_edges=False)")
+    lists = build(graph.senders, graph.receivers, graph.weights, graph.n_nodes, symmetric=symmetric)
+    return graph._replace(lists=lists)
 
 
 def reorder(graph: Graph, method: str = "rcm", *, symmetric: bool = False) -> tuple[Graph, np.ndarray]:

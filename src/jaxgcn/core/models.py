@@ -59,7 +59,7 @@ class Execution:
     rebuild the model.
 
     Attributes:
-        backend: propagation backend: ``dense``, ``segment``, ``bcoo``, ``csr``, or ``auto`` (the
+        backend: propagation backend: ``dense``, ``segment``, ``bcoo``, ``csr``, ``gather``, or ``auto`` (the
             default): whatever layout the graph was prepared with (see :func:`jaxgcn.prepare`).
         dropout_rng: ``"hash"`` (fast counter-based masks) or ``"jax"`` (``jax.random.bernoulli``):
             another random stream, so other (equally valid) dropout masks.

@@ -7,6 +7,8 @@
 - ``bcoo``: ``jax.experimental.sparse.BCOO`` matrix product.
 - ``csr``: the fused CSR kernel of :mod:`jaxgcn.native.csr` (CPU; no [edges, width] buffer), with the
   adjacency attached by :func:`jaxgcn.core.graph.with_csr`.
+- ``gather``: scatter-free, for accelerators (:mod:`jaxgcn.core.gather`): gathers over degree-bucketed
+  neighbour lists attached by :func:`jaxgcn.core.graph.with_lists`; its gradient is a gather too.
 - ``auto``: the plan picks from the graph size (:func:`jaxgcn.plan.backend_for`).
 """
 
@@ -18,7 +20,7 @@ from jax.experimental import sparse as jsparse
 
 from jaxgcn.core.graph import Graph
 
-BACKENDS = ("dense", "segment", "bcoo", "csr")
+BACKENDS = ("dense", "segment", "bcoo", "csr", "gather")
 
 # Measured on a 2-core CPU (benchmarks/bench_propagate.py, forward + gradient): the dense product
 # wins only on small graphs that are also dense (>= ~10% of all pairs are edges); on sparse graphs
@@ -29,10 +31,13 @@ DENSE_MIN_DENSITY = 0.1
 
 
 def graph_backend(graph: Graph) -> str:
-    """The backend a prepared graph is laid out for: ``csr`` with an attached CSR form, ``dense``
-    with an attached dense matrix, else ``segment``. (A static choice: it reads which fields exist.)"""
+    """The backend a prepared graph is laid out for: ``csr`` with an attached CSR form, ``gather`` with
+    attached neighbour lists, ``dense`` with an attached dense matrix, else ``segment``. (A static
+    choice: it reads which fields exist.)"""
     if graph.csr is not None:
         return "csr"
+    if graph.lists is not None:
+        return "gather"
     return "dense" if graph.dense is not None else "segment"
 
 
@@ -61,7 +66,7 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
     Args:
         graph: a :class:`~jaxgcn.core.graph.Graph` with device or host arrays.
         x: [n_nodes, width] node features.
-        backend: ``"dense"``, ``"segment"``, ``"bcoo"``, ``"csr"``, or ``"auto"``: the layout
+        backend: ``"dense"``, ``"segment"``, ``"bcoo"``, ``"csr"``, ``"gather"``, or ``"auto"``: the layout
             the graph was prepared for (:func:`graph_backend`).
         chunk_edges: with ``segment``, process the edges in blocks of this many (bounds the
             [n_edges, width] message buffer to [chunk_edges, width]); ``None``: all at once.
@@ -92,6 +97,13 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
         # the self-loops inside the kernel: one pass over x and the output instead of two more
         return spmm(graph.csr, x.astype(jnp.float32), diag=jnp.asarray(graph.self_weights)).astype(x.dtype)
     loops = jnp.asarray(graph.self_weights, x.dtype)[:, None] * x
+    if backend == "gather":
+        if graph.lists is None:
+            raise ValueError("backend 'gather' needs the neighbour lists: attach them with "
+                             "jaxgcn.core.graph.with_lists(graph)")
+        from jaxgcn.core import gather
+
+        return loops + gather.propagate(graph.lists, x)
     if backend == "segment" and chunk_edges is not None:
         if chunk_edges < 1:
             raise ValueError(f"chunk_edges={chunk_edges} must be >= 1")

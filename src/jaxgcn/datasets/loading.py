@@ -23,7 +23,7 @@ from jaxgcn.datasets.ogb import load_arrays, load_ogb
 from jaxgcn.datasets.planetoid import load_raw
 from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.datasets.synthetic import synthetic
-from jaxgcn.core.graph import from_edges, gcn_norm, with_csr, with_dense
+from jaxgcn.core.graph import from_edges, gcn_norm, with_csr, with_dense, with_lists
 from jaxgcn.core.graph import reorder as reorder_graph
 from jaxgcn.core.layers import sparse_features
 from jaxgcn.host.memory import GiB, available_bytes
@@ -282,6 +282,8 @@ def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
         # the edge list is dropped so the device holds the adjacency once.
         graph = with_csr(graph, symmetric=True if symmetrize and norm in ("sym", "none") else None,
                          keep_edges=False)
+    if backend == "gather":  # the same symmetry rule; the edge list stays (Graph.n_edges reads it)
+        graph = with_lists(graph, symmetric=True if symmetrize and norm in ("sym", "none") else None)
     stats = feature_statistics if feature_statistics is not None else feature_stats(raw.features, feature_norm)
     feats = normalize_features(raw.features, feature_norm, stats)
     layout = features_layout(backend, n_nodes, int(raw.features.shape[1]))  # dense on an accelerator (no scatter)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 GiB = 2**30
+GATHER_CHUNK_ELEMENTS = 2**24  # jaxgcn.core.gather.CHUNK_ELEMENTS (this layer imports no jaxgcn module)
 RUNTIME_BYTES = 400 * 2**20  # Python, NumPy, SciPy, JAX and XLA's CPU client, measured ~0.35-0.4 GB
 
 
@@ -46,6 +47,7 @@ def estimate(
     chunk_edges: int | None = None,
     symmetric: bool = True,
     runs: int = 1,
+    list_slots: int | None = None,
 ) -> MemoryEstimate:
     """Estimate the peak bytes of training a GCN full-batch.
 
@@ -53,11 +55,13 @@ def estimate(
         n_nodes, n_edges: graph size (``n_edges``: directed off-diagonal edges, as ``Graph.n_edges``).
         n_features, n_classes: input and output widths.
         hidden, layers: the architecture.
-        backend: ``dense``, ``segment``, ``bcoo`` or ``csr``.
+        backend: ``dense``, ``segment``, ``bcoo``, ``csr`` or ``gather``.
         feature_nnz: stored entries of sparse features; ``None`` for dense features.
         chunk_edges: edge block of the chunked ``segment`` propagation (bounds its message buffer).
         symmetric: the normalized adjacency equals its transpose (``csr`` then keeps no transposed copy).
         runs: runs stacked in one program (each holds its own activations and params).
+        list_slots: ``gather``: the padded slots of the neighbour lists, the transpose's included
+            (``NeighbourLists.slots``); None: the bound of power-of-two widths, twice the entries per direction.
 
     >>> est = estimate(1_000_000, 20_000_000, 100, 47, hidden=128)
     >>> round(est.parts["adjacency"] / GiB, 2), est.parts["messages"]
@@ -83,6 +87,9 @@ def estimate(
     if backend in ("segment", "bcoo"):
         block = n_edges if not chunk_edges or backend == "bcoo" else min(n_edges, chunk_edges)
         messages = 2 * block * widest * f4  # gathered rows and their gradient
+    elif backend == "gather":
+        lists, messages = _gather_bytes(n_nodes, n_edges, widest, symmetric, list_slots)
+        adjacency += lists
     else:
         messages = 0
     if feature_nnz is not None and backend != "csr":
@@ -94,6 +101,17 @@ def estimate(
     parts = {"features": features, "adjacency": adjacency, "messages": messages, "activations": activations,
              "params": params, "runtime": RUNTIME_BYTES}
     return MemoryEstimate(parts, sum(parts.values()))
+
+
+def _gather_bytes(n_nodes: int, n_edges: int, widest: int, symmetric: bool, list_slots: int | None) -> tuple[int, int]:
+    """The ``gather`` backend's neighbour lists (a column and a weight per padded slot, and the order
+    of each direction) and its buffers: one [rows, K, width] gather (bounded by the row chunks) and
+    its weighted copy, then the bucket outputs stacked before the order gather."""
+    f4, directions = 4, 1 if symmetric else 2
+    slots = 2 * n_edges * directions if list_slots is None else list_slots
+    lists = slots * 2 * f4 + n_nodes * f4 * directions
+    one_way = slots // directions
+    return lists, 2 * min(one_way * widest, GATHER_CHUNK_ELEMENTS) * f4 + (n_nodes + 1) * widest * f4
 
 
 # Where the machine facts are read: module constants so tests can point them at a fake tree.
