@@ -197,3 +197,36 @@ def test_the_accelerator_batches_runs_on_the_matrix_unit():
     text = jax.jit(ops.mxu_matmul_runs, static_argnums=1).lower(h, None, w).as_text()
     assert "dot_general" in text and not re.search(r"tensor<50x3x8x5xf32>", text)
     assert jnp.shape(ops.mxu_matmul_runs(h[:, :1], None, w[:, :1])) == (50, 1, 5)
+
+
+def test_on_a_tpu_the_neighbour_lists_sum_with_the_pallas_kernel(on_tpu, monkeypatch):
+    """The TPU plan's ``gather`` ops take the Pallas row sum where its table is large enough (here: any,
+    the threshold lowered; interpreted on the CPU): forward and gradient equal the dense formula, and
+    the kernel really ran (a call count)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxgcn.core import pallas_gather
+    from jaxgcn.core.graph import from_edges, gcn_norm, to_dense, with_lists
+
+    calls = []
+    kernel = pallas_gather.row_sum
+    monkeypatch.setattr(pallas_gather, "row_sum", lambda *a, **k: calls.append(a[1].shape) or kernel(*a, **k))
+    rng = np.random.default_rng(0)
+    senders, receivers = rng.integers(0, 40, 120), rng.integers(0, 40, 120)
+    senders[:20], receivers[:20] = 0, np.arange(20, 40)  # a hub
+    graph = with_lists(gcn_norm(from_edges(senders, receivers, n_nodes=42)[0]))  # two isolated nodes
+    ops = plan.planned(plan.Execution(backend="gather"), graph).ops
+    assert ops.name == "xla-mxu-pallas"
+    x = jax.random.normal(jax.random.key(0), (42, 16))
+    dense = jnp.asarray(to_dense(graph))
+    np.testing.assert_allclose(ops.propagate(graph, x), dense @ x, rtol=1e-5, atol=1e-5)
+    assert not calls  # a 2.7 kB table: XLA's gather is faster there
+    monkeypatch.setattr(pallas_gather, "MIN_TABLE_BYTES", 4 * 42 * 16)
+    np.testing.assert_allclose(ops.propagate(graph, x), dense @ x, rtol=1e-5, atol=1e-5)
+    assert calls, "the Pallas kernel did not run"
+    grad = jax.grad(lambda x: jnp.sum(jnp.sin(ops.propagate(graph, x))))(x)
+    want = jax.grad(lambda x: jnp.sum(jnp.sin(dense @ x)))(x)
+    np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(plan, "current_platform", lambda: "gpu")
+    assert plan.planned(plan.Execution(backend="gather"), graph).ops.name == "xla-mxu"  # no Pallas TPU kernel

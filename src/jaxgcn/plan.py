@@ -129,7 +129,7 @@ def planned(execution: Execution | Decided | Plan, graph: Any = None) -> Decided
         backend = "csr" if graph is None else graph_backend(graph)
     request = dataclasses.replace(execution, backend=backend)
     kernel = backend == "csr" and execution.kernels is not False and kernel_status()[0]
-    ops = ops_.for_execution(request, kernel, accelerator=current_platform() != "cpu")
+    ops = ops_.for_execution(request, kernel, current_platform())
     return Decided(backend, ops, execution.dropout_rng, execution.chunk_edges,
                    execution.aggregate_first)
 
@@ -361,6 +361,15 @@ class Plan(NamedTuple):
         return self.execution.ops
 
 
+def layout_facts(graph: Any) -> dict[str, Any]:
+    """What a memory estimate reads of a laid-out graph (:func:`jaxgcn.host.memory.estimate`'s keywords):
+    whether the adjacency is symmetric (no transposed copy: the CSR's flag, the neighbour lists'
+    missing transpose), and the neighbour lists' padded slots."""
+    lists = graph.lists
+    symmetric = (graph.csr is None or graph.csr.symmetric) and (lists is None or lists.transpose is None)
+    return {"symmetric": symmetric, "list_slots": None if lists is None else lists.slots}
+
+
 def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes: int, *, n_runs: int = 1,
             devices: int | None = None, aggregate: str = "off", n_nodes: int | None = None) -> Plan:
     """THE plan of a job training ``n_runs`` runs of ``model_config`` on ``data`` (a prepared
@@ -376,8 +385,8 @@ def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes:
                                                   n_features=n_features if dense else None)
     est = memory.estimate(int(n_nodes if n_nodes is not None else x.shape[0]), graph.n_edges, n_features, n_classes,
                    hidden=model_config.hidden, layers=model_config.layers, backend=execution.backend,
-                   feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges,
-                   symmetric=graph.csr is None or graph.csr.symmetric, runs=runs)
+                   feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges, runs=runs,
+                   **layout_facts(graph))
     return Plan(execution, runs, est, fallback_note(requested, execution.backend), current_platform())
 
 

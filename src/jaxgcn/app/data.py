@@ -28,7 +28,7 @@ from jaxgcn.datasets.named import protocol_info, protocol_name, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.host.machine import REORDER_MIN_NODES
 from jaxgcn.host.memory import MemoryEstimate, estimate
-from jaxgcn.plan import backend_for
+from jaxgcn.plan import backend_for, layout_facts
 from jaxgcn.datasets.stats import edge_count
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 
@@ -322,8 +322,5 @@ def memory_estimate(loaded: Loaded, hidden: int, feature_nnz: int | None) -> Mem
     stored features of sparse features, None for dense ones): what ``jaxgcn info`` reports."""
     prepared = loaded.prepared
     info, graph = prepared.info, prepared.data.graph
-    lists = graph.lists  # the gather backend's: its transpose's lists, its padded slots
-    symmetric = (graph.csr is None or graph.csr.symmetric) and (lists is None or lists.transpose is None)
     return estimate(info["n_nodes"], graph.n_edges, info["n_features"], prepared.n_classes, hidden=hidden,
-                    backend=prepared.backend, feature_nnz=feature_nnz, symmetric=symmetric,
-                    list_slots=None if lists is None else lists.slots)
+                    backend=prepared.backend, feature_nnz=feature_nnz, **layout_facts(graph))

@@ -140,18 +140,25 @@ def registered_backends() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def accelerator_ops(execution: Any) -> Ops:
-    """XLA's :class:`Ops` for an accelerator (TPU, GPU): per-run products on the matrix unit
-    (:func:`mxu_matmul_runs`); the same propagation."""
-    return xla_ops(execution)._replace(name="xla-mxu", matmul_runs=mxu_matmul_runs)
+def accelerator_ops(execution: Any, platform: str = "gpu") -> Ops:
+    """XLA's :class:`Ops` for an accelerator (``platform`` tpu or gpu): per-run products on the matrix
+    unit (:func:`mxu_matmul_runs`); on a TPU the ``gather`` backend's row sums take the Pallas kernel
+    where it beats XLA's gather (:func:`jaxgcn.core.pallas_gather.tpu_row_sum`)."""
+    ops = xla_ops(execution)._replace(name="xla-mxu", matmul_runs=mxu_matmul_runs)
+    if platform == "tpu" and execution.backend == "gather":
+        from jaxgcn.core.pallas_gather import tpu_row_sum
+
+        return ops._replace(name="xla-mxu-pallas", propagate=functools.partial(
+            propagate, backend="gather", rows_sum=tpu_row_sum))
+    return ops
 
 
-def for_execution(execution: Any, kernel: bool = False, accelerator: bool = False) -> Ops:
+def for_execution(execution: Any, kernel: bool = False, platform: str = "cpu") -> Ops:
     """The :class:`Ops` of ``execution``: a registered backend's, the C++ kernel's where the plan
-    decided it runs (``kernel``: :func:`jaxgcn.plan.concrete`), else XLA's (``accelerator``: the plan
-    runs on a TPU or GPU: :func:`accelerator_ops`)."""
+    decided it runs (``kernel``: :func:`jaxgcn.plan.concrete`), else XLA's (on an accelerator
+    ``platform``, tpu or gpu: :func:`accelerator_ops`)."""
     if execution.backend in _REGISTRY:
         return _REGISTRY[execution.backend](execution)
     if kernel:
         return native(execution)
-    return accelerator_ops(execution) if accelerator else xla_ops(execution)
+    return xla_ops(execution) if platform == "cpu" else accelerator_ops(execution, platform)

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import sparse as jsparse
@@ -60,7 +62,8 @@ def _segment_chunked(graph: Graph, x: jax.Array, chunk: int) -> jax.Array:
     return out
 
 
-def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edges: int | None = None) -> jax.Array:
+def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edges: int | None = None,
+              rows_sum: Any = None) -> jax.Array:
     """Compute ``Â @ x`` for the graph's (normalized) adjacency ``Â``.
 
     Args:
@@ -70,6 +73,8 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
             the graph was prepared for (:func:`graph_backend`).
         chunk_edges: with ``segment``, process the edges in blocks of this many (bounds the
             [n_edges, width] message buffer to [chunk_edges, width]); ``None``: all at once.
+        rows_sum: with ``gather``, the neighbour lists' row sum (:func:`jaxgcn.core.gather.row_sum`'s
+            signature); None: XLA's gather (a TPU's plan gives :func:`jaxgcn.core.pallas_gather.tpu_row_sum`).
 
     Returns:
         [n_nodes, width] aggregated features.
@@ -103,7 +108,7 @@ def propagate(graph: Graph, x: jax.Array, *, backend: str = "segment", chunk_edg
                              "jaxgcn.core.graph.with_lists(graph)")
         from jaxgcn.core import gather
 
-        return loops + gather.propagate(graph.lists, x)
+        return loops + gather.propagate(graph.lists, x, rows_sum=rows_sum or gather.row_sum)
     if backend == "segment" and chunk_edges is not None:
         if chunk_edges < 1:
             raise ValueError(f"chunk_edges={chunk_edges} must be >= 1")
