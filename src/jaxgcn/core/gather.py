@@ -62,8 +62,9 @@ def bucket_width(degree: np.ndarray) -> np.ndarray:
     return np.where(degree > 0, 1 << np.ceil(np.log2(np.maximum(degree, 1))).astype(np.int64), 0)
 
 
-def _lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray) -> NeighbourLists:
-    """Bucketed lists of the CSR matrix (``indptr`` [n + 1], ``cols``/``weights`` [nnz]), vectorised."""
+def _lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray, n_cols: int | None = None) -> NeighbourLists:
+    """Bucketed lists of the CSR matrix (``indptr`` [n + 1], ``cols``/``weights`` [nnz]; ``n_cols`` columns,
+    default n: a padding slot reads its row's id, or the last column where that is past them), vectorised."""
     n = indptr.size - 1
     degree = np.diff(indptr)
     width = bucket_width(degree)
@@ -81,6 +82,8 @@ def _lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray) -> Neighbo
     # entry e of row i goes to node_slot[i] + (e - indptr[i]); no [nnz] row-id array (1 GB at 124M entries)
     slot = np.repeat(node_slot - indptr[:-1], degree) + np.arange(cols.size)
     flat_cols = np.repeat(ranked, width[ranked]).astype(np.int32)  # padding points at the row itself
+    if n_cols is not None and n_cols < n:
+        np.minimum(flat_cols, n_cols - 1, out=flat_cols)  # a rectangular matrix: a column that exists
     flat_w = np.zeros(slot_start[-1], np.float32)
     flat_cols[slot] = cols
     flat_w[slot] = weights
@@ -125,6 +128,59 @@ def build(senders: Any, receivers: Any, weights: Any, n_nodes: int, *, symmetric
             and np.array_equal(t_w, w):
         return lists
     return lists._replace(transpose=_lists(t_indptr, t_cols, t_w))
+
+
+def sub_lists(indptr: Any, cols: Any, weights: Any, n_cols: int) -> NeighbourLists:
+    """The :class:`NeighbourLists` of a [K, ``n_cols``] CSR matrix (host arrays: some rows of ``Â``, their
+    columns those of a layer's input rows, :func:`jaxgcn.core.graph.focus_rows`), with its transpose's
+    lists for the gradient.
+
+    >>> sub = sub_lists(np.array([0, 2]), np.array([0, 2]), np.array([1.0, 3.0], np.float32), 3)
+    >>> [c.tolist() for c in sub.cols], sub.order.tolist(), sub.transpose.order.tolist()
+    ([[[0, 2]]], [0], [0, 2, 1])
+    """
+    indptr, cols = np.asarray(indptr, np.int64), np.asarray(cols, np.int64)
+    weights = np.asarray(weights, np.float32)
+    csc = sp.csr_matrix((weights, cols, indptr), shape=(indptr.size - 1, n_cols)).tocsc()
+    transpose = _lists(np.asarray(csc.indptr, np.int64), np.asarray(csc.indices, np.int64), csc.data,
+                       indptr.size - 1)
+    return _lists(indptr, cols, weights, n_cols)._replace(transpose=transpose)
+
+
+class RowsPrepared(NamedTuple):
+    """The row plans of a run's data for the ``gather`` backend's ops (:func:`prepare`; the fields a
+    training step reads of :attr:`jaxgcn.core.data.TrainData.aux`): each layer's rows as neighbour lists."""
+
+    eval_rows: Any
+    train_rows: Any
+
+
+def prepare(data: Any, hops: int) -> RowsPrepared | None:
+    """Which rows each layer computes for the logits a training step (the training nodes) and an
+    evaluation (the data's ``focus``) read (:func:`jaxgcn.core.native_ops.row_plan`, on the graph's CSR
+    built here on the host from its edge list), each layer's rows of ``Â`` as :func:`sub_lists`: a
+    2-layer model on a 1M-node graph with 100 training nodes trains its last layer at those 100 rows
+    and its first at the ~2,600 around them, each product a gather and its gradient too."""
+    from jaxgcn.core.graph import with_csr
+    from jaxgcn.core.native_ops import row_plan
+
+    if data.focus is None or hops < 2:
+        return None
+    host = jax.tree.map(np.asarray, data.graph._replace(lists=None, dense=None))
+    graph = with_csr(host, symmetric=data.graph.lists.transpose is None if data.graph.lists is not None else None)
+    train = np.asarray(data.train_mask)
+    trained = np.flatnonzero(train != 0 if train.ndim == 1 else (train != 0).any(axis=0))
+    plans = [row_plan(graph, nodes, hops) for nodes in (np.asarray(data.focus), trained)]
+    plans = [None if p is None else jax.tree.map(jnp.asarray, p._replace(mats=tuple(
+        None if m is None else sub_lists(m.indptr, m.cols, m.data, m.shape[1]) for m in p.mats))) for p in plans]
+    return RowsPrepared(*plans)
+
+
+def rows_product(lists: NeighbourLists, x: jax.Array, *, rows_sum: RowSum | None = None,
+                 budget: int = CHUNK_ELEMENTS) -> jax.Array:
+    """Some rows of ``Â · x`` ([K, W]) for ``x`` the [m, W] rows a layer's input holds: the product of
+    :func:`sub_lists` (the self-loops are entries of it), its gradient a gather over the transpose's lists."""
+    return _product(rows_sum or row_sum, int(budget), lists, x)
 
 
 def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array) -> jax.Array:

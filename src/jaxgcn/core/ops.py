@@ -145,12 +145,20 @@ def accelerator_ops(execution: Any, platform: str = "gpu") -> Ops:
     unit (:func:`mxu_matmul_runs`); on a TPU the ``gather`` backend's row sums take the Pallas kernel
     where it beats XLA's gather (:func:`jaxgcn.core.pallas_gather.tpu_row_sum`)."""
     ops = xla_ops(execution)._replace(name="xla-mxu", matmul_runs=mxu_matmul_runs)
-    if platform == "tpu" and execution.backend == "gather":
-        from jaxgcn.core.pallas_gather import tpu_row_sum
+    if execution.backend != "gather":
+        return ops
+    from jaxgcn.core import gather
 
-        return ops._replace(name="xla-mxu-pallas", propagate=functools.partial(
-            propagate, backend="gather", rows_sum=tpu_row_sum))
-    return ops
+    rows_sum = None
+    if platform == "tpu":
+        from jaxgcn.core.pallas_gather import tpu_row_sum as rows_sum
+
+        ops = ops._replace(name="xla-mxu-pallas", propagate=functools.partial(propagate, backend="gather",
+                                                                               rows_sum=rows_sum))
+    # each layer at the rows the logits read (the hash's masks are drawn by node id, jax.random's by row)
+    hashed = execution.dropout_rng == "hash"
+    return ops._replace(row_plans=hashed, prepare=gather.prepare if hashed else None,
+                        rows_product=functools.partial(gather.rows_product, rows_sum=rows_sum))
 
 
 def for_execution(execution: Any, kernel: bool = False, platform: str = "cpu") -> Ops:
