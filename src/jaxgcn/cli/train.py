@@ -92,7 +92,7 @@ def _report(args: argparse.Namespace, outcome: Outcome, record: dict[str, Any] |
                                   "exchange": layout.exchange, "partition": layout.stats,
                                   "memory_estimate_per_device": layout.estimate.parts})
     return reports.train_report(
-        reports.dataset_report(prepared.info, prepared.backend),
+        reports.dataset_report(prepared.info, prepared.backend, outcome.execution.precision),
         reports.config_report(outcome.model, outcome.train, args.norm, args.feature_norm, outcome.execution),
         outcome.runs, args.splits, outcome.compile_seconds, outcome.train_seconds, record=record, **extra)
 
