@@ -42,7 +42,7 @@ def job(args: argparse.Namespace) -> Job:
 # Options a --log's config_id leaves out besides the outputs: how the run is shown and computed (the
 # same settings on another backend or device count train the same model), and how long a process
 # waits for its peers.
-NOT_LOGGED = (*records.NOT_RESUMED, "data_root", "backend",
+NOT_LOGGED = (*records.NOT_RESUMED, "data_root", "backend", "precision",
               "chunk_edges", "aggregate_first", "devices", "shard_graph", "exchange", "distributed", "reorder")
 
 
