@@ -47,9 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if note:
         print(note)
     print(f"  training memory estimate (backend {loaded.prepared.backend}, hidden {args.hidden}): {est.describe()}")
+    print(precision_line(stats["precision"]))
     print(machine.describe())
     print(reports.devices_line(devices))
-    print(precision_line(stats["precision"]))
     with outputs.Staged() as out:
         if args.json is not None:
             out.add(args.json, reports.json_text(stats), label=f"--json {args.json}")
