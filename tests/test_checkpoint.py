@@ -60,7 +60,7 @@ def test_the_execution_is_recorded_beside_the_architecture(tmp_path):
     save(tmp_path / "ck", execution=Execution(backend="csr", aggregate_first=True))
     ck = checkpoint.load(tmp_path / "ck")
     assert ck.meta["execution"] == {"backend": "csr", "dropout_rng": "hash", "chunk_edges": None,
-                                    "aggregate_first": True, "kernels": None}
+                                    "aggregate_first": True, "kernels": None, "precision": "auto"}
     assert "backend" not in ck.meta["model"] and "aggregate_first" not in ck.meta["model"]
     assert checkpoint.model_config(ck.meta) == GCNConfig(hidden=2)
     save(tmp_path / "none")

@@ -204,7 +204,8 @@ def test_a_decided_execution_is_keyed_by_its_ops_and_recorded_with_the_decision(
     assert kernel == plan.concrete(Execution(backend="csr")) and hash(kernel) == hash(plan.concrete(Execution("csr")))
     assert kernel != xla  # a compile cache keyed by the execution never mixes the kernel's program and XLA's
     assert record(kernel) == {"backend": "csr", "dropout_rng": "hash", "chunk_edges": None,
-                              "aggregate_first": False, "kernels": True}
+                              "aggregate_first": False, "kernels": True,
+                              "precision": kernel.precision}  # the decided one (never auto)
     assert record(xla)["kernels"] is False and record(Execution())["kernels"] is None
     with pytest.raises(ValueError, match=r"^a decided execution has a concrete backend, not 'auto'"):
         Decided("auto", kernel.ops)

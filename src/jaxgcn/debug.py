@@ -13,7 +13,7 @@ from typing import Any
 import jax
 from jax.experimental import checkify
 
-from jaxgcn.core.models import Execution, GCNConfig, gcn
+from jaxgcn.core.models import Execution, GCNConfig, gcn, precision_scope
 from jaxgcn.core.data import TrainData
 from jaxgcn.training.config import TrainConfig
 from jaxgcn.training.losses import l2_penalty, masked_cross_entropy
@@ -49,7 +49,7 @@ def check_first_step(data: TrainData, n_classes: int, model_config: GCNConfig, c
         return value, grads, model.apply(p, data.graph, data.x)
 
     checked = checkify.checkify(step, errors=checkify.index_checks | checkify.nan_checks | checkify.div_checks)
-    with jax.debug_nans(True):
+    with jax.debug_nans(True), precision_scope(execution):  # the run's own precision
         try:
             err, _ = jax.jit(checked)(params, data)
         except FloatingPointError as exc:

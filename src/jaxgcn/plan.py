@@ -131,7 +131,20 @@ def planned(execution: Execution | Decided | Plan, graph: Any = None) -> Decided
     kernel = backend == "csr" and execution.kernels is not False and kernel_status()[0]
     ops = ops_.for_execution(request, kernel, current_platform())
     return Decided(backend, ops, execution.dropout_rng, execution.chunk_edges,
-                   execution.aggregate_first)
+                   execution.aggregate_first, precision_for(execution.precision, current_platform()))
+
+
+def precision_for(requested: str, platform: str) -> str:
+    """THE float32 matmul precision decision: ``auto`` is ``highest`` on an accelerator (a TPU's
+    default is one bfloat16 pass: the CPU's answers need full float32) and ``default`` on the CPU,
+    where the setting changes no result and the programs stay as they were; an explicit value is kept.
+
+    >>> precision_for("auto", "tpu"), precision_for("auto", "cpu"), precision_for("high", "tpu")
+    ('highest', 'default', 'high')
+    """
+    if requested != "auto":
+        return requested
+    return "default" if platform == "cpu" else "highest"
 
 
 concrete = planned  # the name the entry points (fit, fit_runs, fit_sharded, ...) call it by: one function
@@ -375,6 +388,11 @@ class Plan(NamedTuple):
     def ops(self) -> Ops:
         """What computes the products (:func:`ops_for`): XLA's, the kernel's or a registered backend's."""
         return self.execution.ops
+
+    @property
+    def precision(self) -> str:
+        """The float32 matmul precision every program runs in (:func:`precision_for`)."""
+        return self.execution.precision
 
 
 def layout_facts(graph: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from jaxgcn.store import checkpoint
 from jaxgcn.store.checkpoint import SPLIT_CODES, Checkpoint
 from jaxgcn.datasets import Prepared, RawGraph, prepare
 from jaxgcn.io.metrics import Classification, classification
-from jaxgcn.core.models import Execution, GCNConfig, gcn
+from jaxgcn.core.models import Execution, GCNConfig, gcn, precision_scope
 from jaxgcn.plan import concrete
 
 __all__ = [
@@ -232,13 +232,17 @@ def checkpoint_model(ck: Checkpoint) -> tuple[GCNConfig, Any]:
     return checkpoint.model_config(ck.meta), jax.tree.map(jax.numpy.asarray, ck.params)
 
 
-def logits(ck: Checkpoint, prepared: Prepared, *, embed: bool = False) -> Any:
+def logits(ck: Checkpoint, prepared: Prepared, *, embed: bool = False, precision: str | None = None) -> Any:
     """The saved model's logits ([n_nodes, n_classes]) on the prepared graph, or with ``embed`` its last
-    hidden layer ([n_nodes, hidden]; a 1-layer model's input features, possibly sparse)."""
+    hidden layer ([n_nodes, hidden]; a 1-layer model's input features, possibly sparse), computed in the
+    float32 matmul ``precision`` (None: the one the checkpoint records, :func:`jaxgcn.store.checkpoint.precision`)."""
     config, params = checkpoint_model(ck)
     graph, x = prepared.data.graph, prepared.data.x
-    model = gcn(config, concrete(Execution(), graph))  # the backend the graph was prepared for, its ops
-    return jax.jit(lambda p, g, x: model.apply(p, g, x, embed=embed))(params, graph, x)
+    # the backend the graph was prepared for, its ops; the precision decided for this platform
+    execution = concrete(Execution(precision=precision or checkpoint.precision(ck.meta)), graph)
+    model = gcn(config, execution)
+    with precision_scope(execution):
+        return jax.jit(lambda p, g, x: model.apply(p, g, x, embed=embed))(params, graph, x)
 
 
 def class_names(ck: Checkpoint) -> list[str]:
@@ -246,10 +250,10 @@ def class_names(ck: Checkpoint) -> list[str]:
     return ck.meta["class_names"] or [str(c) for c in range(ck.meta["n_classes"])]
 
 
-def score(ck: Checkpoint, prepared: Prepared, on: str) -> Classification:
+def score(ck: Checkpoint, prepared: Prepared, on: str, precision: str | None = None) -> Classification:
     """The saved model's metrics on the ``on`` nodes of the prepared graph (``"train"|"val"|"test"``:
-    that split; anything else: every labelled node)."""
-    predicted = np.asarray(logits(ck, prepared)).argmax(axis=1)
+    that split; anything else: every labelled node), in ``precision`` (:func:`logits`)."""
+    predicted = np.asarray(logits(ck, prepared, precision=precision)).argmax(axis=1)
     d = prepared.data
     labels = np.asarray(d.labels)
     mask = {"test": d.test_mask, "val": d.val_mask, "train": d.train_mask}.get(on)
@@ -263,10 +267,11 @@ def write_report(path: str | Path, on: str, names: list[str], metrics: Classific
     outputs.write_atomic(path, reports.json_text(reports.evaluation_report(on, names, metrics)), label=label)
 
 
-def predictions_csv(ck: Checkpoint, prepared: Prepared, node_ids: np.ndarray | None) -> tuple[str, int]:
+def predictions_csv(ck: Checkpoint, prepared: Prepared, node_ids: np.ndarray | None,
+                    precision: str | None = None) -> tuple[str, int]:
     """``node,label,prob_<class>...`` CSV text of every node of the prepared graph (named by
-    ``node_ids`` ([n_nodes] str), else by position), and the number of nodes."""
-    probs = np.asarray(jax.nn.softmax(logits(ck, prepared), axis=-1))
+    ``node_ids`` ([n_nodes] str), else by position), and the number of nodes; in ``precision`` (:func:`logits`)."""
+    probs = np.asarray(jax.nn.softmax(logits(ck, prepared, precision=precision), axis=-1))
     names = class_names(ck)
     ids = node_ids if node_ids is not None else np.arange(probs.shape[0]).astype(str)
     pred = np.asarray(names, dtype=object)[probs.argmax(axis=1)]

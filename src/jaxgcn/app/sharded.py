@@ -5,6 +5,7 @@ it). Notes go to ``say``; nothing here prints."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -132,7 +133,9 @@ def run(job: Job, say: Say, *, writer: bool, progress: Any = None, log_every: in
     sharded = layout.sharded if layout.data is None else distributed.shard_data(layout.data, mesh,
                                                                                   exchange=layout.exchange)
     facts = saved_facts(job, layout) if job.save is not None or job.resume is not None else None
-    configs = (model_config, train_config, layout.execution)
+    resolved = planner.sharded(layout.execution, layout.estimate)  # what the engine runs: one plan
+    # recorded as asked (the backend), with the precision decided: what the run computed in
+    configs = (model_config, train_config, dataclasses.replace(layout.execution, precision=resolved.precision))
     hooks: dict[str, Any] = {}
     resumed = 0
     if facts is not None:
@@ -141,7 +144,6 @@ def run(job: Job, say: Say, *, writer: bool, progress: Any = None, log_every: in
                                  layout={"devices": n_parts, "exchange": layout.exchange})
         if not writer:
             hooks.pop("on_checkpoint", None)
-    resolved = planner.sharded(layout.execution, layout.estimate)  # what the engine runs: one plan
     res = distributed.fit_sharded(sharded, layout.loaded.prepared.n_classes, model_config=model_config,
                                   execution=resolved, config=train_config, key=jax.random.key(job.seed),
                                   log_every=log_every, log=None, progress=progress, **hooks)

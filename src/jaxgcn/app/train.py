@@ -23,7 +23,7 @@ from jaxgcn.app.data import Loaded, Say, load, one_split
 from jaxgcn.app.job import Job, Outcome
 from jaxgcn.debug import CheckFailed, check_first_step
 from jaxgcn.core.diagnostics import divergence_hint
-from jaxgcn.core.models import Execution, GCNConfig
+from jaxgcn.core.models import PRECISION_MEANING, Execution, GCNConfig
 from jaxgcn.io.reports import RunSummary
 from jaxgcn.training.config import Kipf, Patience, TrainConfig
 from jaxgcn.training.loop import fit
@@ -44,6 +44,8 @@ def plan(loaded: Loaded, model_config: GCNConfig, execution: Execution, n_runs: 
                              devices=devices, aggregate=aggregate, n_nodes=prepared.info["n_nodes"])
     if chosen.note:
         say(chosen.note)  # why not the csr kernel, in one line
+    if chosen.precision != "default":  # the CPU's own (default) is said by `jaxgcn info`, not by every run
+        say(f"precision {chosen.precision}: float32 matmuls in {PRECISION_MEANING[chosen.precision]} (--precision)")
     if deep := planner.compile_note(model_config):
         say(deep)
     room = memory.budget()  # the accelerator's free memory, else the host's (tests replace available_bytes)

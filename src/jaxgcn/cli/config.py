@@ -22,7 +22,8 @@ def model_config(args: argparse.Namespace, **swept: Any) -> GCNConfig:
 def execution(args: argparse.Namespace, backend: str) -> Execution:
     """How the flags say to run (``--aggregate-first`` and the kernels are decided later, by the plan:
     :mod:`jaxgcn.plan`)."""
-    return Execution(backend=backend, dropout_rng=args.dropout_rng, chunk_edges=args.chunk_edges)
+    return Execution(backend=backend, dropout_rng=args.dropout_rng, chunk_edges=args.chunk_edges,
+                     precision=args.precision)
 
 
 def train_config(args: argparse.Namespace, **swept: Any) -> TrainConfig:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import jax
 import scipy.sparse as sp
 
 from jaxgcn.host import machine
@@ -14,7 +15,20 @@ from jaxgcn.app.data import memory_estimate, split_note
 from jaxgcn.cli import data
 from jaxgcn.cli.common import prelude
 from jaxgcn.cli.data import load, split_csv
+from jaxgcn.core.models import PRECISION_MEANING
 from jaxgcn.datasets.stats import dataset_stats, describe, feature_nonzeros
+from jaxgcn.plan import precision_for
+
+
+def precision_line(precision: dict[str, str]) -> str:
+    """What ``--precision auto`` computes float32 matmuls in on this platform (``precision``: the
+    ``--json``'s, ``{"auto": decided}``).
+
+    >>> precision_line({"auto": "highest"})
+    'precision: --precision auto gives highest here: float32 matmuls in full float32'
+    """
+    return f"precision: --precision auto gives {precision['auto']} here: float32 matmuls in " \
+           f"{PRECISION_MEANING[precision['auto']]}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,12 +40,14 @@ def run(args: argparse.Namespace) -> int:
     est = memory_estimate(loaded, args.hidden, nnz if sparse else None)
     devices = reports.devices_report()
     stats: dict[str, Any] = {**dataset_stats(loaded.prepared, nnz), "memory_estimate_bytes": est.total,
-                             "devices": devices, "machine": machine.report()}
+                             "devices": devices, "machine": machine.report(),
+                             "precision": {"auto": precision_for("auto", jax.default_backend())}}
     print("\n".join(describe(stats)))
     note = split_note(data.request(args), loaded.prepared)
     if note:
         print(note)
     print(f"  training memory estimate (backend {loaded.prepared.backend}, hidden {args.hidden}): {est.describe()}")
+    print(precision_line(stats["precision"]))
     print(machine.describe())
     print(reports.devices_line(devices))
     with outputs.Staged() as out:

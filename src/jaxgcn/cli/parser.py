@@ -293,10 +293,17 @@ def _add_model_args(p: argparse.ArgumentParser, grid: bool) -> None:
     m.add_argument("--layer-norm", action="store_true", help="layer normalization before each hidden activation")
 
 
+PRECISIONS = ("auto", "default", "high", "highest")  # jaxgcn.core.models.PRECISIONS (no JAX import here)
+PRECISION_HELP = ("float32 matmul precision, which matters on a TPU/GPU only (the CPU computes in float32 "
+                  "whatever it says): default: XLA's (one bfloat16 pass on a TPU), high: 3 bfloat16 passes, "
+                  "highest: full float32; auto: highest on a TPU/GPU (the CPU's answers), default on the CPU")
+
+
 def _add_execution_args(e: argparse._ArgumentGroup) -> None:
     e.add_argument("--backend", choices=("auto", "dense", "segment", "bcoo", "csr", "gather"),
                    default="auto", help="how A.H is computed; auto: dense for small dense graphs, else csr (the fused "
                    "kernel) where it builds, else segment; gather: scatter-free neighbour lists (for accelerators)")
+    e.add_argument("--precision", choices=PRECISIONS, default="auto", help=PRECISION_HELP)
     e.add_argument("--chunk-edges", type=v.positive_int, default=None,
                    help="segment backend: propagate in blocks of N edges (bounds the message buffer)")
     e.add_argument("--aggregate-first", choices=("auto", "on", "off"), default="auto",
@@ -550,6 +557,9 @@ def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--on", choices=("test", "val", "train", "labelled"), default="test",
                            help="the nodes to score")
             p.add_argument("--json", type=v.path, help="write the metrics to this JSON file")
+        p.add_argument("--precision", choices=PRECISIONS, default=None,
+                       help=f"{PRECISION_HELP} (default: the precision the checkpoint was trained in; auto for a "
+                            "checkpoint that records none)")
         p.set_defaults(func=command(name))
 
 

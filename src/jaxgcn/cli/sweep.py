@@ -56,10 +56,10 @@ def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int],
 
 
 def _write(args: argparse.Namespace, loaded: Loaded, grid: Grid, train_config: TrainConfig, seeds: list[int],
-           rows: list[Row], record: dict[str, Any] | None) -> None:
+           rows: list[Row], record: dict[str, Any] | None, precision: str) -> None:
     """Together at the end, the split file last; nothing on an error. A ``--save`` folder gets the
     report (with the record) and the table; then its progress goes (a finished sweep holds no state)."""
-    dataset = reports.dataset_report(loaded.prepared.info, loaded.prepared.backend)
+    dataset = reports.dataset_report(loaded.prepared.info, loaded.prepared.backend, precision)
     with outputs.Staged() as out:
         if args.csv is not None:
             out.add(args.csv, csv_text(rows), label=f"--csv {args.csv}")
@@ -107,5 +107,5 @@ def _sweep(args: argparse.Namespace) -> int:
         return 0
     print(format_table(rows))
     record = records.for_run(args, loaded.prepared.data)  # what reproduces the sweep (--json's "record")
-    _write(args, loaded, grid, train_config, seeds, rows, record)
+    _write(args, loaded, grid, train_config, seeds, rows, record, resolved.precision)
     return 0

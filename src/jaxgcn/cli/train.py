@@ -42,7 +42,7 @@ def job(args: argparse.Namespace) -> Job:
 # Options a --log's config_id leaves out besides the outputs: how the run is shown and computed (the
 # same settings on another backend or device count train the same model), and how long a process
 # waits for its peers.
-NOT_LOGGED = (*records.NOT_RESUMED, "data_root", "backend",
+NOT_LOGGED = (*records.NOT_RESUMED, "data_root", "backend", "precision",
               "chunk_edges", "aggregate_first", "devices", "shard_graph", "exchange", "distributed", "reorder")
 
 
@@ -92,7 +92,7 @@ def _report(args: argparse.Namespace, outcome: Outcome, record: dict[str, Any] |
                                   "exchange": layout.exchange, "partition": layout.stats,
                                   "memory_estimate_per_device": layout.estimate.parts})
     return reports.train_report(
-        reports.dataset_report(prepared.info, prepared.backend),
+        reports.dataset_report(prepared.info, prepared.backend, outcome.execution.precision),
         reports.config_report(outcome.model, outcome.train, args.norm, args.feature_norm, outcome.execution),
         outcome.runs, args.splits, outcome.compile_seconds, outcome.train_seconds, record=record, **extra)
 

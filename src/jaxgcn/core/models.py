@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Callable, NamedTuple
 
@@ -52,6 +53,13 @@ class GCNConfig:
             raise ValueError(f"dropout={self.dropout}: the drop probability must be in [0, 1)")
 
 
+# float32 matmul precisions an execution may ask for: ``auto`` is decided per platform by the plan
+PRECISIONS = ("auto", "default", "high", "highest")
+# what each decided precision computes, in the words `jaxgcn info` and train's notes use
+PRECISION_MEANING = {"default": "XLA's default (one bfloat16 pass on a TPU; float32 on the CPU)",
+                     "high": "3 bfloat16 passes", "highest": "full float32"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Execution:
     """HOW a model runs: choices that leave the model, and (except ``dropout_rng``) its results up to
@@ -71,6 +79,10 @@ class Execution:
         kernels: DEPRECATED (kept one release for library callers): ``False`` asks the plan for no
             C++ kernel; ``True`` or ``None``: the plan decides (:func:`jaxgcn.plan.concrete`). Nothing
             but the plan reads it; the engine runs a :class:`Decided` execution.
+        precision: float32 matmul precision (:data:`PRECISIONS`): ``default`` (XLA's: one bfloat16
+            pass on a TPU), ``high`` (3 bfloat16 passes), ``highest`` (full float32), or ``auto``
+            (the default): ``highest`` on a TPU or GPU, so float32 runs give the CPU's answers, and
+            ``default`` on the CPU, where the setting changes no result (:func:`jaxgcn.plan.precision_for`).
     """
 
     backend: str = "auto"
@@ -78,6 +90,7 @@ class Execution:
     chunk_edges: int | None = None
     aggregate_first: bool = False
     kernels: bool | None = None
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", *BACKENDS, *ops_.registered_backends()):
@@ -90,25 +103,33 @@ class Execution:
             raise ValueError(f"dropout_rng={self.dropout_rng!r} must be 'hash' or 'jax'")
         if self.kernels is not None and not isinstance(self.kernels, bool):
             raise ValueError(f"kernels={self.kernels!r} must be True, False or None (not planned)")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r} must be one of {PRECISIONS}")
 
 
 @dataclasses.dataclass(frozen=True)
 class Decided:
     """An :class:`Execution` as the plan decided it (:func:`jaxgcn.plan.concrete`): what the engine
     runs. ``backend`` is concrete (never ``auto``), ``aggregate_first`` decided, and ``ops`` what
-    computes the products (XLA's, the C++ kernel's or a registered backend's). Two decided executions
-    are equal where their ops carry the same name (a compile cache's key; the functions are rebuilt)."""
+    computes the products (XLA's, the C++ kernel's or a registered backend's), ``precision`` the float32
+    matmul precision every program of the run is traced with (never ``auto``: :func:`precision_scope`).
+    Two decided executions are equal where their ops carry the same name (a compile cache's key; the
+    functions are rebuilt)."""
 
     backend: str
     ops: Ops = dataclasses.field(compare=False, repr=False)
     dropout_rng: str = "hash"
     chunk_edges: int | None = None
     aggregate_first: bool = False
+    precision: str = "default"
     ops_name: str = dataclasses.field(default="", init=False)
 
     def __post_init__(self) -> None:
         if self.backend == "auto":
             raise ValueError("a decided execution has a concrete backend, not 'auto' (jaxgcn.plan.concrete)")
+        if self.precision not in PRECISIONS[1:]:
+            raise ValueError(f"a decided execution's precision is one of {PRECISIONS[1:]}, not {self.precision!r} "
+                             "(jaxgcn.plan.concrete)")
         object.__setattr__(self, "ops_name", self.ops.name)
 
     @property
@@ -117,13 +138,27 @@ class Decided:
         return self.ops_name == "native"
 
 
+def precision_scope(execution: Execution | Decided) -> contextlib.AbstractContextManager[Any]:
+    """Where a run's programs are traced (compiled, or called under ``jit``): its decided float32 matmul
+    precision (``jax.default_matmul_precision``, part of jit's cache key). ``default`` (and an
+    undecided request) enters nothing, so those programs are exactly what they were without the field.
+
+    >>> with precision_scope(Execution()):
+    ...     jax.config.jax_default_matmul_precision is None
+    True
+    """
+    precision = execution.precision if isinstance(execution, Decided) else "default"
+    if precision == "default":
+        return contextlib.nullcontext()
+    return jax.default_matmul_precision(precision)
+
 
 def record(execution: Execution | Decided) -> dict[str, Any]:
     """``execution`` as a checkpoint, a report or a sweep's manifest records it (JSON values): a decided
     one as the request it answers, with ``kernels`` the decision (the layout checkpoints always had)."""
     if isinstance(execution, Decided):
         execution = Execution(execution.backend, execution.dropout_rng, execution.chunk_edges,
-                              execution.aggregate_first, execution.kernels)
+                              execution.aggregate_first, execution.kernels, execution.precision)
     return dataclasses.asdict(execution)
 
 

@@ -155,7 +155,7 @@ def fit_sharded(sharded: ShardedData, n_classes: int, *, model_config: GCNConfig
     runs = jax.tree.map(np.asarray, runner.inputs())
     cache_key = ("sharded", model_config, config, execution, n_classes, signature(data), sharded.mesh,
                  sharded.exchange, key.shape, str(key.dtype))
-    program = compile(cache_key, runner, (key, None, runs), data, progress=progress)
+    program = compile(cache_key, runner, (key, None, runs), data, progress=progress, execution=execution)
     state = program.init(key, None, runs)
     if resume is not None:
         state = resume(state)

@@ -63,11 +63,14 @@ def json_text(payload: dict[str, Any]) -> str:
     return json.dumps(payload, indent=2) + "\n"
 
 
-def dataset_report(info: dict[str, Any], backend: str) -> dict[str, Any]:
-    """What every training report says about the data: ``info`` of :func:`jaxgcn.datasets.prepare`."""
+def dataset_report(info: dict[str, Any], backend: str, precision: str | None = None) -> dict[str, Any]:
+    """What every training report says about the data: ``info`` of :func:`jaxgcn.datasets.prepare`, and
+    how it was computed on: the propagation ``backend`` and the float32 matmul ``precision`` decided
+    (:func:`jaxgcn.plan.precision_for`; None: not reported)."""
     return {
         "dataset": info["dataset"], "n_nodes": info["n_nodes"], "n_edges": info["n_edges"],
         "n_features": info["n_features"], "n_classes": info["n_classes"], "backend": backend,
+        **({} if precision is None else {"precision": precision}),
         "split": info.get("split", "public"), "split_sizes": info["split_sizes"],
         "graph_report": {k: info[k] for k in GRAPH_REPORT},
         **({"protocol": info["protocol"], "metric": info["metric"]} if "protocol" in info else {}),

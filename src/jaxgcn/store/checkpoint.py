@@ -131,12 +131,30 @@ def setting_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return out
 
 
+def precision(meta: dict[str, Any]) -> str:
+    """The float32 matmul precision a checkpoint's model was trained in (its recorded execution's),
+    what ``evaluate`` and ``predict`` compute in unless told; ``auto`` (the platform's choice:
+    :func:`jaxgcn.plan.precision_for`) for a checkpoint written before the field."""
+    execution = meta.get("execution")
+    return execution.get("precision", "auto") if isinstance(execution, dict) else "auto"
+
+
+def _with_precision(saved: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's settings (``extra``) with the execution's precision that a checkpoint written before
+    the field ran in: ``default`` (JAX's, which no earlier jaxgcn changed), so such a run resumes where
+    this one decides the same."""
+    execution = saved.get("execution")
+    if not isinstance(execution, dict) or "precision" in execution:
+        return saved
+    return {**saved, "execution": {**execution, "precision": "default"}}
+
+
 def check_resumable(meta: dict[str, Any], settings: dict[str, Any], fingerprint: dict[str, str],
                     source: str) -> None:
     """Refuse to resume a checkpoint (``meta``) that was started with other ``settings`` (model and
     training configs, seed, dataset, node count: what was saved as ``extra``) or on other data (its
     :func:`data_fingerprint` differs from ``fingerprint``). ``source`` names it in the message."""
-    saved = meta.get("extra", {})
+    saved = _with_precision(meta.get("extra", {}))
     changed = [k for k in settings if saved.get(k) != settings[k]]
     if changed:
         raise ValueError(f"{source}: the run was started with different {', '.join(changed)} "
@@ -333,7 +351,17 @@ def _check_schema(meta: dict[str, Any], path: Path) -> None:
         if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int)
                 and re.fullmatch(r"[0-9a-f]{64}", str(entry.get("sha256")))):
             raise _bad(path, f"files[{name!r}] is {entry!r}, expected {{\"bytes\": N, \"sha256\": HEX}}")
+    _check_precision(meta, path)
     model_config(meta, path)
+
+
+def _check_precision(meta: dict[str, Any], path: Path) -> None:
+    recorded = precision(meta)
+    if recorded != "auto":
+        from jaxgcn.core.models import PRECISIONS  # the models import JAX: only where one is recorded
+
+        if recorded not in PRECISIONS:
+            raise _bad(path, f"execution.precision is {recorded!r}, expected one of {', '.join(PRECISIONS)}")
 
 
 def _check_classes(meta: dict[str, Any], path: Path) -> None:

@@ -15,7 +15,7 @@ from jaxgcn.host.compiler import jit
 from jaxgcn.core.data import TrainData, with_focus
 from jaxgcn.core.diagnostics import divergence_message
 from jaxgcn.core.layers import Params
-from jaxgcn.core.models import Execution, GCNConfig, RunInputs
+from jaxgcn.core.models import Execution, GCNConfig, RunInputs, precision_scope
 from jaxgcn.plan import Plan, concrete, require_decided
 from jaxgcn.io.progress import Chunk, Hook, log_hook, progress_hook, runs_line
 from jaxgcn.core.results import BatchResult, FitResult, fit_result, take_runs  # noqa: F401 - re-exported
@@ -61,13 +61,15 @@ def signature(data: TrainData) -> Any:
 
 
 def compile(key: Any, runner: Any, init_args: tuple, data: Any, *, shardings: Any = None,
-            progress: Any = None) -> Compiled:
+            progress: Any = None, execution: Execution | None = None) -> Compiled:
     """THE compile cache of every path (one run, a batch's slices, the graph sharded): the
     :class:`Compiled` program of ``runner`` (a batch's or one run's :class:`Runner`), once per
     ``key`` (the configuration, the data's signature, the mesh). ``init_args`` are what ``init``
     takes, the run inputs last; ``run_until`` and ``evaluate`` are lowered for the state's shapes
     and dtypes, placed by ``shardings`` (a batch's run axis over its mesh; None: uncommitted, so a
-    sharded run's programs replicate it over their mesh). ``progress`` sees the compile phase."""
+    sharded run's programs replicate it over their mesh). ``progress`` sees the compile phase. The programs
+    are traced in the decided ``execution``'s matmul precision (:func:`jaxgcn.core.models.precision_scope`;
+    None, or ``default``: JAX's), which ``key`` holds with the execution."""
     if progress is not None:
         progress.compiling()
     if key in COMPILED:
@@ -75,11 +77,12 @@ def compile(key: Any, runner: Any, init_args: tuple, data: Any, *, shardings: An
     else:
         start = time.perf_counter()
         runs = init_args[-1]
-        init = jit(runner.init, out_shardings=shardings).lower(*init_args).compile()
-        state = _placed(jax.eval_shape(runner.init, *init_args), shardings)
-        run_until = jit(runner.run_until, donate_argnums=0, out_shardings=shardings) \
-            .lower(state, data, runs, jnp.int32(0)).compile()
-        evaluate = jit(runner.evaluate).lower(runner.final_params(state), data, runs).compile()
+        with precision_scope(execution):
+            init = jit(runner.init, out_shardings=shardings).lower(*init_args).compile()
+            state = _placed(jax.eval_shape(runner.init, *init_args), shardings)
+            run_until = jit(runner.run_until, donate_argnums=0, out_shardings=shardings) \
+                .lower(state, data, runs, jnp.int32(0)).compile()
+            evaluate = jit(runner.evaluate).lower(runner.final_params(state), data, runs).compile()
         program = COMPILED[key] = Compiled(init, run_until, evaluate, runner.final_params, time.perf_counter() - start)
     if progress is not None:
         progress.compiled(program.compile_seconds)
@@ -102,7 +105,8 @@ def single_program(model_config: GCNConfig, config: TrainConfig, data: TrainData
     cache_key = (model_config, config, execution, n_classes, signature(data))
     runner = make_batch_runner(model_config, config, execution, one=(data.x.shape[1], n_classes))
     runs = jax.tree.map(np.asarray, runner.inputs())
-    return compile(cache_key, runner, (jax.random.key(0), data, runs), data, progress=progress), runs
+    return compile(cache_key, runner, (jax.random.key(0), data, runs), data, progress=progress,
+                   execution=execution), runs
 
 
 def compile_runner(model_config: GCNConfig, config: TrainConfig, data: TrainData, n_classes: int,

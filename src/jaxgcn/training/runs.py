@@ -219,5 +219,6 @@ def _start(options: _Options, entries: list[Entry], data: TrainData,
     shardings = _state_shardings(jax.eval_shape(runner.init, params, seeds, runs), config, mesh)
     key = ("runs", model_config, config, execution, signature(data), jax.tree.structure(params),
            tuple(leaf.shape for leaf in jax.tree.leaves(params)), mesh)
-    program = compile(key, runner, (params, seeds, runs), data, shardings=shardings, progress=options.progress)
+    program = compile(key, runner, (params, seeds, runs), data, shardings=shardings, progress=options.progress,
+                      execution=execution)
     return program, program.init(params, seeds, runs), data, runs
