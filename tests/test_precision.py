@@ -151,6 +151,14 @@ def test_train_json_states_the_precision_and_evaluate_uses_the_recorded_one(tmp_
     assert run_main(["evaluate", "--checkpoint", model]) == 0
     assert run_main(["evaluate", "--checkpoint", model, "--precision", "default"]) == 0
     assert traced == ["highest", None]
+    # a model trained on the CPU records `default` (the CPU's float32 is exact there): a TPU evaluates it
+    # in full float32 too, as `auto` decides there
+    plain = tmp_path / "plain"
+    assert run_main(["train", *SYNTH, "--save", plain, "--precision", "default"]) == 0
+    monkeypatch.setattr(plan, "current_platform", lambda: "tpu")
+    traced.clear()
+    assert run_main(["evaluate", "--checkpoint", plain]) == 0
+    assert traced == ["highest"]
 
 
 def test_a_bad_precision_flag_exits_2_naming_the_choices(capsys):

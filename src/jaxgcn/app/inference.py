@@ -235,11 +235,14 @@ def checkpoint_model(ck: Checkpoint) -> tuple[GCNConfig, Any]:
 def logits(ck: Checkpoint, prepared: Prepared, *, embed: bool = False, precision: str | None = None) -> Any:
     """The saved model's logits ([n_nodes, n_classes]) on the prepared graph, or with ``embed`` its last
     hidden layer ([n_nodes, hidden]; a 1-layer model's input features, possibly sparse), computed in the
-    float32 matmul ``precision`` (None: the one the checkpoint records, :func:`jaxgcn.store.checkpoint.precision`)."""
+    float32 matmul ``precision`` (None: the one the checkpoint records, :func:`jaxgcn.store.checkpoint.precision`;
+    a recorded ``default`` is ``auto``: the CPU, where most models train, computes float32 exactly in its
+    ``default``, so a TPU evaluating its model gives the CPU's answers in full float32 too)."""
     config, params = checkpoint_model(ck)
     graph, x = prepared.data.graph, prepared.data.x
+    recorded = checkpoint.precision(ck.meta)
     # the backend the graph was prepared for, its ops; the precision decided for this platform
-    execution = concrete(Execution(precision=precision or checkpoint.precision(ck.meta)), graph)
+    execution = concrete(Execution(precision=precision or ("auto" if recorded == "default" else recorded)), graph)
     model = gcn(config, execution)
     with precision_scope(execution):
         return jax.jit(lambda p, g, x: model.apply(p, g, x, embed=embed))(params, graph, x)
