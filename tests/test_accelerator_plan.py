@@ -232,22 +232,6 @@ def test_on_a_tpu_the_neighbour_lists_sum_with_the_pallas_kernel(on_tpu, monkeyp
     assert plan.planned(plan.Execution(backend="gather"), graph).ops.name == "xla-mxu"  # no Pallas TPU kernel
 
 
-def test_an_accelerators_gather_plan_aggregates_inputs_up_to_128_columns_first(on_tpu):
-    """On the chip a gathered row of up to 128 floats costs one of 16: the first layer's (Â·drop(X))·W
-    (one forward propagation) beats Â·(drop(X)·W) (forward and backward) for such inputs."""
-    from jaxgcn.datasets import synthetic
-
-    for features, first in ((32, True), (128, True), (129, False)):
-        prepared = prepare(synthetic(300, n_features=features, avg_degree=4.0), backend="gather")
-        chosen = plan.resolve(plan.Execution(backend="gather"), prepared.data, GCNConfig(), prepared.n_classes,
-                              aggregate="auto")
-        assert chosen.execution.aggregate_first is first, features
-    dense = prepare(synthetic(300, n_features=32, avg_degree=4.0))
-    assert dense.backend == "dense"
-    chosen = plan.resolve(plan.Execution(), dense.data, GCNConfig(), dense.n_classes, aggregate="auto")
-    assert chosen.execution.aggregate_first is False  # the CPU's rule there: 2 x 32 >= 3 x 16
-
-
 def test_the_accelerators_gather_ops_compute_only_the_rows_the_logits_read(on_tpu, monkeypatch):
     """On the chip the ``gather`` backend's ops take row plans (as the CPU's kernel does): a training
     step's last layer at the training nodes, the first around them, each a gather over the rows'

@@ -173,40 +173,24 @@ def kernel_available() -> tuple[bool, str]:
     return kernel_status()
 
 
-def aggregate_first(choice: str, n_features: int, hidden: int, dense: bool, gathered: bool = False) -> bool:
+def aggregate_first(choice: str, n_features: int, hidden: int, dense: bool) -> bool:
     """THE ``--aggregate-first`` rule: the first layer computes ``(A X) W`` when its input is dense
     and ``choice`` is ``on``, or ``auto`` and 2 x features < 3 x hidden (its backward pass then needs
-    no propagation). With ``gathered`` (the ``gather`` backend on an accelerator) ``auto`` is on for
-    inputs of at most :data:`GATHER_ROW_FLOATS` columns. Sparse inputs always take ``A (X W)``.
+    no propagation). Sparse inputs always take ``A (X W)``.
 
     >>> aggregate_first("auto", 16, 16, True), aggregate_first("auto", 1433, 16, True)
     (True, False)
-    >>> aggregate_first("auto", 32, 16, True), aggregate_first("auto", 32, 16, True, gathered=True)
-    (False, True)
     >>> aggregate_first("on", 1433, 16, False)
     False
     """
     if choice not in AGGREGATE_FIRST:
         raise ValueError(f"aggregate_first={choice!r} must be one of {AGGREGATE_FIRST}")
-    if choice == "auto" and gathered:
-        return dense and n_features <= GATHER_ROW_FLOATS
     return dense and {"on": True, "off": False, "auto": 2 * n_features < 3 * hidden}[choice]
 
 
-# On an accelerator a gathered row costs the same up to this many float32 columns (a TPU v5e gathered
-# 25M rows of 16, 64 and 128 floats in 0.16, 0.13 and 0.14 s; the Pallas row sum packs rows of up
-# to 128 lanes): there the first layer's (Â · drop(X)) · W (one forward propagation, Â·X precomputed
-# for the evaluation) beats Â · (drop(X) · W) (a propagation forward and one backward) for any input up
-# to that width.
-GATHER_ROW_FLOATS = 128
-
-
 def with_first_layer(execution: Decided, choice: str, hidden: int, n_features: int, dense: bool) -> Decided:
-    """``execution`` with the ``aggregate_first`` ``choice`` decided for an input of ``n_features`` columns
-    (``auto`` on an accelerator's ``gather`` backend: inputs of at most :data:`GATHER_ROW_FLOATS` columns)."""
-    gathered = execution.backend == "gather" and current_platform() != "cpu"
-    return dataclasses.replace(execution, aggregate_first=aggregate_first(choice, n_features, hidden, dense,
-                                                                          gathered))
+    """``execution`` with the ``aggregate_first`` ``choice`` decided for an input of ``n_features`` columns."""
+    return dataclasses.replace(execution, aggregate_first=aggregate_first(choice, n_features, hidden, dense))
 
 
 def run_mesh(n_devices: int | None = None) -> jax.sharding.Mesh | None:
