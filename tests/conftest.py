@@ -101,9 +101,12 @@ def _on_accelerator() -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _one_process_on_the_accelerator(monkeypatch):
-    """On an accelerator, a test's ``subprocess.run``/``Popen`` of a Python or ``jaxgcn`` process skips."""
+def _one_process_on_the_accelerator():
+    """On an accelerator, a test's ``subprocess.run``/``Popen`` of a Python or ``jaxgcn`` process skips.
+    (Its own MonkeyPatch, not the ``monkeypatch`` fixture: requested here, that one would be set up before
+    every test's fixtures and undone after theirs, so a fixture's teardown would still see a test's patches.)"""
     if not _on_accelerator():
+        yield
         return
 
     def guarded(real):
@@ -114,8 +117,19 @@ def _one_process_on_the_accelerator(monkeypatch):
             return real(args, *rest, **kwargs)
         return call
 
-    monkeypatch.setattr(subprocess, "run", guarded(subprocess.run))
-    monkeypatch.setattr(subprocess, "Popen", guarded(subprocess.Popen))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess, "run", guarded(subprocess.run))
+        patch.setattr(subprocess, "Popen", guarded(subprocess.Popen))
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _full_float32_on_the_accelerator():
+    """On an accelerator the tests' own reference matmuls (``to_dense(g) @ x``, unjitted formulas) run in
+    full float32, as the CPU's do: a TPU's default is one bfloat16 pass (dense-formula equivalences were
+    off by 2e-3 to 7e-3 there). jaxgcn's own programs decide theirs (``--precision auto``: highest)."""
+    if _on_accelerator():
+        jax.config.update("jax_default_matmul_precision", "highest")
 
 
 @pytest.hookimpl(hookwrapper=True)
