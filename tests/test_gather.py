@@ -252,3 +252,31 @@ def test_the_memory_estimate_counts_the_lists_and_the_chunk_buffer():
     assert one.parts["messages"] == 2 * (slots // 2) * 16 * 4 + 41 * 16 * 4
     big = estimate(2_400_000, 124_000_000, 100, 47, hidden=16, backend="gather")
     assert big.parts["messages"] == 2 * GATHER_CHUNK_ELEMENTS * 4 + (2_400_000 + 1) * 47 * 4  # the chunks bound it
+
+
+def test_sub_lists_of_a_rectangular_matrix_read_only_columns_that_exist():
+    """The lists of some rows of Â (a [K, m] matrix, m the input rows a layer holds) and of its
+    transpose: a padding slot reads a column inside the matrix (the Pallas row sum loads VMEM at that
+    index; XLA's gather would clip it silently), and the products equal the dense ones, both ways."""
+    import scipy.sparse as sp
+
+    from jaxgcn.core.gather import rows_product, sub_lists
+
+    rng = np.random.default_rng(4)
+    for k, m in ((9, 4), (4, 9)):
+        dense = (rng.random((k, m)) < 0.5) * rng.random((k, m)).astype(np.float32)
+        dense[0] = 0.0  # an empty row
+        row, col = min(k, m) + 1, m - 1  # a row past the 4 columns of a [9, 4] matrix; its transpose's
+        dense[row % k, :] = 0.0
+        dense[row % k, :3] = 1.0  # 3 entries: padded to a width of 4 by a slot that reads the row's own id
+        dense[:, col] = 0.0
+        dense[:3, col] = 2.0  # a column of 3 entries: the transpose's row (id m - 1 >= k for [4, 9]) padded too
+        a = sp.csr_matrix(dense.astype(np.float32))
+        lists = sub_lists(a.indptr, a.indices, a.data, m)
+        for own, n_cols in ((lists, m), (lists.transpose, k)):
+            assert all(int(np.max(c)) < n_cols for c in own.cols), (k, m)
+        x = jnp.asarray(rng.standard_normal((m, 3)).astype(np.float32))
+        np.testing.assert_allclose(rows_product(lists, x), dense @ np.asarray(x), rtol=1e-5, atol=1e-6)
+        g = jnp.asarray(rng.standard_normal((k, 3)).astype(np.float32))
+        grad = jax.grad(lambda x: jnp.sum(rows_product(lists, x) * g))(x)
+        np.testing.assert_allclose(grad, dense.T @ np.asarray(g), rtol=1e-5, atol=1e-6)
