@@ -1,6 +1,9 @@
 """THE execution plan: every decision about how a training job runs, made once, before anything
 compiles (:func:`resolve`).
 
+- the platform it runs on (:func:`current_platform`: cpu, gpu or tpu), which every decision below
+  reads: on an accelerator no scatter (``dense`` or ``gather``), dense features, the runs its memory
+  holds, full float32 matmuls, and the device's own memory as the budget (docs/tpu.md);
 - the concrete backend, never ``auto`` (:func:`backend_for`, asked before the graph is laid out:
   :func:`jaxgcn.datasets.prepare` lays it out for the backend decided here);
 - whether the C++ kernel runs the products (the propagation, the first layer's pair, the per-run
