@@ -12,6 +12,10 @@ checkout itself is never modified), runs the row's tests there with the copy's `
 - ``ERROR``: the row could not be applied, or pytest could not run its tests (no test selected, a
   collection error): the row itself must be fixed.
 
+Rows run ``--jobs`` at a time (default: the CPUs this process may use, at most 4), each job with its
+own copy of the tree, and are reported in the table's order: on 2 cores the pass takes about half
+the time of one row after another (512 rows).
+
 The exit status is 0 only when every row was killed. A C++ row changes ``kernels/spmm.cc``, whose
 hash is part of the kernel's cache key, so the kernel is rebuilt for that mutant (a few seconds).
 
@@ -21,12 +25,15 @@ Usage::
     python .ci/mutants.py --only NAME --only NAME2
     python .ci/mutants.py --list               # the rows, without running anything
     python .ci/mutants.py --table other.toml   # another table of the same format
+    python .ci/mutants.py --jobs 1             # one row after another
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
+import queue
 import re
 import shlex
 import shutil
@@ -124,6 +131,21 @@ def run_tests(root: Path, args: str, env: dict[str, str], timeout: float) -> tup
     return "error", f"{args}: pytest exited {proc.returncode}: {tail[-600:]}"
 
 
+def _env(root: Path, tmp: Path) -> dict[str, str]:
+    """The environment of the pytest runs in the copy ``root``: its own package first (checked: not the
+    checkout's editable install), a kernel cache shared by the copies (builds are locked, one per source)
+    and no persistent compilation cache (each pytest run compiles into its own fresh one,
+    tests/conftest.py: no program compiled for one mutant, or the unmutated tree, is reused by another)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])}
+    where = subprocess.run([sys.executable, "-c", "import jaxgcn; print(jaxgcn.__file__)"], env=env, cwd=root,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if not Path(where).is_relative_to(root):
+        raise SystemExit(f"the copy's jaxgcn is shadowed by {where}")
+    env.setdefault("JAXGCN_CACHE_DIR", str(tmp / "cache"))
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    return env
+
+
 def run_mutant(m: Mutant, root: Path, env: dict[str, str], timeout: float) -> tuple[str, str]:
     """Plant ``m`` in the copy, run its tests until one fails, and put the file back."""
     target = root / m.file
@@ -147,6 +169,9 @@ def main() -> int:
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these rows")
     parser.add_argument("--list", action="store_true", help="print the rows and exit")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per pytest invocation (default 900)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="rows run at once, each in its own copy of the tree (default: the CPUs this process "
+                             "may use, at most 4)")
     args = parser.parse_args()
     mutants = [m for table in (args.table or [REPO / "tests" / "mutants.toml"]) for m in load_table(table)]
     unknown = sorted(set(args.only) - {m.name for m in mutants})
@@ -158,25 +183,31 @@ def main() -> int:
         for m in mutants:
             print(f"{m.name:42s} {m.file}\n    {m.why}\n    tests: {'; '.join(m.tests)}")
         return 0
+    jobs = max(1, min(args.jobs or min(4, len(os.sched_getaffinity(0))), len(mutants)))
     with tempfile.TemporaryDirectory(prefix="jaxgcn-mutants-") as tmp:
-        root = copy_tree(Path(tmp))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])}
-        # the copy's package must be the one imported, not the checkout's editable install
-        where = subprocess.run([sys.executable, "-c", "import jaxgcn; print(jaxgcn.__file__)"], env=env, cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-        if not Path(where).is_relative_to(root):
-            raise SystemExit(f"the copy's jaxgcn is shadowed by {where}")
-        env.setdefault("JAXGCN_CACHE_DIR", str(Path(tmp) / "cache"))  # kernels: one build per source
-        # each pytest run compiles into its own fresh cache (tests/conftest.py): no program compiled
-        # for one mutant (or for the unmutated tree) is ever reused by another
-        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        # one copy of the tree per job: a row plants its bug in the copy its job owns while it runs
+        roots = [copy_tree(Path(tmp) / f"copy-{j}") for j in range(jobs)]
+        envs = [_env(root, Path(tmp)) for root in roots]
+        idle: queue.Queue[int] = queue.Queue()
+        for j in range(jobs):
+            idle.put(j)
+
+        def run_one(m: Mutant) -> tuple[Mutant, str, str, float]:
+            j = idle.get()
+            try:
+                t0 = time.monotonic()
+                verdict, detail = run_mutant(m, roots[j], envs[j], args.timeout)
+                return m, verdict, detail, time.monotonic() - t0
+            finally:
+                idle.put(j)
+
         results, start = [], time.monotonic()
-        print(f"mutants: {len(mutants)} rows, tree copied to {root}", flush=True)
-        for m in mutants:
-            t0 = time.monotonic()
-            verdict, detail = run_mutant(m, root, env, args.timeout)
-            results.append((m, verdict))
-            print(f"{verdict:8s} {time.monotonic() - t0:6.1f} s  {m.name:42s} {detail}", flush=True)
+        print(f"mutants: {len(mutants)} rows, {jobs} at once, tree copied to {roots[0]}"
+              + (f" and {jobs - 1} more" if jobs > 1 else ""), flush=True)
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            for m, verdict, detail, seconds in pool.map(run_one, mutants):  # reported in the table's order
+                results.append((m, verdict))
+                print(f"{verdict:8s} {seconds:6.1f} s  {m.name:42s} {detail}", flush=True)
     bad = [(m, v) for m, v in results if v != "killed"]
     print(f"mutants: {len(results) - len(bad)} of {len(results)} killed in {time.monotonic() - start:.0f} s")
     for m, verdict in bad:
