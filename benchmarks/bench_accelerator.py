@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ import time
 from pathlib import Path
 
 from figure_record import add_record_arguments, figure, record
+from timing import median_seconds
 
 PARTS = ("cora", "seeds", "synthetic", "products", "crossover", "rowsum")
 
@@ -130,18 +130,6 @@ def seeds_worker(dataset: str, precision: str | None, seeds: int) -> dict:
             "test_mean": result["test_acc_mean"], "test_std": result["test_acc_std"]}
 
 
-def timed(f, *args, n: int = 5) -> float:
-    import jax
-
-    jax.block_until_ready(f(*args))
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def crossover_worker(sizes: list[int], degree: float) -> dict:
     """Milliseconds of one propagation forward + backward (16 columns): dense Â on the MXU against the
     neighbour lists, for synthetic graphs of each size."""
@@ -160,7 +148,7 @@ def crossover_worker(sizes: list[int], degree: float) -> dict:
         for backend, laid in (("dense", with_dense), ("gather", with_lists)):
             g = jax.device_put(laid(graph))
             step = jax.jit(jax.grad(lambda x, g, b=backend: jnp.sum(propagate(g, x, backend=b) ** 2)))
-            out[f"{backend}_{n}_ms"] = timed(step, x, g) * 1e3
+            out[f"{backend}_{n}_ms"] = median_seconds(step, x, g) * 1e3
     return out
 
 
@@ -177,9 +165,9 @@ def rowsum_worker(n: int, degree: int, width: int) -> dict:
     weights = jax.device_put(rng.random((n, degree), np.float32))
     x = jax.random.normal(jax.random.key(0), (n, width))
     out = {**device(), "rows": n, "degree": degree, "width": width}
-    out["xla_s"] = timed(jax.jit(gather.row_sum), x, cols, weights)
+    out["xla_s"] = median_seconds(jax.jit(gather.row_sum), x, cols, weights)
     try:
-        out["pallas_s"] = timed(jax.jit(pallas_gather.row_sum), x, cols, weights)
+        out["pallas_s"] = median_seconds(jax.jit(pallas_gather.row_sum), x, cols, weights)
         ref, got = jax.jit(gather.row_sum)(x, cols, weights), jax.jit(pallas_gather.row_sum)(x, cols, weights)
         out["pallas_max_err"] = float(abs(np.asarray(ref) - np.asarray(got)).max())
     except Exception as exc:  # a kernel that does not lower here is a figure too

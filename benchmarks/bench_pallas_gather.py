@@ -13,9 +13,7 @@ they differ by more than 1e-4 relative to the largest value (bfloat16: 1e-2). It
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +21,7 @@ import numpy as np
 
 from jaxgcn.core import pallas_gather as pg
 from jaxgcn.core.graph import from_edges, gcn_norm
+from timing import median_seconds
 
 
 def random_graph(n: int, avg_degree: float, skew: float, seed: int = 0):
@@ -38,16 +37,6 @@ def random_graph(n: int, avg_degree: float, skew: float, seed: int = 0):
     receivers = rng.integers(0, n, m)
     graph, _ = from_edges(senders, receivers, n_nodes=n)
     return gcn_norm(graph)
-
-
-def median_ms(fn, *args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))  # warm-up: compile and first run
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def whole(row_sum, buckets, inverse, self_weights):
@@ -102,11 +91,11 @@ def main() -> int:
           f"interpret={pg.resolve_interpret(None)}; n={args.nodes}, nnz={graph.senders.shape[0]}, F={args.width}")
     print(f"{'bucket':>10s} {'rows':>9s} {'slots':>11s} " + " ".join(f"{name + ' ms':>15s}" for name in fns))
     for rows, cols, weights in buckets:
-        times = [median_ms(jax.jit(fn), x, cols, weights, repeats=args.repeats) for fn in fns.values()]
+        times = [median_seconds(jax.jit(fn), x, cols, weights, repeats=args.repeats) * 1e3 for fn in fns.values()]
         print(f"{'K=' + str(cols.shape[1]):>10s} {rows.size:9d} {cols.size:11d} "
               + " ".join(f"{t:15.3f}" for t in times))
     products = {name: whole(fn, buckets, inverse, jnp.asarray(graph.self_weights)) for name, fn in fns.items()}
-    totals = [median_ms(p, x, repeats=args.repeats) for p in products.values()]
+    totals = [median_seconds(p, x, repeats=args.repeats) * 1e3 for p in products.values()]
     print(f"{'A @ x':>10s} {args.nodes:9d} {sum(c.size for _, c, _ in buckets):11d} "
           + " ".join(f"{t:15.3f}" for t in totals))
     return check(products, x) if args.check else 0

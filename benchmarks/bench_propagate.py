@@ -8,9 +8,7 @@ It is what ``jaxgcn.plan.backend_for``'s ``auto`` thresholds rest on.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -18,16 +16,7 @@ import jax.numpy as jnp
 from jaxgcn.datasets import load_dataset, synthetic
 from jaxgcn.core.graph import from_edges, gcn_norm, with_dense
 from jaxgcn.core.propagate import BACKENDS, propagate
-
-
-def median_us(fn, *args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+from timing import median_seconds
 
 
 def graphs():
@@ -54,8 +43,8 @@ def main() -> int:
             graph = jax.device_put(with_dense(g) if backend == "dense" else g)
             fwd = jax.jit(lambda gr, h, b=backend: propagate(gr, h, backend=b))
             grad = jax.jit(jax.grad(lambda h, gr, b=backend: jnp.sum(propagate(gr, h, backend=b) ** 2)))
-            t_fwd = median_us(fwd, graph, x, repeats=args.repeats)
-            t_grad = median_us(grad, x, graph, repeats=args.repeats)
+            t_fwd = median_seconds(fwd, graph, x, repeats=args.repeats) * 1e6
+            t_grad = median_seconds(grad, x, graph, repeats=args.repeats) * 1e6
             base.setdefault("fwd", t_fwd)
             base.setdefault("grad", t_grad)
             cells.append((backend, t_fwd, t_grad))

@@ -60,6 +60,7 @@ from jaxgcn.datasets import load_dataset, prepare
 from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.plan import concrete
 from jaxgcn.train import TrainConfig, compile, make_batch_runner, signature
+from timing import median_seconds
 
 PARTS = (
     "first layer X·W (fwd, train+eval)",
@@ -84,20 +85,10 @@ DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "pred": 1, "u8": 1, "s8": 1, "f16":
 
 # --- machine limits ---------------------------------------------------------------------------------
 
-def _median_time(fn: Any, *args: Any, repeat: int = 5) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def peak_flops(n: int = 2048) -> float:
     a = jnp.ones((n, n), jnp.float32) * 0.5
     b = jnp.ones((n, n), jnp.float32) * 0.25
-    return 2.0 * n ** 3 / _median_time(jax.jit(jnp.dot), a, b)
+    return 2.0 * n ** 3 / median_seconds(jax.jit(jnp.dot), a, b)
 
 
 def bandwidth(n_bytes: int, passes: int) -> float:
@@ -143,7 +134,7 @@ def xla_read_bandwidth(host: np.ndarray, passes: int) -> float:
         return acc + t, 1.0 + t[0] * 1e-30
 
     run = jax.jit(lambda: jax.lax.fori_loop(0, passes, body, (jnp.zeros(1024, jnp.float32), jnp.float32(1))))
-    return host.nbytes * passes / _median_time(run, repeat=3)
+    return host.nbytes * passes / median_seconds(run, repeats=3)
 
 
 def one_core_peak() -> float:
