@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgcn.core import pallas_gather as pg
+from jaxgcn.core import gather, pallas_gather as pg
 from jaxgcn.core.graph import from_edges, gcn_norm
 from timing import median_seconds
 
@@ -71,7 +71,7 @@ def parse() -> argparse.Namespace:
 
 def kernels(args):
     """The row sums to time, by column name."""
-    out = {"xla": pg.xla_row_sum}
+    out = {"xla": gather.row_sum}
     for u in args.unroll:
         tag = "" if len(args.unroll) == 1 else f" u{u}"
         out["pallas" + tag] = lambda x, c, w, u=u: pg.row_sum(x, c, w, unroll=u)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxgcn.core import pallas_gather as pg
+from jaxgcn.core import gather, pallas_gather as pg
 from jaxgcn.core.graph import from_edges, gcn_norm, to_dense
 
 ATOL = 1e-5
@@ -57,7 +57,7 @@ def test_forward_equals_the_xla_row_sum_and_the_dense_formula(f):
     x = features(graph.n_nodes, f)
     for _, cols, weights in pg.neighbour_lists(graph):
         got = pg.row_sum(x, jnp.asarray(cols), jnp.asarray(weights), interpret=True)
-        np.testing.assert_allclose(got, pg.xla_row_sum(x, jnp.asarray(cols), jnp.asarray(weights)), atol=ATOL)
+        np.testing.assert_allclose(got, gather.row_sum(x, jnp.asarray(cols), jnp.asarray(weights)), atol=ATOL)
     expected = to_dense(graph) @ np.asarray(x)
     np.testing.assert_allclose(by_buckets(graph, x, pg.row_sum), expected, atol=ATOL)
     assert np.abs(expected).max() > 0.5  # the sums are not trivially small
@@ -80,7 +80,7 @@ def test_rows_past_the_last_full_block(m):
     weights = jnp.asarray(rng.uniform(-1, 1, (m, 128)), jnp.float32)
     got = pg.row_sum(x, cols, weights, block_rows=8)
     assert got.shape == (m, 16)
-    np.testing.assert_allclose(got, pg.xla_row_sum(x, cols, weights), atol=ATOL)
+    np.testing.assert_allclose(got, gather.row_sum(x, cols, weights), atol=ATOL)
 
 
 def test_bfloat16_storage_sums_the_rounded_rows_in_float32():
@@ -89,8 +89,8 @@ def test_bfloat16_storage_sums_the_rounded_rows_in_float32():
     rounded = x.astype(jnp.bfloat16).astype(jnp.float32)
     _, cols, weights = pg.neighbour_lists(graph)[-1]
     got = pg.row_sum(x, jnp.asarray(cols), jnp.asarray(weights), dtype=jnp.bfloat16)
-    np.testing.assert_allclose(got, pg.xla_row_sum(rounded, jnp.asarray(cols), jnp.asarray(weights)), atol=ATOL)
-    assert np.abs(got - pg.xla_row_sum(x, jnp.asarray(cols), jnp.asarray(weights))).max() > 1e-4  # it is bf16
+    np.testing.assert_allclose(got, gather.row_sum(rounded, jnp.asarray(cols), jnp.asarray(weights)), atol=ATOL)
+    assert np.abs(got - gather.row_sum(x, jnp.asarray(cols), jnp.asarray(weights))).max() > 1e-4  # it is bf16
 
 
 def test_the_gradient_of_the_symmetric_product_equals_the_dense_formulas():
@@ -181,7 +181,7 @@ def test_odd_widths_are_padded_with_zero_weight_slots():
     rng = np.random.default_rng(5)
     cols = jnp.asarray(rng.integers(0, 30, (11, 17)), jnp.int32)
     weights = jnp.asarray(rng.uniform(-1, 1, (11, 17)), jnp.float32)
-    np.testing.assert_allclose(pg.row_sum(x, cols, weights), pg.xla_row_sum(x, cols, weights), atol=ATOL)
+    np.testing.assert_allclose(pg.row_sum(x, cols, weights), gather.row_sum(x, cols, weights), atol=ATOL)
 
 
 def test_a_width_below_the_largest_degree_is_refused():

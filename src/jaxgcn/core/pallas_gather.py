@@ -4,7 +4,7 @@ XLA's gather on a TPU costs per row gathered (~5-9 ns a row whatever its width),
 has no general vector gather. This kernel keeps the whole table ``x`` in VMEM and reads each
 neighbour's row with one scalar-addressed load, its column index and weight read from SMEM, and
 sums in float32 registers. It has the signature of the XLA formulation
-``jnp.sum(x[cols] * weights[..., None], axis=1)`` (:func:`xla_row_sum`), so a propagation backend can
+``jnp.sum(x[cols] * weights[..., None], axis=1)`` (:func:`jaxgcn.core.gather.row_sum`), so a propagation backend can
 call either.
 
 Layout: VMEM pads an array's last dimension to 128 lanes, so a ``[n, 16]`` float32 table would
@@ -134,11 +134,6 @@ def neighbour_lists(graph: Graph, width: int | None = None) -> list[tuple[np.nda
     return out
 
 
-def xla_row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array) -> jax.Array:
-    """The XLA formulation: ``[m, F]`` rows ``Σ_k weights[i, k] · x[cols[i, k]]``."""
-    return jnp.sum(x[cols] * weights[..., None], axis=1)
-
-
 def _kernel(cols_ref, w_ref, x_ref, o_ref, *, k: int, pack: int, words: int, bf16: bool, unroll: int):
     """One block of output rows: for each row, ``k`` scalar-addressed row loads from the VMEM table
     summed in float32 registers. ``o_ref`` is ``[block, 128·c]`` (``c`` = 2 for bfloat16: the even
@@ -238,7 +233,7 @@ def row_sum(x: jax.Array, cols: jax.Array, weights: jax.Array, *, block_rows: in
         unroll: neighbour slots per step of the kernel's loop (a tuning knob; the result is the same).
 
     Returns:
-        [m, F] float32, equal to :func:`xla_row_sum` (up to the rounding of ``dtype``).
+        [m, F] float32, equal to :func:`jaxgcn.core.gather.row_sum` (up to the rounding of ``dtype``).
 
     >>> x = jnp.arange(6.0).reshape(3, 2)
     >>> row_sum(x, jnp.array([[0, 2], [1, 1]]), jnp.array([[1.0, 0.5], [2.0, 0.0]])).tolist()
