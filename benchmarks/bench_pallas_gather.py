@@ -39,11 +39,11 @@ def random_graph(n: int, avg_degree: float, skew: float, seed: int = 0):
     return gcn_norm(graph)
 
 
-def whole(row_sum, buckets, inverse, self_weights):
-    """``Â · x`` from the buckets: each bucket's rows, the rows put back in order by one gather."""
+def whole(row_sum, lists, self_weights):
+    """``Â · x`` as the ``gather`` backend computes it (each bucket's row sums, the rows put in place by
+    one gather), with ``row_sum`` for the buckets."""
     def product(x):
-        parts = jnp.concatenate([row_sum(x, cols, weights) for _, cols, weights in buckets])
-        return self_weights[:, None] * x + parts[inverse]
+        return self_weights[:, None] * x + gather.propagate(lists, x, rows_sum=row_sum)
     return jax.jit(product)
 
 
@@ -83,20 +83,20 @@ def kernels(args):
 def main() -> int:
     args = parse()
     graph = random_graph(args.nodes, args.avg_degree, args.skew)
-    buckets = [(rows, jnp.asarray(cols), jnp.asarray(w)) for rows, cols, w in pg.neighbour_lists(graph)]
-    inverse = jnp.asarray(np.argsort(np.concatenate([rows for rows, _, _ in buckets])))
+    lists = jax.tree.map(jnp.asarray, gather.build(graph.senders, graph.receivers, graph.weights, args.nodes,
+                                                   symmetric=True))
     x = jax.random.normal(jax.random.key(0), (args.nodes, args.width))
     fns = kernels(args)
     print(f"# {jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}, "
           f"interpret={pg.resolve_interpret(None)}; n={args.nodes}, nnz={graph.senders.shape[0]}, F={args.width}")
     print(f"{'bucket':>10s} {'rows':>9s} {'slots':>11s} " + " ".join(f"{name + ' ms':>15s}" for name in fns))
-    for rows, cols, weights in buckets:
+    for cols, weights in zip(lists.cols, lists.weights):
         times = [median_seconds(jax.jit(fn), x, cols, weights, repeats=args.repeats) * 1e3 for fn in fns.values()]
-        print(f"{'K=' + str(cols.shape[1]):>10s} {rows.size:9d} {cols.size:11d} "
+        print(f"{'K=' + str(cols.shape[1]):>10s} {cols.shape[0]:9d} {cols.size:11d} "
               + " ".join(f"{t:15.3f}" for t in times))
-    products = {name: whole(fn, buckets, inverse, jnp.asarray(graph.self_weights)) for name, fn in fns.items()}
+    products = {name: whole(fn, lists, jnp.asarray(graph.self_weights)) for name, fn in fns.items()}
     totals = [median_seconds(p, x, repeats=args.repeats) * 1e3 for p in products.values()]
-    print(f"{'A @ x':>10s} {args.nodes:9d} {sum(c.size for _, c, _ in buckets):11d} "
+    print(f"{'A @ x':>10s} {args.nodes:9d} {lists.slots:11d} "
           + " ".join(f"{t:15.3f}" for t in totals))
     return check(products, x) if args.check else 0
 

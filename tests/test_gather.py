@@ -105,6 +105,33 @@ def test_bucket_widths_are_the_powers_of_two_at_or_above_the_degree():
         np.testing.assert_array_equal(np.count_nonzero(np.asarray(w), axis=1), degree[rows[np.argsort(order[rows])]])
 
 
+def test_one_bucket_of_a_given_width_holds_every_row_both_ways():
+    # width=K: the [n, K] lists a kernel takes whole (pallas_gather.propagate_symmetric); the transpose too
+    g = graph_of("directed")
+    lists = gather.build(g.senders, g.receivers, g.weights, g.n_nodes, width=16)
+    for own in (lists, lists.transpose):
+        assert [c.shape for c in own.cols] == [(40, 16)] and own.order.tolist() == list(range(40))
+    assert not lists.weights[0][0].any()  # node 0 has no in-edge: a row of padding only, weight 0
+    x, adj = features(g.n_nodes), jnp.asarray(to_dense(g))
+    c = features(g.n_nodes, seed=9)
+    prop = jax.tree.map(jnp.asarray, lists)
+    grad = jax.grad(lambda x: jnp.sum(jnp.sin(g.self_weights[:, None] * x + gather.propagate(prop, x)) * c))(x)
+    np.testing.assert_allclose(grad, jax.grad(lambda x: jnp.sum(jnp.sin(adj @ x) * c))(x), atol=1e-5, rtol=1e-5)
+
+
+def test_int32_weights_keep_their_dtype_and_place_each_entry():
+    # entry positions (1-based here: padding holds 0) as the weights: each lands beside its own column
+    g = graph_of("skewed")
+    send, recv = np.asarray(g.senders), np.asarray(g.receivers)
+    indptr = np.r_[0, np.cumsum(np.bincount(recv, minlength=g.n_nodes))]
+    lists = gather._lists(indptr, send, np.arange(1, send.size + 1, dtype=np.int32), g.n_nodes)
+    assert {w.dtype for w in lists.weights} == {np.dtype(np.int32)}
+    pos = np.concatenate([w.ravel() for w in lists.weights])
+    cols = np.concatenate([c.ravel() for c in lists.cols])
+    np.testing.assert_array_equal(np.sort(pos[pos > 0]), np.arange(1, send.size + 1))
+    np.testing.assert_array_equal(cols[pos > 0], send[pos[pos > 0] - 1])
+
+
 def test_a_star_of_twenty_thousand_leaves():
     # skewed degrees as in ogbn-products: one row of 20,000 entries is one bucket of width 32,768
     n = 20_001

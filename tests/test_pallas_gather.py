@@ -32,32 +32,45 @@ def features(n: int, f: int, seed: int = 1) -> jax.Array:
     return jnp.asarray(np.random.default_rng(seed).normal(size=(n, f)), jnp.float32)
 
 
+def lists_of(graph, width=None):
+    """The graph's neighbour lists as the ``gather`` backend builds them (:func:`jaxgcn.core.gather.build`)."""
+    return gather.build(graph.senders, graph.receivers, graph.weights, graph.n_nodes, width=width)
+
+
+def buckets(graph):
+    """(cols, weights) of each degree bucket, as device arrays."""
+    lists = lists_of(graph)
+    return [(jnp.asarray(c), jnp.asarray(w)) for c, w in zip(lists.cols, lists.weights)]
+
+
 def by_buckets(graph, x, row_sum):
-    """``Â · x`` assembled from the degree buckets' row sums plus the diagonal."""
+    """``Â · x``: the degree buckets' row sums put in place by the backend's ``order``, plus the diagonal."""
     out = np.asarray(graph.self_weights)[:, None] * np.asarray(x)
-    for rows, cols, weights in pg.neighbour_lists(graph):
-        out[rows] += np.asarray(row_sum(x, jnp.asarray(cols), jnp.asarray(weights)))
-    return out
+    return out + np.asarray(gather.propagate(jax.tree.map(jnp.asarray, lists_of(graph)), x, rows_sum=row_sum))
 
 
 def test_the_lists_are_bucketed_by_degree_with_padding_rows():
     graph = skewed_graph()
-    widths = [cols.shape[1] for _, cols, _ in pg.neighbour_lists(graph)]
+    lists = lists_of(graph)
+    widths = [cols.shape[1] for cols in lists.cols]
     assert widths[0] == 1 and widths[-1] == 32 and widths == sorted(set(widths))
-    rows = np.concatenate([r for r, _, _ in pg.neighbour_lists(graph)])
-    np.testing.assert_array_equal(np.sort(rows), np.arange(graph.n_nodes))
-    ones = pg.neighbour_lists(graph)[0]
-    isolated = np.isin(ones[0], np.arange(34, 40))
-    assert isolated.sum() == 6 and not ones[2][isolated].any()  # rows of padding only: weight 0
+    rows, order = sum(c.shape[0] for c in lists.cols), np.asarray(lists.order)
+    empty = np.bincount(np.asarray(graph.receivers), minlength=graph.n_nodes) == 0
+    assert empty[34:].all()
+    np.testing.assert_array_equal(order[empty], rows)  # rows without neighbours read the zero row
+    np.testing.assert_array_equal(np.sort(order[~empty]), np.arange(rows))  # the others: one bucket row each
+    one = lists_of(graph, width=32)  # one bucket of every row, as the symmetric kernel takes them
+    assert [c.shape for c in one.cols] == [(40, 32)] and one.order.tolist() == list(range(40))
+    assert not one.weights[0][empty].any()  # rows of padding only: weight 0
 
 
 @pytest.mark.parametrize("f", [16, 5])
 def test_forward_equals_the_xla_row_sum_and_the_dense_formula(f):
     graph = skewed_graph()
     x = features(graph.n_nodes, f)
-    for _, cols, weights in pg.neighbour_lists(graph):
-        got = pg.row_sum(x, jnp.asarray(cols), jnp.asarray(weights), interpret=True)
-        np.testing.assert_allclose(got, gather.row_sum(x, jnp.asarray(cols), jnp.asarray(weights)), atol=ATOL)
+    for cols, weights in buckets(graph):
+        got = pg.row_sum(x, cols, weights, interpret=True)
+        np.testing.assert_allclose(got, gather.row_sum(x, cols, weights), atol=ATOL)
     expected = to_dense(graph) @ np.asarray(x)
     np.testing.assert_allclose(by_buckets(graph, x, pg.row_sum), expected, atol=ATOL)
     assert np.abs(expected).max() > 0.5  # the sums are not trivially small
@@ -87,16 +100,17 @@ def test_bfloat16_storage_sums_the_rounded_rows_in_float32():
     graph = skewed_graph()
     x = features(graph.n_nodes, 16)
     rounded = x.astype(jnp.bfloat16).astype(jnp.float32)
-    _, cols, weights = pg.neighbour_lists(graph)[-1]
-    got = pg.row_sum(x, jnp.asarray(cols), jnp.asarray(weights), dtype=jnp.bfloat16)
-    np.testing.assert_allclose(got, gather.row_sum(rounded, jnp.asarray(cols), jnp.asarray(weights)), atol=ATOL)
-    assert np.abs(got - gather.row_sum(x, jnp.asarray(cols), jnp.asarray(weights))).max() > 1e-4  # it is bf16
+    cols, weights = buckets(graph)[-1]
+    got = pg.row_sum(x, cols, weights, dtype=jnp.bfloat16)
+    np.testing.assert_allclose(got, gather.row_sum(rounded, cols, weights), atol=ATOL)
+    assert np.abs(got - gather.row_sum(x, cols, weights)).max() > 1e-4  # it is bf16
 
 
 def test_the_gradient_of_the_symmetric_product_equals_the_dense_formulas():
     graph = skewed_graph(n=24)
-    ((rows, cols, weights),) = pg.neighbour_lists(graph, width=32)
-    np.testing.assert_array_equal(rows, np.arange(24))
+    one = lists_of(graph, width=32)
+    ((cols,), (weights,)) = one.cols, one.weights
+    np.testing.assert_array_equal(one.order, np.arange(24))
     dense = jnp.asarray(to_dense(graph))
     x, target = features(24, 4), features(24, 4, seed=2)
 
@@ -185,5 +199,5 @@ def test_odd_widths_are_padded_with_zero_weight_slots():
 
 
 def test_a_width_below_the_largest_degree_is_refused():
-    with pytest.raises(ValueError, match="width=8 is below the largest degree 20"):
-        pg.neighbour_lists(skewed_graph(), width=8)
+    with pytest.raises(ValueError, match="width=8 is below the largest degree 20; pass width >= 20"):
+        lists_of(skewed_graph(), width=8)

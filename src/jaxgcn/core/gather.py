@@ -37,7 +37,7 @@ class NeighbourLists(NamedTuple):
 
     Attributes:
         cols: per bucket, [m_b, K_b] int32 neighbour (column) ids; a padding slot holds its row's id.
-        weights: per bucket, [m_b, K_b] float32 entry weights; a padding slot holds 0.
+        weights: per bucket, [m_b, K_b] entry weights (float32 from :func:`build`); a padding slot holds 0.
         order: [n] int32, node i's row in the concatenated bucket outputs; nodes with no
             off-diagonal entry point at the zero row appended after them.
         transpose: the transpose's lists (for the gradient), or None when ``Â`` is symmetric.
@@ -62,12 +62,23 @@ def bucket_width(degree: np.ndarray) -> np.ndarray:
     return np.where(degree > 0, 1 << np.ceil(np.log2(np.maximum(degree, 1))).astype(np.int64), 0)
 
 
-def _lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray, n_cols: int | None = None) -> NeighbourLists:
+def _lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray, n_cols: int | None = None, *,
+           width: int | None = None) -> NeighbourLists:
     """Bucketed lists of the CSR matrix (``indptr`` [n + 1], ``cols``/``weights`` [nnz]; ``n_cols`` columns,
-    default n: a padding slot reads its row's id, or the last column where that is past them), vectorised."""
+    default n: a padding slot reads its row's id, or the last column where that is past them), vectorised.
+    ``weights`` keep their dtype (int32 entry positions, say: a padding slot holds 0). ``width``: one bucket
+    of that width holding every row, empty ones too (for a kernel given [n, K] lists); default by degree.
+
+    >>> lists = _lists(np.array([0, 2, 2]), np.array([1, 0]), np.array([7, 8], np.int32))   # row 1 empty
+    >>> lists.weights[0].tolist(), lists.weights[0].dtype, lists.order.tolist()
+    ([[7, 8]], dtype('int32'), [0, 1])
+    """
     n = indptr.size - 1
     degree = np.diff(indptr)
-    width = bucket_width(degree)
+    if width is not None and width < degree.max(initial=0):
+        raise ValueError(f"neighbour lists: width={width} is below the largest degree {degree.max()}; "
+                         f"pass width >= {degree.max()}, or width=None for lists bucketed by degree")
+    width = bucket_width(degree) if width is None else np.full(n, width, np.int64)
     widths = np.unique(width[width > 0])
     bucket = np.searchsorted(widths, width)  # a node's bucket (meaningless for empty rows)
     # nodes in (bucket, node id) order: each bucket's rows ascending, empty rows last
@@ -84,7 +95,7 @@ def _lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray, n_cols: in
     flat_cols = np.repeat(ranked, width[ranked]).astype(np.int32)  # padding points at the row itself
     if n_cols is not None and n_cols < n:
         np.minimum(flat_cols, n_cols - 1, out=flat_cols)  # a rectangular matrix: a column that exists
-    flat_w = np.zeros(slot_start[-1], np.float32)
+    flat_w = np.zeros(slot_start[-1], weights.dtype)
     flat_cols[slot] = cols
     flat_w[slot] = weights
     split = [(slot_start[b], slot_start[b + 1], int(widths[b])) for b in range(widths.size)]
@@ -93,7 +104,8 @@ def _lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray, n_cols: in
 
 
 
-def build(senders: Any, receivers: Any, weights: Any, n_nodes: int, *, symmetric: bool | None = None) -> NeighbourLists:
+def build(senders: Any, receivers: Any, weights: Any, n_nodes: int, *, symmetric: bool | None = None,
+          width: int | None = None) -> NeighbourLists:
     """The :class:`NeighbourLists` of the off-diagonal adjacency ``out[r] += w * x[s]`` (host arrays).
 
     Args:
@@ -105,6 +117,9 @@ def build(senders: Any, receivers: Any, weights: Any, n_nodes: int, *, symmetric
             check); a non-symmetric one also gets its transpose's lists, for the gradient. The check
             compares entry orders, so it finds a symmetric matrix only with the senders sorted within
             each receiver (as from_edges leaves them); otherwise the (equal) transpose is built too.
+        width: one bucket of this width holding every row (rows without entries as padding only, weight 0),
+            for the Pallas kernel's [n, K] lists (:func:`jaxgcn.core.pallas_gather.propagate_symmetric`);
+            ``None`` (the backend's): buckets by degree, and rows without entries read the zero row.
 
     >>> lists = build([1, 2, 3, 0, 0, 0], [0, 0, 0, 1, 2, 3], [1.0] * 6, 5)   # a star, node 4 alone
     >>> [c.tolist() for c in lists.cols], [w.tolist() for w in lists.weights][1], lists.order.tolist()
@@ -112,13 +127,16 @@ def build(senders: Any, receivers: Any, weights: Any, n_nodes: int, *, symmetric
     >>> t = build([1], [0], [1.0], 2).transpose   # A[0, 1] = 1: the transpose's row 1 reads node 0
     >>> lists.transpose is None, t.cols[0].tolist(), t.order.tolist()
     (True, [[0]], [1, 0])
+    >>> one = build([1, 2, 3, 0, 0, 0], [0, 0, 0, 1, 2, 3], [1.0] * 6, 5, width=4)   # one bucket, every row
+    >>> one.cols[0].shape, one.weights[0][4].tolist(), one.order.tolist()
+    ((5, 4), [0.0, 0.0, 0.0, 0.0], [0, 1, 2, 3, 4])
     """
     recv, send = np.asarray(receivers, np.int64), np.asarray(senders, np.int64)
     w = np.asarray(weights, np.float32)
     if recv.size and np.any(recv[1:] < recv[:-1]):
         raise ValueError("neighbour lists: receivers must be sorted, as from_edges leaves them")
     indptr = np.r_[0, np.cumsum(np.bincount(recv, minlength=n_nodes))]
-    lists = _lists(indptr, send, w)
+    lists = _lists(indptr, send, w, width=width)
     if symmetric:
         return lists
     # the transpose by SciPy's O(nnz) CSR -> CSC conversion (rows ascending within each column)
@@ -127,7 +145,7 @@ def build(senders: Any, receivers: Any, weights: Any, n_nodes: int, *, symmetric
     if symmetric is None and np.array_equal(t_indptr, indptr) and np.array_equal(t_cols, send) \
             and np.array_equal(t_w, w):
         return lists
-    return lists._replace(transpose=_lists(t_indptr, t_cols, t_w))
+    return lists._replace(transpose=_lists(t_indptr, t_cols, t_w, width=width))
 
 
 def sub_lists(indptr: Any, cols: Any, weights: Any, n_cols: int) -> NeighbourLists:

@@ -25,9 +25,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-
-from jaxgcn.core.graph import Graph
 
 LANES = 128  # a VMEM row's lanes; the last dimension pads to a multiple of this
 SUBLANES = 8  # the second-to-last dimension pads to a multiple of this (32-bit words)
@@ -98,40 +95,6 @@ def block_rows_for(k: int, out_lanes: int = LANES) -> int:
 def resolve_interpret(interpret: bool | None) -> bool:
     """``interpret=None`` means interpreted everywhere but on the TPU (Mosaic compiles only there)."""
     return jax.default_backend() != "tpu" if interpret is None else interpret
-
-
-def neighbour_lists(graph: Graph, width: int | None = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """A host-side graph's off-diagonal entries as padded neighbour lists, the row sum's input.
-
-    Rows are grouped by degree, each group padded only to its own width (the next power of two
-    of its rows' degrees, 1 for rows without neighbours); with ``width`` every row is in one group
-    of that width. A padding slot points at its own row with weight 0.
-
-    Returns:
-        ``[(rows [r] int32, cols [r, K] int32, weights [r, K] float32), ...]``, one per width,
-        widths ascending; the groups' rows partition ``range(n_nodes)``.
-    """
-    n = graph.n_nodes
-    recv, send = np.asarray(graph.receivers, np.int64), np.asarray(graph.senders, np.int64)
-    degree = np.bincount(recv, minlength=n)
-    if width is not None and width < degree.max(initial=0):
-        raise ValueError(f"neighbour_lists: width={width} is below the largest degree {degree.max()}; "
-                         "pass width >= it, or None for lists grouped by degree")
-    widths = np.full(n, width) if width else 1 << np.ceil(np.log2(np.maximum(degree, 1))).astype(np.int64)
-    order = np.argsort(recv, kind="stable")
-    slot = np.arange(recv.size) - np.concatenate([[0], np.cumsum(degree)])[recv[order]]
-    out = []
-    for k in np.unique(widths):
-        rows = np.flatnonzero(widths == k)
-        local = np.full(n, -1)
-        local[rows] = np.arange(rows.size)
-        cols = np.repeat(rows[:, None], k, axis=1)
-        weights = np.zeros((rows.size, k), np.float32)
-        mine = np.flatnonzero(widths[recv[order]] == k)
-        at = (local[recv[order][mine]], slot[mine])
-        cols[at], weights[at] = send[order][mine], np.asarray(graph.weights, np.float32)[order][mine]
-        out.append((rows.astype(np.int32), cols.astype(np.int32), weights))
-    return out
 
 
 def _kernel(cols_ref, w_ref, x_ref, o_ref, *, k: int, pack: int, words: int, bf16: bool, unroll: int):
@@ -293,7 +256,8 @@ def propagate_symmetric(x: jax.Array, cols: jax.Array, weights: jax.Array, self_
 
     Args:
         x: [n, F] float32.
-        cols, weights: [n, K] the off-diagonal entries of row ``i`` (weight 0 in padding slots).
+        cols, weights: [n, K] the off-diagonal entries of row ``i`` (weight 0 in padding slots): the one
+            bucket of :func:`jaxgcn.core.gather.build` with ``width=K``.
         self_weights: [n] the diagonal of ``Â``.
         block_rows, interpret, dtype: as for :func:`row_sum`.
     """
