@@ -21,6 +21,9 @@ Parts:
   hidden 128: seconds per epoch, the plan's memory estimate and the device's peak (``memory_stats``);
 - ``crossover``: one propagation forward and backward, dense Â against the neighbour lists, 16
   columns, on graphs of growing size: where ``auto``'s dense limit should be;
+- ``features``: Cora's first layer for a batch of R runs, its sparse features laid out dense (each run
+  drops its own dense copy) against the feature lists (:mod:`jaxgcn.core.feature_lists`: gathers of
+  per-run dropped values), milliseconds per epoch of R seeds: where ``plan.LISTS_MIN_RUNS`` should be;
 - ``rowsum``: the neighbour-list row sum of 1M nodes / 25M nonzeros / 16 columns: XLA's gather
   against the Pallas kernel (:mod:`jaxgcn.core.pallas_gather`).
 
@@ -40,7 +43,7 @@ from pathlib import Path
 from figure_record import add_record_arguments, figure, record
 from timing import median_seconds
 
-PARTS = ("cora", "seeds", "synthetic", "products", "crossover", "rowsum")
+PARTS = ("cora", "seeds", "synthetic", "products", "crossover", "features", "rowsum")
 
 
 def device() -> dict:
@@ -152,6 +155,28 @@ def crossover_worker(sizes: list[int], degree: float) -> dict:
     return out
 
 
+def features_worker(runs: list[int], epochs: int) -> dict:
+    """Milliseconds per epoch of R Cora seeds (no early stopping) with the features dense and as lists."""
+    from jaxgcn import plan
+    from jaxgcn.batched import entries_for, fit_runs
+    from jaxgcn.core.models import Execution, GCNConfig
+    from jaxgcn.datasets import load_dataset, prepare
+    from jaxgcn.train import TrainConfig
+
+    raw = load_dataset("cora")
+    out = {**device(), "epochs": epochs}
+    for layout, prepared in (("dense", prepare(raw, runs=1)), ("lists", prepare(raw, runs=plan.LISTS_MIN_RUNS))):
+        out[f"{layout}_type"] = type(prepared.data.x).__name__
+        for r in runs:
+            config = TrainConfig(epochs=epochs, early_stopping=None)
+            chosen = plan.resolve(Execution(), prepared.data, GCNConfig(), prepared.n_classes, n_runs=r)
+            res = fit_runs(prepared.data, prepared.n_classes, entries_for(list(range(r)), config=config),
+                           execution=chosen)
+            out[f"{layout}_{r}_ms"] = res.train_seconds / epochs * 1e3
+            out[f"{layout}_{r}_compile_s"] = res.compile_seconds
+    return out
+
+
 def rowsum_worker(n: int, degree: int, width: int) -> dict:
     """Seconds of the neighbour-list row sum of ``n`` rows of ``degree`` neighbours each (one bucket,
     ``width`` columns): XLA's gather against the Pallas kernel."""
@@ -179,7 +204,7 @@ def worker(args: argparse.Namespace) -> dict:
     spec = json.loads(args.worker)
     name = spec.pop("part")
     return {"cora": epoch_worker, "epoch": epoch_worker, "seeds": seeds_worker, "crossover": crossover_worker,
-            "rowsum": rowsum_worker}[name](**spec)
+            "features": features_worker, "rowsum": rowsum_worker}[name](**spec)
 
 
 def run(spec: dict) -> dict:
@@ -207,6 +232,8 @@ def specs(args: argparse.Namespace) -> list[dict]:
         out.append({"part": "epoch", "graph": "skewed:2449029:51.5", "hidden": 128, "epochs": args.epochs})
     if "crossover" in parts:
         out.append({"part": "crossover", "sizes": [2708, 10000, 20000, 40000], "degree": 4.0})
+    if "features" in parts:
+        out.append({"part": "features", "runs": [1, 8, 32], "epochs": 100})
     if "rowsum" in parts:
         out.append({"part": "rowsum", "n": 1_000_000, "degree": 25, "width": 16})
     return out

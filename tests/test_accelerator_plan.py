@@ -44,11 +44,26 @@ def test_the_cpu_keeps_its_choices():
     assert plan.features_layout("csr", 2708, 1433, "tpu", 16 * GiB) == "csr"
 
 
-def test_features_are_dense_on_an_accelerator_where_a_quarter_of_its_memory_holds_them():
+def test_features_are_dense_on_an_accelerator_for_few_runs_where_a_quarter_of_its_memory_holds_them():
     assert plan.features_layout("dense", 2708, 1433, "tpu", 16 * GiB) == "dense"
     four = 4 * 2708 * 1433  # bytes of Cora's dense features
     assert plan.features_layout("gather", 2708, 1433, "tpu", 4 * four) == "dense"
-    assert plan.features_layout("gather", 2708, 1433, "tpu", 4 * four - 4) == "bcoo"
+    assert plan.features_layout("gather", 2708, 1433, "tpu", 4 * four - 4) == "lists"  # never BCOO's scatter
+    # many runs: each would drop its own dense copy; the lists gather per-run dropped values instead
+    few = plan.LISTS_MIN_RUNS - 1
+    assert plan.features_layout("dense", 2708, 1433, "gpu", 16 * GiB, runs=few) == "dense"
+    assert plan.features_layout("dense", 2708, 1433, "gpu", 16 * GiB, runs=few + 1) == "lists"
+    assert plan.features_layout("segment", 2708, 1433, "cpu", runs=100) == "bcoo"
+
+
+def test_cora_prepared_for_100_seeds_on_a_tpu_gathers_its_features_in_one_program(on_tpu):
+    from jaxgcn.core.feature_lists import FeatureLists
+
+    prepared = prepare(load_dataset("cora"), runs=100)
+    assert isinstance(prepared.data.x, FeatureLists) and prepared.data.x.nse == 49_216
+    assert prepared.data.x.shape == (2708, 1433)
+    chosen = plan.resolve(plan.Execution(), prepared.data, GCNConfig(), prepared.n_classes, n_runs=100)
+    assert (chosen.backend, chosen.runs) == ("dense", 100)
 
 
 def test_runs_per_program_on_an_accelerator_come_from_its_memory():
@@ -118,10 +133,11 @@ def _scatters(jaxpr, found=None) -> list[tuple[str, tuple[int, ...]]]:
     return found
 
 
-def step_scatters(backend: str) -> list[tuple[str, tuple[int, ...]]]:
+def step_scatters(backend: str, runs: int = 1) -> list[tuple[str, tuple[int, ...]]]:
     """The scatters of one run's compiled training loop on Cora prepared and planned for ``backend``
     (the program :func:`jaxgcn.training.loop.single_program` compiles), before XLA rewrites them: the
-    CPU expands a scatter into a loop, so the compiled text would not show one."""
+    CPU expands a scatter into a loop, so the compiled text would not show one. ``runs``: the runs the
+    data is prepared for (from :data:`jaxgcn.plan.LISTS_MIN_RUNS`, its features are gathered)."""
     import jax
     import jax.numpy as jnp
 
@@ -129,7 +145,7 @@ def step_scatters(backend: str) -> list[tuple[str, tuple[int, ...]]]:
     from jaxgcn.training.config import TrainConfig
     from jaxgcn.training.step import make_batch_runner
 
-    prepared = prepare(load_dataset("cora"), backend=backend)
+    prepared = prepare(load_dataset("cora"), backend=backend, runs=runs)
     execution = plan.resolve(plan.Execution(backend=backend), prepared.data, GCNConfig(), prepared.n_classes).execution
     data = with_focus(prepared.data, 2, execution.ops.prepare)
     runner = make_batch_runner(GCNConfig(), TrainConfig(), execution, one=(data.x.shape[1], prepared.n_classes))
@@ -138,13 +154,15 @@ def step_scatters(backend: str) -> list[tuple[str, tuple[int, ...]]]:
     return _scatters(jax.make_jaxpr(runner.run_until)(state, data, runs, jnp.int32(0)).jaxpr)
 
 
-@pytest.mark.parametrize("backend", ["auto", "gather"])
-def test_the_accelerator_plans_train_step_has_no_scatter_over_nodes(on_tpu, backend):
+@pytest.mark.parametrize("backend, runs", [("auto", 1), ("gather", 1), ("auto", plan.LISTS_MIN_RUNS)])
+def test_the_accelerator_plans_train_step_has_no_scatter_over_nodes(on_tpu, backend, runs):
     """The whole training loop of Cora as planned for a TPU (``auto``: dense Â and dense features; the
-    neighbour lists): no scatter over the nodes' rows. What remains are one-element writes of the
-    epoch's history (XLA makes them dynamic-update-slices) and the loss's [1, 2] sums."""
-    small = [(name, shape) for name, shape in step_scatters(backend) if int(np.prod(shape)) < 2708]
-    assert step_scatters(backend) == small
+    neighbour lists; features gathered, as for a batch): no scatter over the nodes' rows. What remains
+    are one-element writes of the epoch's history (XLA makes them dynamic-update-slices) and the loss's
+    [1, 2] sums."""
+    found = step_scatters(backend, runs)
+    small = [(name, shape) for name, shape in found if int(np.prod(shape)) < 2708]
+    assert found == small
     assert small, "the history writes: if none is found, the jaxpr walk misses sub-jaxprs"
 
 
@@ -153,10 +171,11 @@ def test_segment_asked_for_on_an_accelerator_scatters(on_tpu):
     assert ("scatter-add", (2708, 16)) in step_scatters("segment")
 
 
-@pytest.mark.parametrize("backend", ["auto", "gather"])
-def test_a_batch_equals_single_runs_on_the_accelerator_path(on_tpu, backend):
+@pytest.mark.parametrize("backend, runs", [("auto", 1), ("gather", 1), ("auto", plan.LISTS_MIN_RUNS)])
+def test_a_batch_equals_single_runs_on_the_accelerator_path(on_tpu, backend, runs):
     """The accelerator's plan (dense input features dropped per run, the per-run products as one
-    batched dot: the ops ``xla-mxu``; ``auto``: dense Â) trains each run of a batch as the run alone."""
+    batched dot: the ops ``xla-mxu``; ``auto``: dense Â; data prepared for many runs: the features as
+    lists) trains each run of a batch as the run alone."""
     import jax
     import scipy.sparse as sp
 
@@ -169,8 +188,10 @@ def test_a_batch_equals_single_runs_on_the_accelerator_path(on_tpu, backend):
     raw = synthetic(300, n_classes=4, n_features=24, homophily=0.5, signal=0.3, seed=1)
     dense = np.asarray(raw.features)
     raw = raw._replace(features=sp.csr_matrix(np.where(np.abs(dense) > 1.0, dense, 0.0).astype(np.float32)))
-    prepared = prepare(raw, backend=backend)
-    assert isinstance(prepared.data.x, jax.Array)  # laid out dense for the accelerator
+    from jaxgcn.core.feature_lists import FeatureLists
+
+    prepared = prepare(raw, backend=backend, runs=runs)
+    assert isinstance(prepared.data.x, jax.Array if runs == 1 else FeatureLists)  # no scatter either way
     config = TrainConfig(epochs=30, lr=0.1, early_stopping=Kipf(5))
     chosen = plan.resolve(plan.Execution(backend=backend), prepared.data, GCNConfig(), prepared.n_classes, n_runs=3)
     assert chosen.ops.name.startswith("xla-mxu") and chosen.runs == 3

@@ -73,6 +73,8 @@ def runs_per_device_for(hidden: int) -> int:
 # where they take at most a quarter of the device's free memory.
 ACCEL_DENSE_BYTES = 2**30
 ACCEL_MAX_RUNS = 128  # runs per program on an accelerator, memory permitting (one program for 100 seeds)
+# from this many runs of a job, sparse features are gathered (feature lists) rather than dropped dense per run
+LISTS_MIN_RUNS = 8
 
 
 def current_platform() -> str:
@@ -245,21 +247,25 @@ def run_shardings(tree: Any, axes: Any, mesh: jax.sharding.Mesh) -> Any:
 
 
 def features_layout(backend: str, n_nodes: int, n_features: int, platform: str | None = None,
-                    free: int | None = None) -> str:
-    """How sparse input features are laid out for ``backend`` on ``platform`` (None: here): ``csr`` for
-    the kernel, ``bcoo`` on the CPU; on an accelerator ``dense`` where the n x features float32 matrix
-    takes at most a quarter of the ``free`` device bytes (None: :func:`jaxgcn.host.memory.budget`), as a
-    sparse product there is a scatter; else ``bcoo``.
+                    free: int | None = None, runs: int = 1) -> str:
+    """How sparse input features are laid out for ``backend`` on ``platform`` (None: here) for jobs of
+    ``runs`` runs: ``csr`` for the kernel, ``bcoo`` on the CPU. On an accelerator, where a sparse product
+    is a scatter: ``dense`` for fewer than :data:`LISTS_MIN_RUNS` runs where the n x features float32
+    matrix takes at most a quarter of the ``free`` device bytes (None: :func:`jaxgcn.host.memory.budget`),
+    one matrix product on the MXU; else ``lists`` (:mod:`jaxgcn.core.feature_lists`: gathers only, each
+    run's dropped values [nnz] instead of its own dropped dense copy of X).
 
     >>> features_layout("gather", 2708, 1433, "tpu", 16 * 2**30), features_layout("segment", 2708, 1433, "cpu")
     ('dense', 'bcoo')
+    >>> features_layout("dense", 2708, 1433, "tpu", 16 * 2**30, runs=100)
+    'lists'
     """
     if backend == "csr":
         return "csr"
     if (platform or current_platform()) == "cpu":
         return "bcoo"
     free = memory.budget().free if free is None else free
-    return "dense" if 4 * n_nodes * n_features <= free // 4 else "bcoo"
+    return "dense" if runs < LISTS_MIN_RUNS and 4 * n_nodes * n_features <= free // 4 else "lists"
 
 
 def accelerator_runs(n_runs: int, per_run_bytes: int, free: int) -> int:

@@ -18,18 +18,20 @@ import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
 
 from jaxgcn.native.csr import CSR, csr_from_scipy, csr_matmul
+from jaxgcn.core import feature_lists
+from jaxgcn.core.feature_lists import FeatureLists
 from jaxgcn.core.graph import Graph
 from jaxgcn.core.hyper import keep_threshold  # host-side, declared with the per-run inputs it makes
 from jaxgcn.core.propagate import propagate
 from jaxgcn.core.validate import check_sparse
 
 Params = dict[str, Any]
-Features = jax.Array | jsparse.BCOO | CSR
+Features = jax.Array | jsparse.BCOO | CSR | FeatureLists
 
 
 def is_sparse(x: Any) -> bool:
-    """True for the sparse feature layouts (BCOO or CSR)."""
-    return isinstance(x, (jsparse.BCOO, CSR))
+    """True for the sparse feature layouts (BCOO, CSR or an accelerator's :class:`FeatureLists`)."""
+    return isinstance(x, (jsparse.BCOO, CSR, FeatureLists))
 
 
 def sparse_features(matrix: Any, dtype: Any = jnp.float32, *, layout: str = "bcoo") -> jsparse.BCOO | CSR:
@@ -120,7 +122,7 @@ def dropout(key: jax.Array | None, x: Features, rate: float, *, train: bool, rng
     if is_sparse(x):
         keep = keep_mask(key, x.data.shape, rate, rng=rng)
         data = jnp.where(keep, x.data / (1.0 - rate), 0.0).astype(x.data.dtype)
-        if isinstance(x, CSR):
+        if isinstance(x, (CSR, FeatureLists)):
             return x._replace(data=data)
         return jsparse.BCOO((data, x.indices), shape=x.shape, indices_sorted=True, unique_indices=True)
     keep = keep_mask(key, x.shape, rate, rng=rng)
@@ -135,6 +137,8 @@ def matmul(x: Features, w: jax.Array) -> jax.Array:
     """
     if isinstance(x, CSR):  # the fused kernel; XLA where it cannot run (sharded training on a GPU)
         return csr_matmul(x, w)
+    if isinstance(x, FeatureLists):  # gathers only (an accelerator's layout)
+        return feature_lists.matmul_runs(x, None, w[:, None, :])[:, 0]
     if isinstance(x, jsparse.BCOO):
         rows, cols = x.indices[:, 0], x.indices[:, 1]
         msgs = x.data[:, None].astype(w.dtype) * w[cols]  # ids were checked on the host

@@ -19,6 +19,7 @@ from jax.experimental import sparse as jsparse
 from jaxgcn.native.csr import CSR, row_pointers, spmm, spmm_given, spmm_pair
 from jaxgcn.native.fused import hash_dropout, run_matmul
 from jaxgcn.core.graph import Graph, focus_rows
+from jaxgcn.core.feature_lists import FeatureLists
 
 
 def matmul_runs(x: Any, values: jax.Array | None, w: jax.Array, *, xla: Callable[..., jax.Array]) -> jax.Array:
@@ -28,7 +29,7 @@ def matmul_runs(x: Any, values: jax.Array | None, w: jax.Array, *, xla: Callable
     d_in, r, d_out = w.shape
     if isinstance(x, CSR):
         return spmm(x, w.reshape(d_in, r * d_out), values).reshape(x.shape[0], r, d_out)
-    if isinstance(x, jsparse.BCOO) or x.ndim == 2:
+    if isinstance(x, (jsparse.BCOO, FeatureLists)) or x.ndim == 2:
         return xla(x, values, w)
     # one run too: the kernel reads each array once in its own layout, and its weight gradient sums
     # the live rows in order: the same sums over some rows only (row_plan) as over

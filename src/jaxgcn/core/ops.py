@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import sparse as jsparse
 
-from jaxgcn.core import native_ops
+from jaxgcn.core import feature_lists, native_ops
 from jaxgcn.native.csr import CSR, spmm_rows, spmm_xla  # noqa: F401 - spmm_rows: the model's default row product
 from jaxgcn.core.propagate import BACKENDS, propagate
 
@@ -69,6 +69,8 @@ class Ops(NamedTuple):
 def xla_matmul_runs(x: Any, values: jax.Array | None, w: jax.Array) -> jax.Array:
     """Per-run ``x_r @ w_r`` in XLA (:attr:`Ops.matmul_runs`; ``w``: [in, R, out])."""
     d_in, r, d_out = w.shape
+    if isinstance(x, feature_lists.FeatureLists):  # gathers only, forward and gradient
+        return feature_lists.matmul_runs(x, values, w)
     if isinstance(x, CSR):
         vals = x.data[:, None] if values is None else values  # XLA where the kernel cannot run (GPU)
         return jnp.stack([spmm_xla(x._replace(data=vals[:, min(k, vals.shape[1] - 1)]), w[:, k])
@@ -95,7 +97,7 @@ def mxu_matmul_runs(x: Any, values: jax.Array | None, w: jax.Array) -> jax.Array
     [n, R, in] as ONE batched dot over the runs. The CPU's broadcast product (:func:`xla_matmul_runs`)
     would materialize [n, R, in, out] on the vector unit: on a TPU v5e, 100 Cora seeds with dense
     dropped inputs took 24 ms per epoch that way."""
-    if isinstance(x, (CSR, jsparse.BCOO)) or x.ndim == 2 or w.shape[1] == 1:
+    if isinstance(x, (CSR, jsparse.BCOO, feature_lists.FeatureLists)) or x.ndim == 2 or w.shape[1] == 1:
         return xla_matmul_runs(x, values, w)
     return jnp.einsum("nrf,fro->nro", x, w)
 

@@ -25,6 +25,7 @@ from jaxgcn.datasets.splits import planetoid_split
 from jaxgcn.datasets.synthetic import synthetic
 from jaxgcn.core.graph import from_edges, gcn_norm, with_csr, with_dense, with_lists
 from jaxgcn.core.graph import reorder as reorder_graph
+from jaxgcn.core import feature_lists
 from jaxgcn.core.layers import sparse_features
 from jaxgcn.host.memory import GiB, available_bytes
 from jaxgcn.plan import backend_for, features_layout
@@ -195,6 +196,7 @@ def prepare(
     require_split: bool = True,
     feature_statistics: dict[str, Any] | None = None,
     on_device: bool = True,
+    runs: int = 1,
 ) -> Prepared:
     """Clean, normalize and move a :class:`RawGraph` to the device (once, on the host).
 
@@ -203,7 +205,8 @@ def prepare(
     (``node_order[i]`` is the input id of node ``i``). Metrics do not depend on the numbering.
 
     ``on_device=False`` keeps every array on the host (NumPy; sparse features as a host CSR), for
-    :mod:`jaxgcn.distributed`, which moves each device only its own row block.
+    :mod:`jaxgcn.distributed`, which moves each device only its own row block. ``runs``: how many runs
+    the data is prepared for (on an accelerator, many runs gather sparse features: :func:`lay_out`).
 
     >>> p = prepare(load_dataset("cora"))
     >>> p.info["n_nodes"], p.info["undirected_edges"], p.n_classes, p.backend
@@ -213,7 +216,7 @@ def prepare(
                     require_split=require_split)
     backend = backend_for(backend, cleaned.graph.n_nodes, cleaned.graph.n_edges)  # THE plan decides (jaxgcn.plan)
     return lay_out(cleaned, backend, feature_norm=feature_norm, feature_statistics=feature_statistics,
-                   on_device=on_device)
+                   on_device=on_device, runs=runs)
 
 
 class Cleaned(NamedTuple):
@@ -261,10 +264,11 @@ def _dense(features: Any) -> np.ndarray:
 
 
 def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
-            feature_statistics: dict[str, Any] | None = None, on_device: bool = True) -> Prepared:
+            feature_statistics: dict[str, Any] | None = None, on_device: bool = True, runs: int = 1) -> Prepared:
     """The device half of :func:`prepare`: ``cleaned`` laid out for the concrete ``backend`` the plan
     decided (:func:`jaxgcn.plan.backend_for`; ``auto`` is refused: the decision is not made here) and
-    its features normalized (and moved to the device unless ``on_device`` is False)."""
+    its features normalized (and moved to the device unless ``on_device`` is False), in the layout the
+    plan gives sparse features for jobs of ``runs`` runs (:func:`jaxgcn.plan.features_layout`)."""
     raw, graph, order, masks, report = cleaned.raw, cleaned.graph, cleaned.order, cleaned.masks, cleaned.report
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} reached lay_out undecided; decide it first with "
@@ -286,14 +290,17 @@ def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
         graph = with_lists(graph, symmetric=True if symmetrize and norm in ("sym", "none") else None)
     stats = feature_statistics if feature_statistics is not None else feature_stats(raw.features, feature_norm)
     feats = normalize_features(raw.features, feature_norm, stats)
-    layout = features_layout(backend, n_nodes, int(raw.features.shape[1]))  # dense on an accelerator (no scatter)
+    layout = features_layout(backend, n_nodes, int(raw.features.shape[1]), runs=runs)  # no scatter on an accelerator
     if not on_device:
         from jaxgcn.native.csr import csr_from_scipy
 
         x = csr_from_scipy(feats) if sp.issparse(feats) else np.asarray(feats, np.float32)
     else:
         sparse = sp.issparse(feats) and layout != "dense"
-        x = sparse_features(feats, layout=layout) if sparse else jnp.asarray(_dense(feats), jnp.float32)
+        if sparse and layout == "lists":
+            x = jax.device_put(feature_lists.from_scipy(feats))
+        else:
+            x = sparse_features(feats, layout=layout) if sparse else jnp.asarray(_dense(feats), jnp.float32)
     n_classes = int(raw.labels.max()) + 1 if raw.labels.size else 0
     info = {"dataset": raw.name, "n_nodes": n_nodes, "n_edges": report["undirected_edges"],
             "n_features": int(raw.features.shape[1]), "n_classes": n_classes, **report,

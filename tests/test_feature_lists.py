@@ -1,0 +1,110 @@
+"""The ``lists`` layout of sparse input features (:mod:`jaxgcn.core.feature_lists`): the first layer's
+per-run product and its weight gradient as gathers over X's padded rows and columns, equal to the dense
+formula, with the same dropout masks as the BCOO layout (so a run on it equals that run on BCOO)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from jaxgcn.core import feature_lists
+from jaxgcn.core.feature_lists import FeatureLists, from_scipy, matmul_runs
+from jaxgcn.core.layers import dropout, is_sparse, matmul, sparse_features
+
+
+def features(n: int, f: int, density: float, seed: int) -> sp.csr_matrix:
+    """A random sparse [n, f] matrix with an empty row and an unused column (padding both ways)."""
+    rng = np.random.default_rng(seed)
+    dense = np.where(rng.random((n, f)) < density, rng.normal(size=(n, f)), 0.0).astype(np.float32)
+    dense[n // 2] = 0.0  # a node without features: reads the zero row
+    dense[:, f // 3] = 0.0  # a feature no node has: its weight gradient is 0
+    return sp.csr_matrix(dense)
+
+
+def per_run_dense(x: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
+    """[R, n, f]: X with run r's values in place of its stored ones."""
+    out = np.zeros((values.shape[1], *x.shape), np.float32)
+    rows = np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))
+    out[:, rows, x.indices] = values.T
+    return out
+
+
+@pytest.mark.parametrize("n, f", [(40, 13), (9, 30)])  # fewer features than nodes, and more
+@pytest.mark.parametrize("budget", [feature_lists.CHUNK_ELEMENTS, 37])  # whole buckets, and row chunks
+def test_per_run_products_and_weight_gradients_equal_the_dense_formula(n, f, budget):
+    x = features(n, f, 0.3, seed=n)
+    lists = from_scipy(x)
+    assert is_sparse(lists) and lists.shape == (n, f) and lists.nse == x.nnz
+    values = np.random.default_rng(1).normal(size=(x.nnz, 3)).astype(np.float32)
+    w = jax.random.normal(jax.random.key(0), (f, 3, 4))
+    dense = per_run_dense(x, values)
+    want = np.einsum("rnf,fro->nro", dense, np.asarray(w))
+    got = matmul_runs(lists, jnp.asarray(values), w, budget=budget)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    c = jax.random.normal(jax.random.key(1), (n, 3, 4))
+    grad = jax.grad(lambda w: jnp.sum(c * matmul_runs(lists, jnp.asarray(values), w, budget=budget)))(w)
+    want_grad = np.einsum("rnf,nro->fro", dense, np.asarray(c))
+    np.testing.assert_allclose(np.asarray(grad), want_grad, rtol=1e-5, atol=1e-5)
+    assert not np.asarray(grad)[f // 3].any()  # the unused feature
+    # evaluation: the stored values shared by every run
+    shared = matmul_runs(lists, None, w, budget=budget)
+    np.testing.assert_allclose(np.asarray(shared), np.einsum("nf,fro->nro", x.toarray(), np.asarray(w)),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_the_product_and_its_gradient_have_no_scatter():
+    from test_accelerator_plan import _scatters
+
+    lists = from_scipy(features(30, 12, 0.3, seed=2))
+    values = jnp.ones((lists.nse, 2), jnp.float32)
+    loss = lambda w: jnp.sum(matmul_runs(lists, values, w) ** 2)  # noqa: E731
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(jnp.ones((12, 2, 3), jnp.float32)).jaxpr
+    assert _scatters(jaxpr) == []
+    bcoo = sparse_features(features(30, 12, 0.3, seed=2))
+    from jaxgcn.core.ops import xla_matmul_runs
+
+    bcoo_jaxpr = jax.make_jaxpr(jax.grad(lambda w: jnp.sum(xla_matmul_runs(bcoo, values, w) ** 2)))(
+        jnp.ones((12, 2, 3), jnp.float32)).jaxpr
+    assert _scatters(bcoo_jaxpr), "BCOO's product scatters: if not, the walk finds nothing"
+
+
+def test_one_run_layer_functions_take_the_lists_and_drop_the_stored_values_as_bcoo_does():
+    x = features(25, 10, 0.4, seed=3)
+    lists, bcoo = from_scipy(x), sparse_features(x)
+    key = jax.random.key(4)
+    dropped = dropout(key, lists, 0.5, train=True)
+    assert isinstance(dropped, FeatureLists)
+    np.testing.assert_array_equal(np.asarray(dropped.data), np.asarray(dropout(key, bcoo, 0.5, train=True).data))
+    w = jax.random.normal(key, (10, 6))
+    want = np.asarray(matmul(dropout(key, bcoo, 0.5, train=True), w))
+    np.testing.assert_allclose(np.asarray(matmul(dropped, w)), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(matmul(lists, w)), x.toarray() @ np.asarray(w), rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_on_feature_lists_equals_it_on_bcoo():
+    """The same masks (drawn over the stored entries in one order) and the same sums up to rounding:
+    three seeds trained on the lists give the BCOO runs' epochs, accuracies and weights."""
+    from jaxgcn import datasets
+    from jaxgcn.batched import entries_for, fit_runs
+    from jaxgcn.core.models import Execution
+    from jaxgcn.train import Kipf, TrainConfig
+
+    raw = datasets.synthetic(300, n_classes=4, n_features=24, homophily=0.5, signal=0.3, seed=1)
+    dense = np.asarray(raw.features)
+    raw = raw._replace(features=sp.csr_matrix(np.where(np.abs(dense) > 1.0, dense, 0.0).astype(np.float32)))
+    prepared = datasets.prepare(raw, backend="segment")
+    x = prepared.data.x
+    host = sp.csr_matrix((np.asarray(x.data), (np.asarray(x.indices[:, 0]), np.asarray(x.indices[:, 1]))),
+                         shape=x.shape)
+    config = TrainConfig(epochs=40, lr=0.05, early_stopping=Kipf(5))
+    entries, execution = entries_for([0, 1, 2], config=config), Execution(backend="segment")
+    on_bcoo = fit_runs(prepared.data, prepared.n_classes, entries, execution=execution)
+    on_lists = fit_runs(prepared.data._replace(x=jax.device_put(from_scipy(host))), prepared.n_classes, entries,
+                        execution=execution)
+    np.testing.assert_array_equal(on_lists.epochs_run, on_bcoo.epochs_run)
+    np.testing.assert_allclose(on_lists.metrics["test_acc"], on_bcoo.metrics["test_acc"], atol=1e-6)
+    for got, want in zip(jax.tree.leaves(on_lists.params), jax.tree.leaves(on_bcoo.params)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
