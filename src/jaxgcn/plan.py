@@ -281,9 +281,9 @@ def _per_run_bytes(hidden: int, graph: Any, n_features: int | None) -> int:
     """The bytes one more run of a batch adds on ``graph`` (:func:`jaxgcn.host.memory.estimate`, with the
     hidden width standing in for the classes it is not given), and with dense input features of
     ``n_features`` columns, its dropped copy and that copy's gradient-pass twin."""
-    n, edges = int(graph.n_nodes), int(graph.n_edges)
-    one, two = (memory.estimate(n, edges, hidden, hidden, hidden=hidden, runs=r).total for r in (1, 2))
-    return two - one + (8 * n * n_features if n_features else 0)
+    n = int(graph.n_nodes)
+    return memory.per_run_bytes(n, int(graph.n_edges), hidden, hidden, hidden=hidden) + \
+        (8 * n * n_features if n_features else 0)
 
 
 def slice_size(n_runs: int, hidden: int, execution: Execution, n_devices: int | None, graph: Any,
@@ -455,9 +455,7 @@ def batch_bytes(data: Any, model_config: GCNConfig, n_runs: int, n_classes: int,
                   backend=planned(execution, data.graph).backend,
                   feature_nnz=int(data.x.nse) if hasattr(data.x, "nse") else None,
                   chunk_edges=execution.chunk_edges, symmetric=csr is None or csr.symmetric)
-    one = memory.estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=1, **kwargs)
-    two = memory.estimate(int(n), data.graph.n_edges, int(f), n_classes, runs=2, **kwargs)
-    return (two.total - one.total) * n_runs
+    return memory.per_run_bytes(int(n), data.graph.n_edges, int(f), n_classes, **kwargs) * n_runs
 
 
 def require_sharded(execution: Execution) -> None:

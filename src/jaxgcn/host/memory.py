@@ -103,6 +103,18 @@ def estimate(
     return MemoryEstimate(parts, sum(parts.values()))
 
 
+def per_run_bytes(n_nodes: int, n_edges: int, n_features: int, n_classes: int, **options: Any) -> int:
+    """The bytes one more run of a batch adds to :func:`estimate` (its ``runs=2`` total minus its
+    ``runs=1`` total; ``options``: its other keywords): what the plan's runs per program and the
+    sweep's chunks are sized by.
+
+    >>> per_run_bytes(1000, 8000, 16, 4, hidden=16)
+    359680
+    """
+    one, two = (estimate(n_nodes, n_edges, n_features, n_classes, runs=r, **options).total for r in (1, 2))
+    return two - one
+
+
 def _gather_bytes(n_nodes: int, n_edges: int, widest: int, symmetric: bool, list_slots: int | None) -> tuple[int, int]:
     """The ``gather`` backend's neighbour lists (a column and a weight per padded slot, and the order
     of each direction) and its buffers: one [rows, K, width] gather (bounded by the row chunks) and
