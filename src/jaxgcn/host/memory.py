@@ -119,7 +119,10 @@ def estimate(
     if row_plans is not None:
         activations, messages = _row_parts(n_nodes, widths, runs, row_plans, messages)
         adjacency += row_plans.held
-        if feature_nnz is None:  # each run's dropped copy of dense features and its twin (one run's counted above)
+        if feature_nnz is None:
+            # dense features, as XLA's buffer assignment holds them: the matrix, the dropout's per-node
+            # counter, and per run the dropped copy and the two layouts the first layer's product and
+            # its weight gradient read it in: n x F x (3 runs + 1), of which 3 are counted above
             features += (3 * runs - 2) * n_nodes * n_features * f4
     if feature_nnz is not None and backend != "csr":
         messages += 2 * feature_nnz * hidden * runs * f4  # the sparse input product gathers too
