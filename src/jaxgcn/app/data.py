@@ -28,7 +28,8 @@ from jaxgcn.datasets.named import protocol_info, protocol_name, protocol_splits
 from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.host.machine import REORDER_MIN_NODES
 from jaxgcn.host.memory import MemoryEstimate, estimate
-from jaxgcn.plan import backend_for, layout_facts
+from jaxgcn.core.models import Execution
+from jaxgcn.plan import backend_for, concrete, layer_rows, layout_facts, with_first_layer
 from jaxgcn.datasets.stats import edge_count
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 
@@ -320,8 +321,13 @@ def split_csv(loaded: Loaded) -> str:
 
 def memory_estimate(loaded: Loaded, hidden: int, feature_nnz: int | None) -> MemoryEstimate:
     """The peak memory of one run of width ``hidden`` on the prepared data (``feature_nnz``: the
-    stored features of sparse features, None for dense ones): what ``jaxgcn info`` reports."""
+    stored features of sparse features, None for dense ones): what ``jaxgcn info`` reports, each layer
+    at the rows it computes where the plan's ops take row plans (``gather`` on an accelerator), as
+    ``train`` estimates it with ``--aggregate-first auto``."""
     prepared = loaded.prepared
     info, graph = prepared.info, prepared.data.graph
+    execution = with_first_layer(concrete(Execution(backend=prepared.backend), graph), "auto", hidden,
+                                 info["n_features"], feature_nnz is None)
     return estimate(info["n_nodes"], graph.n_edges, info["n_features"], prepared.n_classes, hidden=hidden,
-                    backend=prepared.backend, feature_nnz=feature_nnz, **layout_facts(graph))
+                    backend=prepared.backend, feature_nnz=feature_nnz,
+                    row_plans=layer_rows(prepared.data, execution, 2), **layout_facts(graph))

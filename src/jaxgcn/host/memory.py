@@ -34,6 +34,26 @@ class MemoryEstimate(NamedTuple):
         return f"{self.total / GiB:.2f} GiB ({shown})"
 
 
+class RowPlans(NamedTuple):
+    """What a run's row plans (the ``gather`` backend's on an accelerator: :func:`jaxgcn.core.gather.prepare`)
+    make each layer compute, and hold: :func:`estimate` then counts each layer's activations and
+    buffers at its rows (a 2-layer model on a 1M-node graph with 80 training nodes computes its last
+    layer at 580 rows, its first at ~15,000, and only ``X·W`` at every node's).
+
+    Attributes:
+        rows: per layer, the output rows it computes in the larger of a training step's and an
+            evaluation's pass (``n_nodes``: every row).
+        slots: per layer, the padded slots of those rows' neighbour lists or of their transpose's,
+            whichever is larger (the forward gather's or the gradient's), the larger plan's; 0 where
+            the layer propagates over every node's lists.
+        held: the bytes both plans hold (their lists, orders, node ids and places).
+    """
+
+    rows: tuple[int, ...]
+    slots: tuple[int, ...]
+    held: int
+
+
 def estimate(
     n_nodes: int,
     n_edges: int,
@@ -48,6 +68,7 @@ def estimate(
     symmetric: bool = True,
     runs: int = 1,
     list_slots: int | None = None,
+    row_plans: RowPlans | None = None,
 ) -> MemoryEstimate:
     """Estimate the peak bytes of training a GCN full-batch.
 
@@ -62,6 +83,7 @@ def estimate(
         runs: runs stacked in one program (each holds its own activations and params).
         list_slots: ``gather``: the padded slots of the neighbour lists, the transpose's included
             (``NeighbourLists.slots``); None: the bound of power-of-two widths, twice the entries per direction.
+        row_plans: the rows each layer computes (:class:`RowPlans`); None: every row.
 
     >>> est = estimate(1_000_000, 20_000_000, 100, 47, hidden=128)
     >>> round(est.parts["adjacency"] / GiB, 2), est.parts["messages"]
@@ -92,15 +114,54 @@ def estimate(
         adjacency += lists
     else:
         messages = 0
-    if feature_nnz is not None and backend != "csr":
-        messages += 2 * feature_nnz * hidden * runs * f4  # the sparse input product gathers too
     # per layer output: pre-activation, activation, dropout output, gradient; plus the logits' softmax
     activations = sum(4 * n_nodes * w * f4 for w in widths[1:]) * runs + 2 * n_nodes * n_classes * f4 * runs
+    if row_plans is not None:
+        activations, messages = _row_parts(n_nodes, widths, runs, row_plans, messages)
+        adjacency += row_plans.held
+        if feature_nnz is None:
+            # dense features, as XLA's buffer assignment holds them: the matrix, the dropout's per-node
+            # counter, and per run the dropped copy and the two layouts the first layer's product and
+            # its weight gradient read it in: n x F x (3 runs + 1), of which 3 are counted above
+            features += (3 * runs - 2) * n_nodes * n_features * f4
+    if feature_nnz is not None and backend != "csr":
+        messages += 2 * feature_nnz * hidden * runs * f4  # the sparse input product gathers too
     n_params = sum(a * b for a, b in zip(widths[:-1], widths[1:]))
     params = 6 * n_params * f4 * runs  # params, grads, 2 Adam moments, best params, update
     parts = {"features": features, "adjacency": adjacency, "messages": messages, "activations": activations,
              "params": params, "runtime": RUNTIME_BYTES}
     return MemoryEstimate(parts, sum(parts.values()))
+
+
+def _row_parts(n_nodes: int, widths: list[int], runs: int, plans: RowPlans, full: int) -> tuple[int, int]:
+    """The activations and the largest layer's message buffers where each layer computes the rows of
+    ``plans`` (``full``: the buffers of a propagation over every node's lists). Layer l's product
+    ``h·W`` spans the rows its input holds (the first layer's: every node's, then gathered), its
+    output the rows it computes; each with its gradient. A layer's gather over its rows' lists
+    holds [rows, K, width] (in chunks of :data:`GATHER_CHUNK_ELEMENTS`) and its weighted copy."""
+    if len(plans.rows) != len(widths) - 1 or len(plans.slots) != len(plans.rows):
+        raise ValueError(f"row_plans: {len(plans.rows)} layers of rows and {len(plans.slots)} of slots, "
+                         f"for a model of {len(widths) - 1} layers; give one of each per layer")
+    f4, inputs, activations, messages = 4, n_nodes, 0, 0
+    for rows, slots, width in zip(plans.rows, plans.slots, widths[1:]):
+        w = width * runs
+        activations += 2 * (inputs + rows) * w * f4
+        gathered = 2 * min(slots * w, GATHER_CHUNK_ELEMENTS) * f4 + (rows + 1) * w * f4
+        messages = max(messages, gathered if slots else full)
+        inputs = rows
+    return activations + 2 * inputs * widths[-1] * runs * f4, messages  # and the logits' softmax
+
+
+def per_run_bytes(n_nodes: int, n_edges: int, n_features: int, n_classes: int, **options: Any) -> int:
+    """The bytes one more run of a batch adds to :func:`estimate` (its ``runs=2`` total minus its
+    ``runs=1`` total; ``options``: its other keywords): what the plan's runs per program and the
+    sweep's chunks are sized by.
+
+    >>> per_run_bytes(1000, 8000, 16, 4, hidden=16)
+    359680
+    """
+    one, two = (estimate(n_nodes, n_edges, n_features, n_classes, runs=r, **options).total for r in (1, 2))
+    return two - one
 
 
 def _gather_bytes(n_nodes: int, n_edges: int, widest: int, symmetric: bool, list_slots: int | None) -> tuple[int, int]:
