@@ -155,6 +155,9 @@ def test_seeds_in_one_program_equal_single_runs_that_stop_at_different_epochs(ra
     p = _prepared(prepared, raw, backend)
     res = fit_runs(p.data, p.n_classes, entries_for(SEEDS, config=CONFIG), execution=Execution(backend=backend))
     ones = singles(backend, SEEDS)
+    if jax.default_backend() != "cpu" and len({one.epochs_run for one in ones}) < 3:
+        pytest.skip("the seeds were chosen on the CPU to stop at three epochs; this device's rounding stops "
+                    "them otherwise (the accelerator's batches: tests/test_accelerator_plan.py)")
     assert len({one.epochs_run for one in ones}) == 3, "the seeds must stop at different epochs"
     assert any(one.stopped_early for one in ones) and not all(one.stopped_early for one in ones)
     assert_run_0_stops_first(ones)

@@ -154,10 +154,11 @@ def test_row_chunks_equal_the_unchunked_product():
     assert "while" in chunked.lower(x).as_text() and "while" not in whole.lower(x).as_text()
     # The same sums of the same products, to the last bit or one: XLA fuses the surrounding
     # programs differently (a multiply-add fused or not), measured here up to 1.6e-7 relative on 2
-    # of 198 gradient entries; a misplaced chunk row would differ by whole entries.
-    np.testing.assert_allclose(chunked(x), whole(x), rtol=1e-6, atol=0)
+    # of 198 gradient entries (on a TPU v5e, 1.1e-6 on 1 of 198); a misplaced chunk row would differ
+    # by whole entries.
+    np.testing.assert_allclose(chunked(x), whole(x), rtol=2e-6, atol=0)
     grads = [jax.jit(jax.grad(loss_of(g, None, budget=b)))(x) for b in (21, 10**9)]
-    np.testing.assert_allclose(*grads, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(*grads, rtol=2e-6, atol=0)
     with pytest.raises(ValueError, match=r"budget=0 must be >= 1"):
         gather.propagate(g.lists, x, budget=0)
 

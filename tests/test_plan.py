@@ -59,7 +59,7 @@ def test_csr_asked_for_where_the_kernel_cannot_run_is_refused_by_the_plan_with_t
         plan.backend_for("csr", 2708, 10556)
     with pytest.raises(ValueError, match=want):  # a sharded run's row blocks
         plan.require_sharded(Execution(backend="csr"))
-    assert plan.backend_for("auto", 2708, 10556) == "segment"
+    assert plan.backend_for("auto", 2708, 10556, "cpu") == "segment"
     plan.require_sharded(Execution())  # auto: XLA's block product where the kernel cannot run
 
 

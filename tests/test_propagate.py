@@ -93,21 +93,22 @@ def test_gradient_is_transpose_of_adjacency(graph, node_features):
 
 
 def test_backend_for_by_size():
+    # the CPU's rule, whatever device runs the tests (the accelerator's: tests/test_accelerator_plan.py)
     sparse = "csr" if kernel_status()[0] else "segment"
-    assert backend_for("auto", 6, 8) == "dense"  # 8 of 36 pairs
-    assert backend_for("auto", 100, 1000) == "dense"
-    assert backend_for("auto", 100, 999) == sparse
-    assert backend_for("auto", DENSE_MAX_NODES, DENSE_MAX_NODES**2 // 5) == "dense"
-    assert backend_for("auto", DENSE_MAX_NODES + 1, DENSE_MAX_NODES**2 // 5) == sparse
-    assert backend_for("auto", 2708, 10556) == sparse  # Cora
-    assert backend_for("auto", 3327, 9104) == sparse  # CiteSeer
+    assert backend_for("auto", 6, 8, "cpu") == "dense"  # 8 of 36 pairs
+    assert backend_for("auto", 100, 1000, "cpu") == "dense"
+    assert backend_for("auto", 100, 999, "cpu") == sparse
+    assert backend_for("auto", DENSE_MAX_NODES, DENSE_MAX_NODES**2 // 5, "cpu") == "dense"
+    assert backend_for("auto", DENSE_MAX_NODES + 1, DENSE_MAX_NODES**2 // 5, "cpu") == sparse
+    assert backend_for("auto", 2708, 10556, "cpu") == sparse  # Cora
+    assert backend_for("auto", 3327, 9104, "cpu") == sparse  # CiteSeer
 
 
 def test_backend_for_falls_back_to_segment_without_the_kernel(monkeypatch):
     import jaxgcn.plan
 
     monkeypatch.setattr(jaxgcn.plan, "kernel_status", lambda: (False, "no C++ compiler found"))  # the oracle
-    assert backend_for("auto", 2708, 10556) == "segment"
+    assert backend_for("auto", 2708, 10556, "cpu") == "segment"
 
 
 @pytest.mark.parametrize("name", BACKENDS)

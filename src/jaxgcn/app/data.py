@@ -29,7 +29,7 @@ from jaxgcn.datasets.parsed import cache_file, cached
 from jaxgcn.host.machine import REORDER_MIN_NODES
 from jaxgcn.host.memory import MemoryEstimate, estimate
 from jaxgcn.core.models import Execution
-from jaxgcn.plan import backend_for, concrete, layer_rows, layout_facts, with_first_layer
+from jaxgcn.plan import backend_for, concrete, current_platform, layer_rows, layout_facts, with_first_layer
 from jaxgcn.datasets.stats import edge_count
 from jaxgcn.datasets.splits import fraction_split, planetoid_split, read_split_file, split_table
 
@@ -268,14 +268,13 @@ def split_note(request: DataRequest, prepared: Prepared) -> str | None:
 
 
 def load(request: DataRequest, say: Say, *, backend: str = "auto", on_device: bool = True, two_classes: bool = True,
-         raw: RawGraph | None = None, status: Say | None = None, runs: int = 1) -> Loaded:
+         raw: RawGraph | None = None, status: Say | None = None) -> Loaded:
     """Read (unless ``raw`` is given), clean and prepare the data ``request`` names, with its
     split(s) (several stacked for a batch); a summary line goes to ``say``. ``backend``: the
     propagation backend asked for (:func:`jaxgcn.plan.resolve` later says why ``auto`` fell
     back, when it did). ``two_classes``: refuse data
     whose labelled nodes are all in one class (training needs two). ``status``: where the phase
-    being worked on goes (``reading cora…``; a terminal overwrites it), or None. ``runs``: the runs the
-    job trains (the plan's layout of sparse features on an accelerator depends on it)."""
+    being worked on goes (``reading cora…``; a terminal overwrites it), or None."""
     start = time.perf_counter()
     if status is not None:
         status(f"reading {request.dataset if request.edges is None else request.edges}…")
@@ -289,7 +288,7 @@ def load(request: DataRequest, say: Say, *, backend: str = "auto", on_device: bo
         reorder = "rcm" if n_nodes >= REORDER_MIN_NODES else "none"
     cleaned = clean(raw, norm=request.norm, symmetrize=request.symmetrize, reorder=reorder)
     backend = backend_for(backend, cleaned.graph.n_nodes, cleaned.graph.n_edges)  # the plan decides, prepare lays out
-    prepared = lay_out(cleaned, backend, feature_norm=request.feature_norm, on_device=on_device, runs=runs)
+    prepared = lay_out(cleaned, backend, feature_norm=request.feature_norm, on_device=on_device)
     node_ids = raw.node_ids
     protocol = (protocol_splits(raw, request.protocol, request.splits, request.data_seed)
                 if request.several_protocol_splits else None)
@@ -330,4 +329,5 @@ def memory_estimate(loaded: Loaded, hidden: int, feature_nnz: int | None) -> Mem
                                  info["n_features"], feature_nnz is None)
     return estimate(info["n_nodes"], graph.n_edges, info["n_features"], prepared.n_classes, hidden=hidden,
                     backend=prepared.backend, feature_nnz=feature_nnz,
-                    row_plans=layer_rows(prepared.data, execution, 2), **layout_facts(graph))
+                    row_plans=layer_rows(prepared.data, execution, 2), device=current_platform() != "cpu",
+                    **layout_facts(graph))
