@@ -173,7 +173,7 @@ def test_sparse_features_no_early_stopping_batch_equals_single_runs(raw_hard, sp
     # bcoo: BCOO features and adjacency through XLA's sparse dot (at scale: tests/test_equivalence.py
     # runs csr and segment, whose regimes it is built for).
     prepared = sparse_hard if backend == "csr" else sparse_version(raw_hard, backend)
-    execution = Execution(backend=backend)
+    execution = EXEC if backend == "csr" else Execution(backend=backend)  # an accelerator's: dense Â, feature lists
     res = batch(prepared, entries_for(SEEDS, config=NONE), execution=execution)
     assert res.epochs_run.tolist() == [NONE.epochs] * 3 and not np.any(res.stopped_early)
     assert np.all(np.isfinite(res.history["loss"]))
@@ -448,9 +448,9 @@ OPTIONS = {
     "clip_l2all_layernorm_residual_bias_3layers": (
         GCNConfig(layers=3, layer_norm=True, residual=True, bias=True), EXEC,
         TrainConfig(epochs=40, lr=0.05, early_stopping=Kipf(5), clip_norm=0.5, l2="all")),
-    "aggregate_first": (MODEL, Execution(backend="csr", aggregate_first=True), KIPF),
+    "aggregate_first": (MODEL, dataclasses.replace(EXEC, aggregate_first=True), KIPF),
     # one step for every path: jax.random dropout masks, drawn per run, equal a single run's too
-    "jax_dropout_rng": (MODEL, Execution(backend="csr", dropout_rng="jax"), KIPF),
+    "jax_dropout_rng": (MODEL, dataclasses.replace(EXEC, dropout_rng="jax"), KIPF),
 }
 
 

@@ -124,7 +124,7 @@ def test_int32_weights_keep_their_dtype_and_place_each_entry():
     g = graph_of("skewed")
     send, recv = np.asarray(g.senders), np.asarray(g.receivers)
     indptr = np.r_[0, np.cumsum(np.bincount(recv, minlength=g.n_nodes))]
-    lists = gather._lists(indptr, send, np.arange(1, send.size + 1, dtype=np.int32), g.n_nodes)
+    lists = gather.csr_lists(indptr, send, np.arange(1, send.size + 1, dtype=np.int32), g.n_nodes)
     assert {w.dtype for w in lists.weights} == {np.dtype(np.int32)}
     pos = np.concatenate([w.ravel() for w in lists.weights])
     cols = np.concatenate([c.ravel() for c in lists.cols])

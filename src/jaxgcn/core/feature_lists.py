@@ -5,7 +5,7 @@ runs there about 20x slower than a gather (:mod:`jaxgcn.core.gather`), and dense
 run of a batch drop its own dense copy of X: 100 Cora seeds wrote and read 388M floats (1.55 GB) per
 epoch that way (issue 45). This layout keeps X sparse and its product scatter-free:
 
-- X's rows as degree-bucketed padded lists (:func:`jaxgcn.core.gather._lists`): each slot holds a
+- X's rows as degree-bucketed padded lists (:func:`jaxgcn.core.gather.csr_lists`): each slot holds a
   feature id and ``1 +`` its entry's position in ``data`` (0 for padding), so per-run dropped values
   [nnz, R] are gathered beside the weights' rows: ``out[i, r] = sum_k v[pos_ik, r] * W_r[col_ik]``;
 - the gradient of W is the same gather-sum over X's transposed lists (feature j's nodes), of the
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn.core.gather import CHUNK_ELEMENTS, NeighbourLists, _forward, _lists
+from jaxgcn.core.gather import CHUNK_ELEMENTS, NeighbourLists, csr_lists, forward
 
 
 class FeatureLists(NamedTuple):
@@ -72,9 +72,9 @@ def from_scipy(matrix: Any, dtype: Any = np.float32) -> FeatureLists:
     n, f = csr.shape
     pos = np.arange(1, csr.nnz + 1, dtype=np.int32)
     indptr = np.asarray(csr.indptr, np.int64)
-    rows = _lists(indptr, np.asarray(csr.indices, np.int64), pos, f)
+    rows = csr_lists(indptr, np.asarray(csr.indices, np.int64), pos, f)
     csc = sp.csr_matrix((pos, csr.indices, csr.indptr), shape=(n, f)).tocsc()
-    columns = _lists(np.asarray(csc.indptr, np.int64), np.asarray(csc.indices, np.int64),
+    columns = csr_lists(np.asarray(csc.indptr, np.int64), np.asarray(csc.indices, np.int64),
                      np.asarray(csc.data, np.int32), n)
     return FeatureLists(np.asarray(csr.data, dtype), rows, columns)
 
@@ -92,18 +92,18 @@ def _runs_sum(values: jax.Array, table: jax.Array, cols: jax.Array, pos: jax.Arr
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _product(budget: int, x: FeatureLists, values: jax.Array, w: jax.Array) -> jax.Array:
-    return _forward(x.rows, w, functools.partial(_runs_sum, values), budget)
+    return forward(x.rows, w, functools.partial(_runs_sum, values), budget)
 
 
 def _product_fwd(budget: int, x: FeatureLists, values: jax.Array, w: jax.Array) -> tuple[jax.Array, Any]:
-    return _forward(x.rows, w, functools.partial(_runs_sum, values), budget), (x, values)
+    return forward(x.rows, w, functools.partial(_runs_sum, values), budget), (x, values)
 
 
 def _product_bwd(budget: int, saved: Any, g: jax.Array) -> tuple[None, None, jax.Array]:
     # dW = X_r^T g_r: the same gather-sum over X's transposed lists; the features and their dropped
     # values get no gradient (the first layer's input is data)
     x, values = saved
-    return None, None, _forward(x.columns, g, functools.partial(_runs_sum, values), budget)
+    return None, None, forward(x.columns, g, functools.partial(_runs_sum, values), budget)
 
 
 _product.defvjp(_product_fwd, _product_bwd)

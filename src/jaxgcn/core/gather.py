@@ -62,14 +62,14 @@ def bucket_width(degree: np.ndarray) -> np.ndarray:
     return np.where(degree > 0, 1 << np.ceil(np.log2(np.maximum(degree, 1))).astype(np.int64), 0)
 
 
-def _lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray, n_cols: int | None = None, *,
+def csr_lists(indptr: np.ndarray, cols: np.ndarray, weights: np.ndarray, n_cols: int | None = None, *,
            width: int | None = None) -> NeighbourLists:
     """Bucketed lists of the CSR matrix (``indptr`` [n + 1], ``cols``/``weights`` [nnz]; ``n_cols`` columns,
     default n: a padding slot reads its row's id, or the last column where that is past them), vectorised.
     ``weights`` keep their dtype (int32 entry positions, say: a padding slot holds 0). ``width``: one bucket
     of that width holding every row, empty ones too (for a kernel given [n, K] lists); default by degree.
 
-    >>> lists = _lists(np.array([0, 2, 2]), np.array([1, 0]), np.array([7, 8], np.int32))   # row 1 empty
+    >>> lists = csr_lists(np.array([0, 2, 2]), np.array([1, 0]), np.array([7, 8], np.int32))   # row 1 empty
     >>> lists.weights[0].tolist(), lists.weights[0].dtype, lists.order.tolist()
     ([[7, 8]], dtype('int32'), [0, 1])
     """
@@ -136,7 +136,7 @@ def build(senders: Any, receivers: Any, weights: Any, n_nodes: int, *, symmetric
     if recv.size and np.any(recv[1:] < recv[:-1]):
         raise ValueError("neighbour lists: receivers must be sorted, as from_edges leaves them")
     indptr = np.r_[0, np.cumsum(np.bincount(recv, minlength=n_nodes))]
-    lists = _lists(indptr, send, w, width=width)
+    lists = csr_lists(indptr, send, w, width=width)
     if symmetric:
         return lists
     # the transpose by SciPy's O(nnz) CSR -> CSC conversion (rows ascending within each column)
@@ -145,7 +145,7 @@ def build(senders: Any, receivers: Any, weights: Any, n_nodes: int, *, symmetric
     if symmetric is None and np.array_equal(t_indptr, indptr) and np.array_equal(t_cols, send) \
             and np.array_equal(t_w, w):
         return lists
-    return lists._replace(transpose=_lists(t_indptr, t_cols, t_w, width=width))
+    return lists._replace(transpose=csr_lists(t_indptr, t_cols, t_w, width=width))
 
 
 def sub_lists(indptr: Any, cols: Any, weights: Any, n_cols: int) -> NeighbourLists:
@@ -160,9 +160,9 @@ def sub_lists(indptr: Any, cols: Any, weights: Any, n_cols: int) -> NeighbourLis
     indptr, cols = np.asarray(indptr, np.int64), np.asarray(cols, np.int64)
     weights = np.asarray(weights, np.float32)
     csc = sp.csr_matrix((weights, cols, indptr), shape=(indptr.size - 1, n_cols)).tocsc()
-    transpose = _lists(np.asarray(csc.indptr, np.int64), np.asarray(csc.indices, np.int64), csc.data,
+    transpose = csr_lists(np.asarray(csc.indptr, np.int64), np.asarray(csc.indices, np.int64), csc.data,
                        indptr.size - 1)
-    return _lists(indptr, cols, weights, n_cols)._replace(transpose=transpose)
+    return csr_lists(indptr, cols, weights, n_cols)._replace(transpose=transpose)
 
 
 class RowsPrepared(NamedTuple):
@@ -222,7 +222,10 @@ def _bucket(x: jax.Array, cols: jax.Array, weights: jax.Array, rows_sum: RowSum,
     return out.reshape(n_chunks * chunk, x.shape[1])[:m]
 
 
-def _forward(lists: NeighbourLists, x: jax.Array, rows_sum: RowSum, budget: int) -> jax.Array:
+def forward(lists: NeighbourLists, x: jax.Array, rows_sum: RowSum, budget: int) -> jax.Array:
+    """The product of ``lists`` with ``x``, no gradient rule of its own: each bucket's ``rows_sum`` (in row
+    chunks of at most ``budget`` elements), then one gather puts every row in its place (an empty row
+    reads a zero row). :func:`propagate` and :mod:`jaxgcn.core.feature_lists` differentiate it."""
     outs = [_bucket(x, c, w, rows_sum, budget) for c, w in zip(lists.cols, lists.weights)]
     stacked = jnp.concatenate([*outs, jnp.zeros((1, x.shape[1]), x.dtype)])  # the zero row of empty rows
     return jnp.take(stacked, lists.order, axis=0, mode="clip")
@@ -230,17 +233,17 @@ def _forward(lists: NeighbourLists, x: jax.Array, rows_sum: RowSum, budget: int)
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _product(rows_sum: RowSum, budget: int, lists: NeighbourLists, x: jax.Array) -> jax.Array:
-    return _forward(lists, x, rows_sum, budget)
+    return forward(lists, x, rows_sum, budget)
 
 
 def _product_fwd(rows_sum: RowSum, budget: int, lists: NeighbourLists, x: jax.Array) -> tuple[jax.Array, Any]:
-    return _forward(lists, x, rows_sum, budget), lists
+    return forward(lists, x, rows_sum, budget), lists
 
 
 def _product_bwd(rows_sum: RowSum, budget: int, lists: NeighbourLists, g: jax.Array) -> tuple[None, jax.Array]:
     # d(A x)/dx applied to g is A^T g: a forward pass over the transpose's lists; the graph gets no gradient
     t = lists.transpose if lists.transpose is not None else lists
-    return None, _forward(t, g, rows_sum, budget)
+    return None, forward(t, g, rows_sum, budget)
 
 
 _product.defvjp(_product_fwd, _product_bwd)
