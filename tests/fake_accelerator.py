@@ -1,0 +1,13 @@
+"""A pytest plugin that makes this CPU process look like a TPU to jaxgcn's plan: ``jax.default_backend()``
+returns ``"tpu"``, so the plan (``jaxgcn.plan.current_platform``), the precision and the test session's
+accelerator setup (conftest) all act as they do on the chip, while the arrays stay on the CPU. A
+development aid, not a pass of CI: it finds the tests that pin the CPU plan's choices before chip time
+is spent on them. The Pallas kernel cannot compile on a faked TPU (its tests fail under it and pass on
+a real one)::
+
+    PYTHONPATH=tests python -m pytest -o addopts="" -n 0 -p fake_accelerator tests/test_batched.py
+"""
+
+import jax
+
+jax.default_backend = lambda: "tpu"
