@@ -132,6 +132,29 @@ def _full_float32_on_the_accelerator():
         jax.config.update("jax_default_matmul_precision", "highest")
 
 
+@pytest.fixture(scope="module")
+def cpu_slices():
+    """A batch sliced as on the CPU (:func:`jaxgcn.plan.runs_per_device_for` runs per device), for the
+    tests of checkpoints kept per slice and resumed inside a batch: an accelerator's plan puts as many
+    runs together as its memory holds (all of a test's few), so no batch would have a second slice."""
+    if not _on_accelerator():
+        yield
+        return
+    import jaxgcn.sweep
+    import jaxgcn.training.runs
+    from jaxgcn import plan
+
+    real = plan.slice_size
+
+    def cpu_sized(n_runs, hidden, execution, n_devices, graph, runs_per_device, n_features=None):
+        runs_per_device = plan.runs_per_device_for(hidden) if runs_per_device is None else runs_per_device
+        return real(n_runs, hidden, execution, n_devices, graph, runs_per_device, n_features)
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (plan, jaxgcn.training.runs, jaxgcn.sweep):
+            patch.setattr(module, "slice_size", cpu_sized)
+        yield
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """On an accelerator, a test that failed because it asked for the CPU-only C++ kernel is reported

@@ -26,6 +26,7 @@ SYNTH = ["--dataset", "synthetic", "--nodes", "600", "--classes", "3", "--featur
 @pytest.fixture
 def on_tpu(monkeypatch):
     monkeypatch.setattr(plan, "current_platform", lambda: "tpu")
+    monkeypatch.setattr("jaxgcn.app.data.current_platform", lambda: "tpu")  # imported there by name
     monkeypatch.setattr(memory, "device_budget", lambda device=None: memory.Budget(15 * 2**30, "TPU v5 lite (tpu:0)"))
     monkeypatch.setattr("jaxgcn.core.pallas_gather.MIN_TABLE_BYTES", 2**40)  # XLA's row sums: quick on a CPU
 

@@ -18,7 +18,9 @@ from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.train import TrainConfig, fit
 from cli_run import run_main, unwrap
 
-# 400 sparse nodes -> the "csr" backend; "none" so every seed runs exactly --epochs epochs.
+# 400 sparse nodes -> the "csr" backend (an accelerator's auto: dense Â on its MXU); "none" so every seed
+# runs exactly --epochs epochs.
+AUTO = "csr" if jax.default_backend() == "cpu" else "dense"
 SYNTH = ["train", "--dataset", "synthetic", "--nodes", "400", "--classes", "3", "--features", "16",
          "--epochs", "30", "--early-stopping", "none", "--no-compile-cache"]
 
@@ -39,7 +41,7 @@ def test_train_writes_consistent_json(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temp file left behind
     report = json.loads(out.read_text())
     assert JSON_KEYS <= set(report)
-    assert report["dataset"] == "synthetic" and report["n_nodes"] == 400 and report["backend"] == "csr"
+    assert report["dataset"] == "synthetic" and report["n_nodes"] == 400 and report["backend"] == AUTO
     assert report["n_features"] == 16 and report["n_classes"] == 3
     assert report["seeds"] == [0, 1]
     assert len(report["test_acc"]) == 2 and report["epochs_run"] == [30, 30]
@@ -48,14 +50,14 @@ def test_train_writes_consistent_json(tmp_path, capsys):
     assert report["val_acc_mean"] == pytest.approx(np.mean(report["val_acc"]), abs=1e-9)
     assert report["compile_seconds"] >= 0 and report["train_seconds"] > 0
     assert report["config"]["train"]["epochs"] == 30 and report["config"]["train"]["lr"] == 0.01
-    assert report["config"]["execution"]["backend"] == "csr" and report["config"]["model"]["dropout"] == 0.5
+    assert report["config"]["execution"]["backend"] == AUTO and report["config"]["model"]["dropout"] == 0.5
     assert "backend" not in report["config"]["model"]  # the architecture only
     assert report["config"]["norm"] == "sym" and report["config"]["feature_norm"] == "row"
 
     # The numbers are what the library computes for the same data, configs and seeds.
     prepared = prepare(synthetic(400, n_classes=3, n_features=16, seed=0))
     assert report["n_edges"] == prepared.info["undirected_edges"]
-    model_config, execution = GCNConfig(), Execution(backend="csr")
+    model_config, execution = GCNConfig(), Execution(backend=AUTO)
     config = TrainConfig(epochs=30, early_stopping=None)
     expected = [fit(prepared.data, 3, model_config=model_config, execution=execution, config=config,
                     key=jax.random.key(s), log=None).metrics["test_acc"] for s in (0, 1)]
@@ -73,7 +75,7 @@ def test_train_writes_consistent_json(tmp_path, capsys):
     request = app.DataRequest("synthetic", features=16, synthetic={"n_nodes": 400, "n_classes": 3})
     outcome = app.run(app.Job(request, train=config, seeds=2), say=notes.append)
     assert [r.test_acc for r in outcome.runs] == report["test_acc"] and [r.seed for r in outcome.runs] == [0, 1]
-    assert outcome.execution.backend == "csr" and outcome.batch is not None and outcome.fitted is None
+    assert outcome.execution.backend == AUTO and outcome.batch is not None and outcome.fitted is None
     assert any(n.startswith("memory estimate ") for n in notes) and "2 runs (2 seeds x 1 split(s))" in " ".join(notes)
     assert capsys.readouterr().out == ""
 
@@ -81,7 +83,8 @@ def test_train_writes_consistent_json(tmp_path, capsys):
 def test_train_progress_lines(capsys):
     assert run_main([*SYNTH, "--log-every", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert re.match(r"^synthetic: 400 nodes, [\d,]+ undirected edges, 16 features, 3 classes \| backend csr", lines[0])
+    head = r"^synthetic: 400 nodes, [\d,]+ undirected edges, 16 features, 3 classes \| backend "
+    assert re.match(head + AUTO, lines[0])
     epochs = [int(m.group(1)) for m in map(EPOCH.match, lines) if m]
     assert epochs == [10, 20, 30]
     assert any(line.startswith("Epoch  20 | loss ") for line in lines)
@@ -212,7 +215,7 @@ def test_installed_console_script(tmp_path):
 def _library_run(optimizer: str, seed: int = 0) -> dict:
     prepared = prepare(synthetic(400, n_classes=3, n_features=16, seed=0))
     config = TrainConfig(epochs=30, early_stopping=None, optimizer=optimizer)
-    return fit(prepared.data, 3, model_config=GCNConfig(), execution=Execution(backend="csr"), config=config,
+    return fit(prepared.data, 3, model_config=GCNConfig(), execution=Execution(backend=AUTO), config=config,
                key=jax.random.key(seed), log=None).metrics
 
 

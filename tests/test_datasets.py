@@ -23,6 +23,8 @@ from jaxgcn.core.models import Execution, GCNConfig, gcn
 from jaxgcn.core.propagate import propagate
 from tiny_datasets import P_ALLX, P_F, P_TEST, write_planetoid
 
+ON_CPU = jax.default_backend() == "cpu"
+
 
 @pytest.fixture(scope="module")
 def cora():
@@ -63,7 +65,8 @@ def test_cora_invariants(cora):
     assert_disjoint_splits(raw.splits, 2708)
     np.testing.assert_array_equal(raw.splits["train"], np.arange(140))  # Planetoid public split
     np.testing.assert_array_equal(raw.splits["val"], np.arange(140, 640))
-    assert p.backend == "csr"  # the fused kernel builds on every machine with a C++ compiler
+    # the fused kernel builds on every machine with a C++ compiler; an accelerator's auto: dense Â on its MXU
+    assert p.backend == ("csr" if ON_CPU else "dense")
 
 
 def edge_arrays(g):
@@ -78,7 +81,8 @@ def edge_arrays(g):
 def test_cleaned_cora_graph_is_symmetric(cora):
     _, p = cora
     g = p.data.graph
-    assert not g.has_edge_list and g.csr.symmetric  # csr: the adjacency is held once
+    if ON_CPU:
+        assert not g.has_edge_list and g.csr.symmetric  # csr: the adjacency is held once
     s, r, w = edge_arrays(g)
     forward = dict(zip(zip(s.tolist(), r.tolist()), w.tolist()))
     assert all(forward[(b, a)] == pytest.approx(v) for (a, b), v in forward.items())

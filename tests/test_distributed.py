@@ -15,6 +15,7 @@ import pytest
 from cli_run import run_main, unwrap
 
 from jaxgcn import datasets
+from jaxgcn.core.graph import with_csr
 from jaxgcn.distributed import partition
 
 SCRIPT = r"""
@@ -461,6 +462,8 @@ def test_halo_blocks_reproduce_the_adjacency_product_on_the_host():
     p = datasets.prepare(datasets.synthetic(403, n_classes=3, n_features=6, homophily=0.3, seed=1),
                          on_device=False)
     g = p.data.graph
+    if g.csr is None:  # an accelerator's auto backend (dense) keeps the edge list: the expected product reads CSR
+        g = with_csr(g)
     x = np.random.default_rng(0).standard_normal((403, 5)).astype(np.float32)
     rows = np.repeat(np.arange(403), np.diff(g.csr.indptr))
     expected = np.asarray(g.self_weights)[:, None] * x

@@ -27,6 +27,8 @@ from jaxgcn.native import kernel_build
 from jaxgcn.native.csr import csr_from_scipy
 
 GXX = shutil.which("g++")
+# the fallback from csr to segment is the CPU plan's (an accelerator's auto is dense or gather, never either)
+CPU_FALLBACK = pytest.mark.skipif(jax.default_backend() != "cpu", reason="auto falls back to segment on the CPU only")
 REPO = Path(__file__).resolve().parents[1]
 AVX512_FLAGS = ("-mavx512f", "-mavx512bw", "-mavx512vl")
 # The kernel's correctness tests in tests/test_csr.py that a build for another ISA must pass: every
@@ -168,6 +170,7 @@ echo built > "$out"
     assert not list(paths[0].parent.glob("*.so.*")) and len(list(paths[0].parent.glob("*.so"))) == 1
 
 
+@CPU_FALLBACK
 def test_no_compiler_says_how_to_get_the_faster_kernel(monkeypatch, fresh_loader):
     monkeypatch.setattr(kernel_build, "_compiler", lambda: None)
     assert csr_mod._load() == (False, "no C++ compiler found (set CXX or install g++ for the faster csr kernel)")
@@ -183,6 +186,7 @@ def test_no_fallback_note_where_the_kernel_runs():
     assert csr_mod.kernel_possible()
 
 
+@CPU_FALLBACK
 def test_the_cli_says_in_one_line_why_auto_keeps_to_segment(monkeypatch, tmp_path, capsys, fresh_loader):
     from cli_run import run_main
 

@@ -13,10 +13,12 @@ from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.datasets import load_dataset, prepare, synthetic
 
 
-def test_the_bytes_of_one_more_run_are_what_they_were():
+def test_the_bytes_of_one_more_run_are_what_they_were(monkeypatch):
     """The slice rule (plan._per_run_bytes: the hidden width standing in for the classes, dense
     features' dropped copy added) and the sweep's chunks (plan.batch_bytes) read one rule; these are
-    the figures both gave before they did."""
+    the figures both gave before they did, on the CPU's plan (on an accelerator too: its plan lays
+    sparse features out dense)."""
+    monkeypatch.setattr(plan, "current_platform", lambda: "cpu")
     cora = prepare(load_dataset("cora"), backend="segment")  # BCOO features
     small = prepare(synthetic(500, n_features=12, avg_degree=4.0, seed=3), backend="gather")  # dense features
     for prepared, execution, want in ((cora, Execution(backend="segment"), (32789920, 3515392, 28055904, 38914336)),

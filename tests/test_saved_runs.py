@@ -29,6 +29,7 @@ from jaxgcn.training.state import init_run_state, record_epoch
 BATCH = ["--dataset", "synthetic", "--nodes", "200", "--classes", "3", "--features", "8", "--hidden", "128",
          "--epochs", "30", "--early-stopping", "patience", "--patience", "8", "--seeds", "3", "--quiet"]
 EVERY = 5
+pytestmark = pytest.mark.usefixtures("cpu_slices")  # sliced as on the CPU, on an accelerator too
 
 
 class Killed(SystemExit):

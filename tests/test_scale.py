@@ -153,6 +153,10 @@ def test_cli_refuses_a_run_that_cannot_fit(monkeypatch, capsys):
     import jaxgcn.host.memory
 
     monkeypatch.setattr(jaxgcn.host.memory, "available_bytes", lambda: 2**20)
+    # On an accelerator the check is against its free memory (a 300-node run needs well under 1 MiB there):
+    # 1 KiB of it, named as the host's, so the same message applies.
+    if jax.default_backend() != "cpu":
+        monkeypatch.setattr(jaxgcn.host.memory, "device_budget", lambda device=None: jaxgcn.host.memory.Budget(2**10))
     code = main(["train", "--dataset", "synthetic", "--nodes", "300", "--epochs", "2", "--no-compile-cache"])
     assert code == 2
     err = unwrap(capsys.readouterr().err)
@@ -201,6 +205,8 @@ def test_large_synthetic_graph_is_generated_vectorized():
 
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU plan's runs per program (runs_per_device_for); "
+                    "an accelerator's are what its memory holds (test_accelerator_plan: accelerator_runs)")
 @pytest.mark.parametrize(("args", "n_runs", "hidden", "runs"), [
     ([], 1, 16, 1), (["--seeds", "3"], 3, 16, 3),
     (["--seeds", "16"], 16, 16, 16),  # hidden 16: fit_runs puts 16 runs in one program (it planned for 8)

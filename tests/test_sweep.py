@@ -25,7 +25,8 @@ from jaxgcn.train import Patience, TrainConfig, fit
 from cli_run import run_main, unwrap
 
 MODEL = GCNConfig()
-EXEC = Execution(backend="csr")  # what auto picks here
+# what auto picks here (an accelerator: Â on its MXU)
+EXEC = Execution(backend="csr" if jax.default_backend() == "cpu" else "dense")
 BASE = TrainConfig(epochs=30)
 GRID = Grid(lr=(0.01, 0.05), hidden=(8, 16), layers=(2, 3))
 SEEDS = [0, 1]

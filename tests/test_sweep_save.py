@@ -26,6 +26,7 @@ SWEEP = ["sweep", "--dataset", "synthetic", "--nodes", "200", "--classes", "3", 
          "64,128", "--lr", "0.01,0.05", "--seeds", "2", "--epochs", "30", "--early-stopping", "patience",
          "--patience", "8", "--no-compile-cache"]
 EVERY = 5
+pytestmark = pytest.mark.usefixtures("cpu_slices")  # sliced as on the CPU, on an accelerator too
 
 
 class Killed(SystemExit):

@@ -198,7 +198,8 @@ def full_run(easy):
 
 
 def test_fit_learns_the_synthetic_graph(easy, full_run):
-    assert easy.backend == "csr" and easy.n_classes == 4
+    # an accelerator's auto: dense Â on its MXU
+    assert easy.backend == ("csr" if jax.default_backend() == "cpu" else "dense") and easy.n_classes == 4
     assert full_run.metrics["test_acc"] > 0.8  # chance is 0.25; features alone give ~0.63
     assert full_run.metrics["train_acc"] > 0.9
     loss = full_run.history["loss"]
