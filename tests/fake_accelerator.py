@@ -6,8 +6,13 @@ is spent on them. The Pallas kernel cannot compile on a faked TPU (its tests fai
 a real one)::
 
     PYTHONPATH=tests python -m pytest -o addopts="" -n 0 -p fake_accelerator tests/test_batched.py
+
+Only loading it as a plugin (``-p``) fakes the platform: importing the module (the suite's doctest
+collection imports every file of tests/) changes nothing.
 """
 
 import jax
 
-jax.default_backend = lambda: "tpu"
+
+def pytest_configure(config) -> None:
+    jax.default_backend = lambda: "tpu"
