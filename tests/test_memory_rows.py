@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from test_accelerator_capabilities import on_tpu  # noqa: F401  (the faked TPU plan)
 
+import jaxgcn.app.data  # noqa: F401  (imported before cpu_compiled patches memory.estimate: it binds estimate by name)
 from jaxgcn import plan
 from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.datasets import load_dataset, prepare, synthetic
@@ -156,3 +157,70 @@ def test_info_estimates_a_run_as_train_plans_it(wide):
     every = memory.estimate(200_000, wide.data.graph.n_edges, 16, wide.n_classes, **options)
     some = memory.estimate(200_000, wide.data.graph.n_edges, 16, wide.n_classes, row_plans=rows, **options)
     assert some.parts["adjacency"] == every.parts["adjacency"] + rows.held
+
+
+@pytest.fixture
+def prepare_calls(monkeypatch):
+    """Every call of the ``gather`` ops' ``prepare`` (the row plans' build: :func:`jaxgcn.core.gather.prepare`),
+    as the hops it was asked for; patched before the plan chooses the ops, which take it by name."""
+    from jaxgcn.core import gather
+
+    calls, real = [], gather.prepare
+    monkeypatch.setattr(gather, "prepare", lambda data, hops: calls.append(hops) or real(data, hops))
+    return calls
+
+
+@pytest.mark.usefixtures("on_tpu")
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_a_gather_job_builds_its_row_plans_once(prepare_calls, seeds):
+    """The plan builds the row plans to count their rows for its memory estimate; the run (``fit`` for one
+    run, on the random split's [1, n] masks made one split; ``fit_runs`` for a batch) takes those instead
+    of building them again: one host pass per job, not two."""
+    from jaxgcn.app import DataRequest, Job, run
+    from jaxgcn.training.config import TrainConfig
+
+    request = DataRequest("synthetic", synthetic={"n_nodes": 3000, "n_classes": 3}, split="random", n_val=200,
+                          n_test=300)
+    job = Job(request, train=TrainConfig(epochs=3), execution=Execution(backend="gather"), seeds=seeds)
+    outcome = run(job, lambda line: None)
+    assert outcome.execution.ops.row_plans and len(outcome.runs) == seeds
+    assert prepare_calls == [2]
+
+
+@pytest.mark.usefixtures("on_tpu")
+def test_a_plans_row_plans_serve_only_the_data_and_depth_it_read(prepare_calls):
+    """``fit`` takes the plan's row plans for the very data object the plan read and the model depth it
+    planned; other data (another split) or another depth gets its own, and trains as without the plan's."""
+    import jax
+
+    from jaxgcn.train import TrainConfig, fit
+
+    prepared = prepare(synthetic(1500, n_classes=3, n_features=8, seed=2, n_val=200, n_test=300), backend="gather")
+    chosen = plan.resolve(Execution(backend="gather"), prepared.data, GCNConfig(), prepared.n_classes)
+    assert prepare_calls == [2]
+    config = TrainConfig(epochs=4)
+
+    def train(data, model=GCNConfig(), execution=chosen):
+        return fit(data, prepared.n_classes, model_config=model, config=config, key=jax.random.key(0), log=None,
+                   execution=execution).metrics
+
+    train(prepared.data)
+    assert prepare_calls == [2]  # the plan's
+    train_mask = jax.numpy.roll(prepared.data.train_mask, 700)  # another split's training nodes
+    other = prepared.data._replace(train_mask=train_mask)
+    assert train(other) == train(other, execution=chosen.execution)  # its own plans, as a plan-less fit builds them
+    assert prepare_calls == [2, 2, 2]
+    train(prepared.data, GCNConfig(layers=3))
+    assert prepare_calls == [2, 2, 2, 3]
+
+
+@pytest.mark.usefixtures("on_tpu")
+def test_a_gather_sweep_builds_its_row_plans_once(prepare_calls, capsys):
+    """``jaxgcn sweep`` plans one run (its memory check) and runs each chunk of the grid's programs as
+    that plan: the four runs (two learning rates x two seeds) take the plan's row plans, as a train job's do."""
+    from cli_run import run_main
+
+    args = ["sweep", "--dataset", "synthetic", "--nodes", "1500", "--classes", "3", "--features", "8", "--quiet",
+            "--no-compile-cache", "--backend", "gather", "--epochs", "3", "--lr", "0.01,0.05", "--seeds", "2"]
+    assert run_main(args) == 0
+    assert prepare_calls == [2]

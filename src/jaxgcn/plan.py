@@ -365,6 +365,9 @@ class Plan(NamedTuple):
         memory: the peak-memory estimate of that execution.
         note: why ``auto`` kept off the C++ kernel (one line), or None.
         platform: the platform JAX runs on (``jax.default_backend()``: cpu, gpu, tpu).
+        focused: the data the plan read, with the row plans it counted for its memory estimate
+            (:class:`Focused`), which the run takes instead of building them again (:func:`focused`);
+            None where the ops take no row plans.
     """
 
     execution: Decided
@@ -372,6 +375,7 @@ class Plan(NamedTuple):
     memory: MemoryEstimate
     note: str | None
     platform: str = "cpu"
+    focused: Focused | None = None
 
     @property
     def backend(self) -> str:
@@ -398,22 +402,44 @@ def layout_facts(graph: Any) -> dict[str, Any]:
     return {"symmetric": symmetric, "list_slots": None if lists is None else lists.slots}
 
 
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class Focused:
+    """``data``: ``source`` (the very object a :class:`Plan` read) focused for a model of ``hops`` layers
+    with the row plans its ops take (:func:`jaxgcn.core.data.with_focus`). Compared by identity: it holds
+    the data's arrays."""
+
+    source: Any
+    hops: int
+    data: Any
+
+
+def _row_planned(data: Any, execution: Decided, layers: int) -> Focused | None:
+    """``data`` focused with the row plans the decided ``execution``'s ops take (on an accelerator,
+    ``gather`` with the hash's dropout), or None where they take none."""
+    ops = execution.ops
+    if execution.backend != "gather" or not ops.row_plans:  # the csr kernel's plans are CSR rows
+        return None
+    return Focused(data, layers, with_focus(data, layers, ops.prepare))
+
+
 def layer_rows(data: Any, execution: Decided, layers: int) -> memory.RowPlans | None:
     """What the row plans of a ``gather`` run make each of ``layers`` layers compute, in the larger of a
     training step's and an evaluation's pass (:class:`jaxgcn.host.memory.RowPlans`), where the decided
     ``execution``'s ops take them (on an accelerator, with the hash's dropout); None where every layer
     computes every row. The plans are built here as the run builds them (the ops' ``prepare`` of the
-    focused data: :func:`jaxgcn.core.gather.prepare`), so their rows and slots are exact; that is one more
-    host pass over the training nodes' neighbourhoods (0.9 s on 1M nodes / 25M edges, against 10 s of
-    loading), where counting rows apart from the plans would be a second copy of their rule. The csr
-    kernel's row plans (CSR rows on the CPU) keep the estimate over every row."""
-    ops = execution.ops
-    if execution.backend != "gather" or not ops.row_plans:  # the csr kernel's plans are CSR rows
-        return None
-    aux = with_focus(data, layers, ops.prepare).aux
+    focused data: :func:`jaxgcn.core.gather.prepare`), so their rows and slots are exact, where counting
+    rows apart from the plans would be a second copy of their rule; :func:`resolve` hands the plans it
+    builds to the run (:func:`focused`), so a job builds them once. The csr kernel's row plans (CSR rows
+    on the CPU) keep the estimate over every row."""
+    return _rows_of(_row_planned(data, execution, layers), execution)
+
+
+def _rows_of(made: Focused | None, execution: Decided) -> memory.RowPlans | None:
+    """:func:`layer_rows` of the row plans ``made`` holds."""
+    aux = None if made is None else made.data.aux
     if aux is None:
         return None
-    n, plans = int(data.graph.n_nodes), (aux.train_rows, aux.eval_rows)
+    layers, n, plans = made.hops, int(made.data.graph.n_nodes), (aux.train_rows, aux.eval_rows)
     mats = [[None] * layers if p is None else list(p.mats) for p in plans]  # None: every row
     rows = tuple(max(n if m[i] is None else int(m[i].order.shape[0]) for m in mats) for i in range(layers))
     if execution.aggregate_first:  # the first layer propagates its input over every row, then gathers its rows
@@ -422,6 +448,19 @@ def layer_rows(data: Any, execution: Decided, layers: int) -> memory.RowPlans | 
                   for i in range(layers))
     held = sum(leaf.nbytes for leaf in jax.tree.leaves(plans))
     return memory.RowPlans(rows, slots, held)
+
+
+def focused(data: Any, hops: int, execution: Decided, plan: Any = None) -> Any:
+    """``data`` focused for a model of ``hops`` layers with what the decided ``execution``'s ops
+    precompute of it (:func:`jaxgcn.core.data.with_focus`): what ``fit`` and ``fit_runs`` train on. Built
+    once per job: where ``plan``, the :class:`Plan` the entry point was handed (``execution`` is its
+    decided one), built them from this very ``data`` (the same object) for this depth, for its memory
+    estimate, the run takes those (a ``gather`` plan's row plans: a host pass over the neighbourhoods of
+    every node a run reads); otherwise they are built here."""
+    made = plan.focused if isinstance(plan, Plan) else None
+    if made is not None and made.source is data and made.hops == hops:
+        return made.data
+    return with_focus(data, hops, execution.ops.prepare)
 
 
 def _larger_direction(lists: Any) -> int:
@@ -442,14 +481,14 @@ def resolve(execution: Execution, data: Any, model_config: GCNConfig, n_classes:
     n_features, dense = int(x.shape[1]), not is_sparse(x)
     requested = execution.backend
     execution = with_first_layer(planned(execution, graph), aggregate, model_config.hidden, n_features, dense)
+    made = _row_planned(data, execution, model_config.layers)  # built once: the run takes them (focused)
     runs = 1 if n_runs <= 1 else runs_per_program(n_runs, model_config.hidden, execution, devices, graph,
                                                   n_features=n_features if dense else None)
     est = memory.estimate(int(n_nodes if n_nodes is not None else x.shape[0]), graph.n_edges, n_features, n_classes,
                    hidden=model_config.hidden, layers=model_config.layers, backend=execution.backend,
                    feature_nnz=None if dense else int(x.nse), chunk_edges=execution.chunk_edges, runs=runs,
-                   row_plans=layer_rows(data, execution, model_config.layers), device=current_platform() != "cpu",
-                   **layout_facts(graph))
-    return Plan(execution, runs, est, fallback_note(requested, execution.backend), current_platform())
+                   row_plans=_rows_of(made, execution), device=current_platform() != "cpu", **layout_facts(graph))
+    return Plan(execution, runs, est, fallback_note(requested, execution.backend), current_platform(), made)
 
 
 def sharded(execution: Execution, estimate: MemoryEstimate) -> Plan:

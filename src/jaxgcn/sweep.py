@@ -161,6 +161,7 @@ def run_entries(
     """
     if store is not None and process_count > 1:
         raise ValueError("store: a sweep's progress is kept by a one-process sweep only")
+    runs_as = execution if isinstance(execution, Plan) else None  # a Plan hands fit_runs its row plans (plan.focused)
     execution = concrete(execution, data.graph)  # the plan's decided execution, or the request decided once
     groups = _groups(entries)
     row = {j: r for r, j in enumerate(j for members in groups.values() for j in members)}  # result array rows
@@ -182,7 +183,7 @@ def run_entries(
         else:
             results[rows, :3] = _run_group(data, n_classes, [entries[j] for j in mine], rows, model, train,
                                            execution, name=(g + 1, len(groups)), chunk=sizes[g], budget=budget,
-                                           log=log, progress=progress, store=store)
+                                           log=log, progress=progress, store=store, runs_as=runs_as)
         results[rows, 3] = 1.0
     if combine is not None:
         results = np.asarray(combine(results))
@@ -237,10 +238,13 @@ def layout(data: TrainData, entries: list[Entry], chunks: list[int], *,
 
 def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[int], model: GCNConfig,
                train: TrainConfig, execution: Execution, *, name: tuple[int, int], chunk: int, budget: int | None,
-               log: Callable[[str], None] | None, progress: Any, store: Any) -> np.ndarray:
+               log: Callable[[str], None] | None, progress: Any, store: Any,
+               runs_as: Plan | None = None) -> np.ndarray:
     """[len(group), 3] val_acc, test_acc, epochs_run of one program's entries (``rows``: their rows
     in the result array, which the progress display and the store count in), in chunks of ``chunk``
-    runs (what fits in ``budget`` bytes; None: the chunks a resumed sweep started with)."""
+    runs (what fits in ``budget`` bytes; None: the chunks a resumed sweep started with). ``runs_as``:
+    the :class:`~jaxgcn.plan.Plan` ``execution`` was decided by, which each chunk runs as (its row plans
+    taken, not built again: :func:`jaxgcn.plan.focused`)."""
     g, n_groups = name
     if chunk < len(group) and log is not None:
         need = batch_bytes(data, model, 1, n_classes, execution) * len(group) / 2**30
@@ -256,7 +260,7 @@ def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[i
         if progress is not None:
             progress.start_slice(rows[start], f"group {g}/{n_groups}, {len(part)} runs")
         hooks = {} if store is None else store.hooks(rows[start])
-        result = fit_runs(data, n_classes, part, execution=execution,
+        result = fit_runs(data, n_classes, part, execution=execution if runs_as is None else runs_as,
                           log_every=progress.every if progress is not None else 0, progress=progress, **hooks)
         out[start:start + len(part)] = np.stack([result.metrics["val_acc"], result.metrics["test_acc"],
                                                  result.epochs_run], axis=1)

@@ -34,14 +34,15 @@ OVERFIT_MIN_EPOCHS = 20  # before that (two of Kipf's stopping windows) a gap sa
 
 
 def plan(loaded: Loaded, model_config: GCNConfig, execution: Execution, n_runs: int, say: Say, *,
-         devices: int | None = None, aggregate: str = "auto") -> planner.Plan:
+         devices: int | None = None, aggregate: str = "auto", data: Any = None) -> planner.Plan:
     """THE plan of ``n_runs`` runs on the prepared data (:func:`jaxgcn.plan.resolve`: the backend
     as ``execution`` asks and the data was prepared, the kernels, aggregate-first, the runs that
     execute together); the note why ``auto`` fell back and the peak memory estimate go to ``say``,
-    and a job that cannot fit is refused."""
+    and a job that cannot fit is refused. ``data``: the very object the runs train on, when it is not
+    the loaded data (the row plans the plan builds are handed to a run on that object only)."""
     prepared = loaded.prepared
-    chosen = planner.resolve(execution, prepared.data, model_config, prepared.n_classes, n_runs=n_runs,
-                             devices=devices, aggregate=aggregate, n_nodes=prepared.info["n_nodes"])
+    chosen = planner.resolve(execution, prepared.data if data is None else data, model_config, prepared.n_classes,
+                             n_runs=n_runs, devices=devices, aggregate=aggregate, n_nodes=prepared.info["n_nodes"])
     if chosen.note:
         say(chosen.note)  # why not the csr kernel, in one line
     if chosen.precision != "default":  # the CPU's own (default) is said by `jaxgcn info`, not by every run
@@ -108,11 +109,11 @@ def hint(outcome: Outcome) -> str | None:
 
 
 def _one(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execution], facts: dict[str, Any] | None,
-         progress: Any, log_every: int, say: Say, resolved: planner.Plan) -> Outcome:
-    """One run through ``fit``, as ``resolved`` plans it."""
+         progress: Any, log_every: int, say: Say, resolved: planner.Plan, data: Any) -> Outcome:
+    """One run through ``fit`` on ``data``, as ``resolved`` plans it."""
     model_config, train_config, _ = chosen  # the execution: resolved's
     hooks, resumed = ({}, 0) if facts is None else saving.fit_hooks(job, loaded, *chosen, facts, say)
-    res = fit(one_split(loaded.prepared.data), loaded.prepared.n_classes, model_config=model_config,
+    res = fit(data, loaded.prepared.n_classes, model_config=model_config,
               execution=resolved, config=train_config, key=jax.random.key(job.seed), log_every=log_every, log=None,
               progress=progress, **hooks)
     m = res.metrics
@@ -123,16 +124,16 @@ def _one(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Executi
 
 
 def _batch(job: Job, loaded: Loaded, chosen: tuple[GCNConfig, TrainConfig, Execution], facts: dict[str, Any] | None,
-           progress: Any, log_every: int, say: Say, resolved: planner.Plan) -> Outcome:
-    """Every seed on every split as one batched program, as ``resolved`` plans it (``resolved.runs``
-    of them execute together)."""
+           progress: Any, log_every: int, say: Say, resolved: planner.Plan, data: Any) -> Outcome:
+    """Every seed on every split of ``data`` as one batched program, as ``resolved`` plans it
+    (``resolved.runs`` of them execute together)."""
     model_config, train_config, _ = chosen  # the execution: resolved's
     hooks, resumed = ({}, 0) if facts is None else saving.batch_hooks(job, loaded, *chosen, facts, say,
                                                                        resolved.runs)
     entries = entries_for(job.seed_list, model_config=model_config, config=train_config, splits=job.data.splits)
     say(f"{len(entries)} runs ({job.seeds} seed{'s' if job.seeds != 1 else ''} x {job.data.splits} split(s)) in one "
         "compiled program")
-    res = fit_runs(loaded.prepared.data, loaded.prepared.n_classes, entries, execution=resolved,
+    res = fit_runs(data, loaded.prepared.n_classes, entries, execution=resolved,
                    log_every=log_every, log=None, n_devices=job.devices, progress=progress, **hooks)
     restored = res.restored_epoch
     runs = [RunSummary(e.seed, e.split, float(res.metrics["test_acc"][j]), float(res.metrics["val_acc"][j]),
@@ -148,14 +149,16 @@ def run(job: Job, say: Say, *, progress: Any = None, log_every: int = 0, loaded:
     :class:`jaxgcn.io.progress.Progress` (or None), which the caller closes; ``loaded``: the data,
     when already loaded (else :func:`jaxgcn.app.data.load` of ``job.data``)."""
     loaded = loaded if loaded is not None else load(job.data, say, backend=job.execution.backend)
-    chosen = plan(loaded, job.model, job.execution, job.n_runs, say, devices=job.devices, aggregate=job.aggregate)
+    data = one_split(loaded.prepared.data) if job.n_runs == 1 else loaded.prepared.data  # what the runs train on
+    chosen = plan(loaded, job.model, job.execution, job.n_runs, say, devices=job.devices, aggregate=job.aggregate,
+                  data=data)  # the same object: the row plans the plan builds are the run's (built once)
     configs = (job.model, job.train, chosen.execution)
     if job.debug:
         debug_checks(loaded, *configs, say)
     # what a checkpoint records about the data (its SHA-256 fingerprint is computed once, here)
     facts = saving.facts(job, loaded) if job.save is not None or job.resume is not None else None
     if job.n_runs == 1:
-        outcome = _one(job, loaded, configs, facts, progress, log_every, say, chosen)
+        outcome = _one(job, loaded, configs, facts, progress, log_every, say, chosen, data)
     else:
-        outcome = _batch(job, loaded, configs, facts, progress, log_every, say, chosen)
+        outcome = _batch(job, loaded, configs, facts, progress, log_every, say, chosen, data)
     return outcome._replace(hint=hint(outcome))

@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgcn.host.compiler import jit
-from jaxgcn.core.data import TrainData, with_focus
+from jaxgcn.core.data import TrainData
 from jaxgcn.core.diagnostics import divergence_message
 from jaxgcn.core.layers import Params
 from jaxgcn.core.models import Execution, GCNConfig, RunInputs, precision_scope
-from jaxgcn.plan import Plan, concrete, require_decided
+from jaxgcn.plan import Plan, concrete, focused, require_decided
 from jaxgcn.io.progress import Chunk, Hook, log_hook, progress_hook, runs_line
 from jaxgcn.core.results import BatchResult, FitResult, fit_result, take_runs  # noqa: F401 - re-exported
 from jaxgcn.training.config import DIVERGED, Patience, RUNNING, STOPPED_EARLY, TrainConfig, TrainingDiverged
@@ -263,8 +263,8 @@ def fit(
         TrainingDiverged: the loss became NaN/inf; the message names the likely causes.
     """
     key = jax.random.key(0) if key is None else key
-    execution = concrete(execution, data.graph)  # the request decided once: backend, ops (jaxgcn.plan)
-    data = with_focus(data, model_config.layers, execution.ops.prepare)  # and what the ops precompute
+    plan, execution = execution, concrete(execution, data.graph)  # the request decided once: backend, ops
+    data = focused(data, model_config.layers, execution, plan)  # and what the ops precompute (once per job)
     program, runs = single_program(model_config, config, data, n_classes, execution, progress)
     state = program.init(key, data, runs)
     if resume is not None:

@@ -28,12 +28,11 @@ import numpy as np
 from jaxgcn.core import hyper
 from jaxgcn.host.compiler import jit
 from jaxgcn.core.diagnostics import runs_divergence_message
-from jaxgcn.core.data import with_focus
 from jaxgcn.core.layers import is_sparse
 from jaxgcn.core.layers import Params, run_axes
 from jaxgcn.core.models import Execution, GCNConfig, RunInputs, gcn, make_run_inputs
-from jaxgcn.plan import (Plan, batch_mesh, concrete, on_runs, program_of, replicated, require_decided, run_shardings,
-                         slice_size)
+from jaxgcn.plan import (Plan, batch_mesh, concrete, focused, on_runs, program_of, replicated, require_decided,
+                         run_shardings, slice_size)
 from jaxgcn.core.data import TrainData
 from jaxgcn.core.results import BatchResult, concat_results, unstack_params  # noqa: F401 - unstack_params: its old address
 from jaxgcn.training.config import TrainConfig
@@ -147,10 +146,10 @@ def fit_runs(
     """
     entries = list(entries)
     model_config, config = program_of(entries)
-    execution = concrete(execution, data.graph)  # the request decided once: backend, ops (jaxgcn.plan)
+    plan, execution = execution, concrete(execution, data.graph)  # the request decided once: backend, ops
     size = slice_size(len(entries), model_config.hidden, execution, n_devices, data.graph, runs_per_device,
                       None if is_sparse(data.x) else int(data.x.shape[1]))
-    data = with_focus(data, model_config.layers, execution.ops.prepare)  # and what the ops precompute
+    data = focused(data, model_config.layers, execution, plan)  # and what the ops precompute (once per job)
     options = _Options(model_config, config, execution, log_every, log, n_devices, progress, checkpoint_every,
                        on_checkpoint, resume)
     parts = [_slice(data, n_classes, entries, first, size, options) for first in range(0, len(entries), size)]
