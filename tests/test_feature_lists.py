@@ -107,3 +107,15 @@ def test_a_batch_on_feature_lists_equals_it_on_bcoo():
     np.testing.assert_allclose(on_lists.metrics["test_acc"], on_bcoo.metrics["test_acc"], atol=1e-6)
     for got, want in zip(jax.tree.leaves(on_lists.params), jax.tree.leaves(on_bcoo.params)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_both_layouts_store_the_canonical_csr_of_a_matrix_with_duplicates_and_unsorted_rows():
+    """A CSR given with row 0's columns unsorted and column 2 listed twice: the lists and the BCOO each
+    hold its entries once, summed and row-sorted (feature_lists.sorted_csr), and the same values."""
+    given = sp.csr_matrix((np.array([4.0, 1.0, 2.0, 3.0]), np.array([2, 0, 2, 1]), np.array([0, 3, 4])), shape=(2, 3))
+    lists, bcoo = from_scipy(given), sparse_features(given)
+    assert lists.nse == bcoo.nse == 3
+    assert np.asarray(bcoo.indices).tolist() == [[0, 0], [0, 2], [1, 1]]
+    assert np.asarray(lists.data).tolist() == np.asarray(bcoo.data).tolist() == [1.0, 6.0, 3.0]
+    assert [c.tolist() for c in lists.rows.cols] == [[[1]], [[0, 2]]]  # row 1: one entry; row 0: two
+    assert given.indptr.tolist() == [0, 3, 4] and given.indices.tolist() == [2, 0, 2, 1]  # the caller's, as given

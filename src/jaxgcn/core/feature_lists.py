@@ -58,6 +58,23 @@ class FeatureLists(NamedTuple):
         return self.rows.slots + self.columns.slots
 
 
+def sorted_csr(matrix: Any, dtype: Any = None) -> sp.csr_matrix:
+    """A SciPy sparse [n, F] matrix as the canonical CSR both sparse feature layouts store (this module's
+    lists, :func:`jaxgcn.core.layers.sparse_features`' BCOO): duplicates summed, columns sorted within each
+    row; ``dtype``: its values' type (None: the matrix's own). The matrix given is left as it was.
+
+    >>> given = sp.csr_matrix(([4.0, 1.0, 2.0], [2, 0, 2], [0, 3]), shape=(1, 3))
+    >>> m = sorted_csr(given)
+    >>> m.indices.tolist(), m.data.tolist(), given.indices.tolist()
+    ([0, 2], [1.0, 6.0], [2, 0, 2])
+    """
+    csr = sp.csr_matrix(matrix, dtype=dtype)
+    if not csr.has_canonical_format:  # summed and sorted in a copy: csr may share the caller's arrays
+        csr = csr.copy()
+        csr.sum_duplicates()  # sorts each row's columns first
+    return csr
+
+
 def from_scipy(matrix: Any, dtype: Any = np.float32) -> FeatureLists:
     """The :class:`FeatureLists` of a SciPy sparse [n, F] matrix (host arrays; duplicates summed,
     columns sorted within each row, as :func:`jaxgcn.core.layers.sparse_features` stores them).
@@ -66,9 +83,7 @@ def from_scipy(matrix: Any, dtype: Any = np.float32) -> FeatureLists:
     >>> x.shape, x.nse, [c.tolist() for c in x.rows.cols], [p.tolist() for p in x.rows.weights]
     ((3, 3), 3, [[[0]], [[1, 2]]], [[[3]], [[1, 2]]])
     """
-    csr = sp.csr_matrix(matrix, dtype=dtype)
-    csr.sum_duplicates()
-    csr.sort_indices()
+    csr = sorted_csr(matrix, dtype)
     n, f = csr.shape
     pos = np.arange(1, csr.nnz + 1, dtype=np.int32)
     indptr = np.asarray(csr.indptr, np.int64)

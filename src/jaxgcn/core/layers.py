@@ -14,12 +14,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
 
 from jaxgcn.native.csr import CSR, csr_from_scipy, csr_matmul
 from jaxgcn.core import feature_lists
-from jaxgcn.core.feature_lists import FeatureLists
+from jaxgcn.core.feature_lists import FeatureLists, sorted_csr
 from jaxgcn.core.graph import Graph
 from jaxgcn.core.hyper import keep_threshold  # host-side, declared with the per-run inputs it makes
 from jaxgcn.core.propagate import propagate
@@ -47,9 +46,7 @@ def sparse_features(matrix: Any, dtype: Any = jnp.float32, *, layout: str = "bco
     check_sparse(matrix, "sparse_features")  # the gather and the kernel trust every index
     if layout == "csr":
         return jax.device_put(csr_from_scipy(matrix, np.dtype(dtype)))
-    csr = sp.csr_matrix(matrix)
-    csr.sum_duplicates()
-    csr.sort_indices()
+    csr = sorted_csr(matrix)
     rows = np.repeat(np.arange(csr.shape[0], dtype=np.int32), np.diff(csr.indptr))
     idx = np.stack([rows, csr.indices.astype(np.int32)], axis=1)
     return jsparse.BCOO((jnp.asarray(csr.data, dtype), jnp.asarray(idx)), shape=csr.shape,
