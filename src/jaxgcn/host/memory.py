@@ -97,11 +97,7 @@ def estimate(
     """
     f4 = 4
     widths = [n_features] + [hidden] * (layers - 1) + [n_classes]
-    if feature_nnz is None:
-        # the matrix, its dropped copy, and (aggregate-first) the propagated copy
-        features = 3 * n_nodes * n_features * f4
-    else:
-        features = feature_nnz * (2 * f4 + f4) + (n_nodes + 1) * f4 + (feature_nnz * 3 * f4 if backend == "csr" else 0)
+    features = _features_bytes(n_nodes, n_features, feature_nnz, backend, runs, row_plans is not None, device)
     if backend == "dense":
         adjacency = n_nodes * n_nodes * f4
     elif backend == "csr":
@@ -125,20 +121,31 @@ def estimate(
     if row_plans is not None:
         activations, messages = _row_parts(n_nodes, widths, runs, row_plans, messages)
         adjacency += row_plans.held
-        if feature_nnz is None:
-            # dense features, as XLA's buffer assignment holds them: the matrix, the dropout's per-node
-            # counter, and per run the dropped copy and the two layouts the first layer's product and
-            # its weight gradient read it in: n x F x (3 runs + 1), of which 3 are counted above
-            features += (3 * runs - 2) * n_nodes * n_features * f4
     if feature_nnz is not None and backend != "csr":
         messages += 2 * feature_nnz * hidden * runs * f4  # the sparse input product gathers too
     n_params = sum(a * b for a, b in zip(widths[:-1], widths[1:]))
     params = 6 * n_params * f4 * runs  # params, grads, 2 Adam moments, best params, update
-    if device and feature_nnz is None and runs == 1:
-        features = n_nodes * n_features * f4
     parts = {"features": features, "adjacency": adjacency, "messages": messages, "activations": activations,
              "params": params, "runtime": 0 if device else RUNTIME_BYTES}
     return MemoryEstimate(parts, sum(parts.values()))
+
+
+def _features_bytes(n_nodes: int, n_features: int, feature_nnz: int | None, backend: str, runs: int,
+                    row_plans: bool, device: bool) -> int:
+    """The features' part of :func:`estimate`, decided once for the host's memory or the device's
+    (``row_plans``: whether the layers compute the rows of row plans)."""
+    f4 = 4
+    if feature_nnz is not None:  # values, dropped values and columns; row pointers; the kernel's transpose
+        return feature_nnz * (2 * f4 + f4) + (n_nodes + 1) * f4 + (feature_nnz * 3 * f4 if backend == "csr" else 0)
+    if device and runs == 1:
+        copies = 1  # a TPU's compiler fuses the dropout and the product (estimate's ``device``)
+    elif row_plans:
+        # as XLA's buffer assignment holds them: the matrix, the dropout's per-node counter, and per run
+        # the dropped copy and the two layouts the first layer's product and its weight gradient read it in
+        copies = 3 * runs + 1
+    else:
+        copies = 3  # the matrix, its dropped copy, and (aggregate-first) the propagated copy
+    return copies * n_nodes * n_features * f4
 
 
 def _row_parts(n_nodes: int, widths: list[int], runs: int, plans: RowPlans, full: int) -> tuple[int, int]:
