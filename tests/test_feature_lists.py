@@ -119,3 +119,50 @@ def test_both_layouts_store_the_canonical_csr_of_a_matrix_with_duplicates_and_un
     assert np.asarray(lists.data).tolist() == np.asarray(bcoo.data).tolist() == [1.0, 6.0, 3.0]
     assert [c.tolist() for c in lists.rows.cols] == [[[1]], [[0, 2]]]  # row 1: one entry; row 0: two
     assert given.indptr.tolist() == [0, 3, 4] and given.indices.tolist() == [2, 0, 2, 1]  # the caller's, as given
+
+
+@pytest.mark.parametrize("runs, out", [(3, 4), (130, 2)])  # runs across one lane tile, and across two
+def test_the_pallas_runs_kernel_equals_the_xla_sums(runs, out):
+    """The TPU's bucket sum (:func:`jaxgcn.core.pallas_gather.runs_sum`, interpreted here) against XLA's
+    gather-sum: per-run values (the runs across the lanes) and shared ones (rows folded into 128 lanes),
+    with padding slots (position 0) and rows of the last, padded block."""
+    from jaxgcn.core import pallas_gather
+
+    rng = np.random.default_rng(runs)
+    table = jnp.asarray(rng.normal(size=(23, runs * out)), jnp.float32)
+    cols, pos = rng.integers(0, 23, (37, 5)), rng.integers(1, 20, (37, 5))
+    pos[::4, 3:] = 0  # padding slots: the values' zero row
+    cols, pos = jnp.asarray(cols, jnp.int32), jnp.asarray(pos, jnp.int32)
+    for r in (runs, 1):
+        values = jnp.asarray(rng.normal(size=(20, r)), jnp.float32).at[0].set(0.0)
+        want = feature_lists._runs_sum(values, table, cols, pos)
+        got = pallas_gather.runs_sum(values, table, cols, pos, interpret=True)
+        assert got.shape == want.shape == (37, runs * out)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+def test_a_tpu_takes_the_kernel_for_the_lists_where_its_tables_fit_vmem(monkeypatch):
+    """``tpu_matmul_runs`` (a TPU's ``matmul_runs``): the kernel's product and weight gradient equal the
+    dense formula; where the tables would not fit VMEM, XLA's gathers (the same numbers)."""
+    from jaxgcn.core import ops, pallas_gather
+
+    x = features(40, 13, 0.3, seed=4)
+    lists = from_scipy(x)
+    values = np.random.default_rng(2).normal(size=(x.nnz, 3)).astype(np.float32)
+    w, c = jax.random.normal(jax.random.key(0), (13, 3, 4)), jax.random.normal(jax.random.key(1), (40, 3, 4))
+    dense = per_run_dense(x, values)
+    calls = []
+    kernel = pallas_gather.runs_sum
+    monkeypatch.setattr(pallas_gather, "runs_sum", lambda *a: calls.append(a[1].shape) or kernel(*a))
+    for fits in (True, False):
+        monkeypatch.setattr(pallas_gather, "runs_kernel_fits", lambda *a, fits=fits: fits)
+        calls.clear()
+        got = ops.tpu_matmul_runs(lists, jnp.asarray(values), w)
+        grad = jax.grad(lambda w: jnp.sum(c * ops.tpu_matmul_runs(lists, jnp.asarray(values), w)))(w)
+        np.testing.assert_allclose(np.asarray(got), np.einsum("rnf,fro->nro", dense, np.asarray(w)),
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(grad), np.einsum("rnf,nro->fro", dense, np.asarray(c)),
+                                   rtol=1e-5, atol=1e-5)
+        # forward over X's rows (the table: W, F rows), gradient over its columns (the table: c, n rows)
+        assert ({13, 40} <= {shape[0] for shape in calls}) if fits else calls == []
+    assert not pallas_gather.runs_kernel_fits(2_449_029, 1600, 100, 10**6)

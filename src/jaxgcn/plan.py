@@ -70,9 +70,13 @@ def runs_per_device_for(hidden: int) -> int:
 # product) run on, is the bottleneck: 1M nodes / 25M nonzeros / 16 columns, one propagation took 3.1 s
 # as segment_sum on a TPU v5e against 0.17 s for a bare row gather. So `auto` there never picks them:
 # dense Â on the MXU while n² float32 fits ACCEL_DENSE_BYTES (Cora's 2708² is 29 MB: a forward and
-# backward epoch in 0.21 ms), else the scatter-free neighbour lists (`gather`). Features are dense
-# where they take at most a quarter of the device's free memory.
+# backward epoch in 0.21 ms), else the scatter-free neighbour lists (`gather`); a job of many runs on a
+# TPU: `gather` (LISTS_MIN_RUNS). Features: see features_layout.
 ACCEL_DENSE_BYTES = 2**30
+# A job of this many runs or more trains on `gather` with feature lists on a TPU, at every size: on a
+# TPU v5e, 100 Cora seeds took 0.89 s on them against 2.7 s on dense Â and dense features; one run's
+# epoch took 1.15 ms on them against 0.45 ms dense (benchmarks/bench_accelerator.py --parts cora,seeds).
+LISTS_MIN_RUNS = 8
 ACCEL_MAX_RUNS = 128  # runs per program on an accelerator, memory permitting (one program for 100 seeds)
 
 
@@ -81,7 +85,7 @@ def current_platform() -> str:
     return jax.default_backend()
 
 
-def backend_for(requested: str, n_nodes: int, n_edges: int, platform: str | None = None) -> str:
+def backend_for(requested: str, n_nodes: int, n_edges: int, platform: str | None = None, runs: int = 1) -> str:
     """THE backend decision: ``requested`` made concrete for a cleaned graph of ``n_nodes`` nodes and
     ``n_edges`` directed off-diagonal edges on ``platform`` (None: :func:`current_platform`); explicit
     names are validated and kept.
@@ -89,15 +93,21 @@ def backend_for(requested: str, n_nodes: int, n_edges: int, platform: str | None
     On the CPU, ``auto`` is ``dense`` for graphs of at most 1,024 nodes where at least 10% of the node
     pairs are edges; otherwise ``csr`` where the fused kernel runs (a C++ compiler; it builds on
     first use), else ``segment``. On an accelerator it is ``dense`` while the n x n float32 adjacency
-    takes at most :data:`ACCEL_DENSE_BYTES`, else ``gather``: never a scatter. ``csr`` asked for where
+    takes at most :data:`ACCEL_DENSE_BYTES`, else ``gather``: never a scatter; a job of at least
+    :data:`LISTS_MIN_RUNS` ``runs`` on a TPU: ``gather`` (with feature lists). ``csr`` asked for where
     the kernel cannot run is refused, with why.
 
     >>> backend_for("auto", 100, 2000, "cpu"), backend_for("auto", 100, 400, "cpu") in ("csr", "segment")
     ('dense', True)
     >>> backend_for("auto", 2708, 10556, "tpu"), backend_for("auto", 1_000_000, 25_000_000, "tpu")
     ('dense', 'gather')
+    >>> backend_for("auto", 2708, 10556, "tpu", runs=100)
+    'gather'
     """
-    if requested == "auto" and (platform or current_platform()) != "cpu":
+    platform = platform or current_platform()
+    if requested == "auto" and platform == "tpu" and runs >= LISTS_MIN_RUNS:
+        return "gather"
+    if requested == "auto" and platform != "cpu":
         return "dense" if 4 * n_nodes * n_nodes <= ACCEL_DENSE_BYTES else "gather"
     if requested == "auto":
         if n_nodes <= DENSE_MAX_NODES and n_edges >= DENSE_MIN_DENSITY * n_nodes * n_nodes:
@@ -246,27 +256,49 @@ def run_shardings(tree: Any, axes: Any, mesh: jax.sharding.Mesh) -> Any:
 
 
 def features_layout(backend: str, n_nodes: int, n_features: int, platform: str | None = None,
-                    free: int | None = None) -> str:
+                    free: int | None = None, nnz: int | None = None, runs: int = 1) -> str:
     """How sparse input features are laid out for ``backend`` on ``platform`` (None: here): ``csr`` for
     the kernel, ``bcoo`` on the CPU. On an accelerator, where a sparse product is a scatter: ``dense``
     where the n x features float32 matrix takes at most a quarter of the ``free`` device bytes (None:
     :func:`jaxgcn.host.memory.budget`), one product on the MXU; else ``lists``
-    (:mod:`jaxgcn.core.feature_lists`: the product and its gradient as gathers).
+    (:mod:`jaxgcn.core.feature_lists`: the product and its gradient as gathers). On a TPU, ``lists``
+    for a job of at least :data:`LISTS_MIN_RUNS` ``runs`` wherever the Pallas kernel of their sums holds
+    them (:func:`lists_kernel_fits`, given the ``nnz``); one run's dense features are one MXU product.
 
-    Measured on a TPU v5e (``bench_accelerator.py --parts seeds,features``): 100 Cora seeds trained in
-    2.7 s with dense features and 4.6 s with the lists, so the lists are not chosen where dense fits.
+    Measured on a TPU v5e: 100 Cora seeds trained in 2.7 s with dense features and 4.6 s with the lists
+    as XLA's gathers (so these are not chosen where dense fits); as the kernel's sums, on the ``gather``
+    backend (ms per epoch of R seeds, ``fit_runs``, 100 epochs): R = 1: 1.27 against dense's 2.04;
+    R = 8: 1.37 against 3.17; R = 100: 2.46 against 7.2 (``benchmarks/bench_accelerator.py``).
 
     >>> features_layout("gather", 2708, 1433, "tpu", 16 * 2**30), features_layout("segment", 2708, 1433, "cpu")
     ('dense', 'bcoo')
+    >>> features_layout("gather", 2708, 1433, "tpu", 16 * 2**30, nnz=49_216, runs=100)
+    'lists'
     >>> features_layout("dense", 2708, 1433, "tpu", 2**20)
     'lists'
     """
     if backend == "csr":
         return "csr"
-    if (platform or current_platform()) == "cpu":
+    platform = platform or current_platform()
+    if platform == "cpu":
         return "bcoo"
+    if platform == "tpu" and runs >= LISTS_MIN_RUNS and nnz is not None and lists_kernel_fits(n_nodes, n_features, nnz):
+        return "lists"
     free = memory.budget().free if free is None else free
     return "dense" if 4 * n_nodes * n_features <= free // 4 else "lists"
+
+
+def lists_kernel_fits(n_nodes: int, n_features: int, nnz: int) -> bool:
+    """Whether a TPU's kernel of the feature lists (:func:`jaxgcn.core.pallas_gather.runs_sum`) holds the
+    larger side of X and the values in VMEM for up to 128 runs of hidden width 16 (one [16, 128] tile a
+    row). Where it does not (a wider layer, more runs), the product falls back to XLA's gathers.
+
+    >>> lists_kernel_fits(2708, 1433, 49_216), lists_kernel_fits(19_717, 500, 988_031)
+    (True, False)
+    """
+    from jaxgcn.core.pallas_gather import LANES, runs_kernel_fits
+
+    return runs_kernel_fits(max(n_nodes, n_features), 16 * LANES, LANES, nnz + 1)
 
 
 def accelerator_runs(n_runs: int, per_run_bytes: int, free: int) -> int:

@@ -268,13 +268,14 @@ def split_note(request: DataRequest, prepared: Prepared) -> str | None:
 
 
 def load(request: DataRequest, say: Say, *, backend: str = "auto", on_device: bool = True, two_classes: bool = True,
-         raw: RawGraph | None = None, status: Say | None = None) -> Loaded:
+         raw: RawGraph | None = None, status: Say | None = None, runs: int = 1) -> Loaded:
     """Read (unless ``raw`` is given), clean and prepare the data ``request`` names, with its
     split(s) (several stacked for a batch); a summary line goes to ``say``. ``backend``: the
     propagation backend asked for (:func:`jaxgcn.plan.resolve` later says why ``auto`` fell
     back, when it did). ``two_classes``: refuse data
     whose labelled nodes are all in one class (training needs two). ``status``: where the phase
-    being worked on goes (``reading cora…``; a terminal overwrites it), or None."""
+    being worked on goes (``reading cora…``; a terminal overwrites it), or None. ``runs``: the runs the
+    job trains (on an accelerator the plan lays a job of many runs out otherwise: :func:`jaxgcn.plan.backend_for`)."""
     start = time.perf_counter()
     if status is not None:
         status(f"reading {request.dataset if request.edges is None else request.edges}…")
@@ -287,8 +288,8 @@ def load(request: DataRequest, say: Say, *, backend: str = "auto", on_device: bo
     if reorder == "auto":
         reorder = "rcm" if n_nodes >= REORDER_MIN_NODES else "none"
     cleaned = clean(raw, norm=request.norm, symmetrize=request.symmetrize, reorder=reorder)
-    backend = backend_for(backend, cleaned.graph.n_nodes, cleaned.graph.n_edges)  # the plan decides, prepare lays out
-    prepared = lay_out(cleaned, backend, feature_norm=request.feature_norm, on_device=on_device)
+    backend = backend_for(backend, cleaned.graph.n_nodes, cleaned.graph.n_edges, runs=runs)  # the plan decides
+    prepared = lay_out(cleaned, backend, feature_norm=request.feature_norm, on_device=on_device, runs=runs)
     node_ids = raw.node_ids
     protocol = (protocol_splits(raw, request.protocol, request.splits, request.data_seed)
                 if request.several_protocol_splits else None)

@@ -148,7 +148,7 @@ def run(job: Job, say: Say, *, progress: Any = None, log_every: int = 0, loaded:
     """Train the job on this process's devices (one run, or a batch); ``progress``: a
     :class:`jaxgcn.io.progress.Progress` (or None), which the caller closes; ``loaded``: the data,
     when already loaded (else :func:`jaxgcn.app.data.load` of ``job.data``)."""
-    loaded = loaded if loaded is not None else load(job.data, say, backend=job.execution.backend)
+    loaded = loaded if loaded is not None else load(job.data, say, backend=job.execution.backend, runs=job.n_runs)
     data = one_split(loaded.prepared.data) if job.n_runs == 1 else loaded.prepared.data  # what the runs train on
     chosen = plan(loaded, job.model, job.execution, job.n_runs, say, devices=job.devices, aggregate=job.aggregate,
                   data=data)  # the same object: the row plans the plan builds are the run's (built once)

@@ -48,13 +48,13 @@ def _status(args: argparse.Namespace) -> Say | None:
 
 
 def load(args: argparse.Namespace, say: Say, *, backend: str | None = None, on_device: bool = True,
-         two_classes: bool = True, raw: RawGraph | None = None) -> Loaded:
-    """The data the flags name, prepared (:func:`jaxgcn.app.data.load`); ``backend``: instead of
-    --backend (without either, the library's choice)."""
+         two_classes: bool = True, raw: RawGraph | None = None, runs: int = 1) -> Loaded:
+    """The data the flags name, prepared (:func:`jaxgcn.app.data.load`) for ``runs`` runs; ``backend``:
+    instead of --backend (without either, the library's choice)."""
     if args.save_split is not None and args.splits > 1:
         raise ValueError(f"--save-split writes one split; --splits {args.splits} draws several")
     backend = backend or getattr(args, "backend", None)  # info and partition have no --backend
-    options: dict[str, Any] = dict(on_device=on_device, two_classes=two_classes, raw=raw)
+    options: dict[str, Any] = dict(on_device=on_device, two_classes=two_classes, raw=raw, runs=runs)
     if backend is not None:
         options["backend"] = backend
     status = _status(args)

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     say = (lambda msg: None) if args.quiet or not is_writer() else print
     grid = sweep_grid(args)  # every configuration validated before any work
-    loaded = load(args, say)
+    loaded = load(args, say, runs=len(grid.configs()) * args.seeds * args.splits)
     model_config, train_config, execution = sweep_base(args, loaded.prepared.backend)
     # run_grid chunks by memory: the plan of one run, which the sweep runs every program by
     resolved = plan(loaded, model_config, dataclasses.replace(execution, backend=args.backend), 1, say,

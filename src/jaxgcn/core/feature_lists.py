@@ -19,7 +19,7 @@ BCOO features up to float rounding.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -94,6 +94,9 @@ def from_scipy(matrix: Any, dtype: Any = np.float32) -> FeatureLists:
     return FeatureLists(np.asarray(csr.data, dtype), rows, columns)
 
 
+RunsSum = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
+
+
 def _runs_sum(values: jax.Array, table: jax.Array, cols: jax.Array, pos: jax.Array) -> jax.Array:
     """``sum_k values[pos[:, k], r] * table[cols[:, k], r-th block]`` -> [m, W] for ``table`` [T, W]
     whose W = R x out columns hold R runs' blocks, ``values`` [nnz + 1, R or 1] (row 0: padding's 0)."""
@@ -105,29 +108,32 @@ def _runs_sum(values: jax.Array, table: jax.Array, cols: jax.Array, pos: jax.Arr
     return out.reshape(m, width)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _product(budget: int, x: FeatureLists, values: jax.Array, w: jax.Array) -> jax.Array:
-    return forward(x.rows, w, functools.partial(_runs_sum, values), budget)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _product(sums: RunsSum, budget: int, x: FeatureLists, values: jax.Array, w: jax.Array) -> jax.Array:
+    return forward(x.rows, w, functools.partial(sums, values), budget)
 
 
-def _product_fwd(budget: int, x: FeatureLists, values: jax.Array, w: jax.Array) -> tuple[jax.Array, Any]:
-    return forward(x.rows, w, functools.partial(_runs_sum, values), budget), (x, values)
+def _product_fwd(sums: RunsSum, budget: int, x: FeatureLists, values: jax.Array,
+                 w: jax.Array) -> tuple[jax.Array, Any]:
+    return forward(x.rows, w, functools.partial(sums, values), budget), (x, values)
 
 
-def _product_bwd(budget: int, saved: Any, g: jax.Array) -> tuple[None, None, jax.Array]:
+def _product_bwd(sums: RunsSum, budget: int, saved: Any, g: jax.Array) -> tuple[None, None, jax.Array]:
     # dW = X_r^T g_r: the same gather-sum over X's transposed lists; the features and their dropped
     # values get no gradient (the first layer's input is data)
     x, values = saved
-    return None, None, forward(x.columns, g, functools.partial(_runs_sum, values), budget)
+    return None, None, forward(x.columns, g, functools.partial(sums, values), budget)
 
 
 _product.defvjp(_product_fwd, _product_bwd)
 
 
 def matmul_runs(x: FeatureLists, values: jax.Array | None, w: jax.Array, *,
-                budget: int = CHUNK_ELEMENTS) -> jax.Array:
+                budget: int = CHUNK_ELEMENTS, sums: RunsSum | None = None) -> jax.Array:
     """Per-run ``x_r @ w_r`` -> [n, R, out] (:attr:`jaxgcn.core.ops.Ops.matmul_runs`) for ``w`` [F, R, out]:
-    ``values`` [nnz, R] are each run's dropped values, None: ``x.data`` shared by every run.
+    ``values`` [nnz, R] are each run's dropped values, None: ``x.data`` shared by every run. ``sums``: one
+    bucket's sum (``(values, table, cols, pos) -> [m, width]``), XLA's gather-sum when None (in row chunks
+    of at most ``budget`` elements); a TPU's is the Pallas kernel (:func:`jaxgcn.core.pallas_gather.runs_sum`).
 
     >>> x = from_scipy(sp.csr_matrix(np.array([[1.0, 2.0], [0.0, 3.0]])))
     >>> w = jnp.arange(4.0).reshape(2, 1, 2)
@@ -137,5 +143,5 @@ def matmul_runs(x: FeatureLists, values: jax.Array | None, w: jax.Array, *,
     d_in, r, d_out = w.shape
     shared = x.data[:, None] if values is None else values
     padded = jnp.concatenate([jnp.zeros((1, shared.shape[1]), w.dtype), shared.astype(w.dtype)])
-    out = _product(int(budget), x, padded, w.reshape(d_in, r * d_out))
+    out = _product(sums or _runs_sum, int(budget), x, padded, w.reshape(d_in, r * d_out))
     return out.reshape(-1, r, d_out)

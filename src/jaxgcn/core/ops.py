@@ -92,14 +92,43 @@ def xla_matmul_runs(x: Any, values: jax.Array | None, w: jax.Array) -> jax.Array
     return jnp.sum(x[:, :, :, None] * w.transpose(1, 0, 2)[None], axis=2)
 
 
+# Per-run inputs narrower than this go to the vector unit, not the matrix unit (one 128-deep pass of the
+# MXU per run, each of R runs loading its own [in, out] weights, and 6 passes at precision highest): on a
+# TPU v5e, 100 Cora seeds (hidden 16 -> 7 classes) took 6.7 ms an epoch as a batched dot, 2.5 ms so
+MXU_MIN_IN = 128
+
+
 def mxu_matmul_runs(x: Any, values: jax.Array | None, w: jax.Array) -> jax.Array:
     """Per-run ``x_r @ w_r`` for an accelerator's matrix unit (:attr:`Ops.matmul_runs`): per-run inputs
-    [n, R, in] as ONE batched dot over the runs. The CPU's broadcast product (:func:`xla_matmul_runs`)
-    would materialize [n, R, in, out] on the vector unit: on a TPU v5e, 100 Cora seeds with dense
-    dropped inputs took 24 ms per epoch that way."""
+    [n, R, in] as ONE batched dot over the runs where ``in`` is at least :data:`MXU_MIN_IN`. There the
+    CPU's broadcast product (:func:`xla_matmul_runs`) would materialize [n, R, in, out] on the vector
+    unit: on a TPU v5e, 100 Cora seeds with dense dropped inputs took 24 ms per epoch that way; a
+    narrower input (a hidden layer's) takes it."""
     if isinstance(x, (CSR, jsparse.BCOO, feature_lists.FeatureLists)) or x.ndim == 2 or w.shape[1] == 1:
         return xla_matmul_runs(x, values, w)
+    if w.shape[0] < MXU_MIN_IN:  # a short contraction: the vector unit's broadcast product, fused
+        return jnp.sum(x[:, :, :, None] * w.transpose(1, 0, 2)[None], axis=2)
     return jnp.einsum("nrf,fro->nro", x, w)
+
+
+# The Pallas kernel's lists need no row chunks: it holds no [rows, K, width] buffer, only its VMEM tables
+UNCHUNKED = 2**62
+
+
+def tpu_matmul_runs(x: Any, values: jax.Array | None, w: jax.Array) -> jax.Array:
+    """Per-run ``x_r @ w_r`` on a TPU (:attr:`Ops.matmul_runs`): feature lists' sums by the Pallas kernel
+    (:func:`jaxgcn.core.pallas_gather.runs_sum`) where its tables (the larger of X's two sides, R x out
+    wide, and the values) fit VMEM, else as on any accelerator (:func:`mxu_matmul_runs`). On a TPU v5e,
+    100 Cora seeds' XLA gathers of [slots, R x out] rows took 17 ms an epoch (``.tpu``-free figures:
+    ``benchmarks/bench_accelerator.py --parts features``)."""
+    if isinstance(x, feature_lists.FeatureLists):
+        from jaxgcn.core import pallas_gather
+
+        d_in, r, d_out = w.shape
+        runs = 1 if values is None else values.shape[1]
+        if pallas_gather.runs_kernel_fits(max(x.shape), r * d_out, runs, x.nse + 1):
+            return feature_lists.matmul_runs(x, values, w, budget=UNCHUNKED, sums=pallas_gather.runs_sum)
+    return mxu_matmul_runs(x, values, w)
 
 
 def xla_ops(execution: Any) -> Ops:
@@ -147,6 +176,8 @@ def accelerator_ops(execution: Any, platform: str = "gpu") -> Ops:
     unit (:func:`mxu_matmul_runs`); on a TPU the ``gather`` backend's row sums take the Pallas kernel
     where it beats XLA's gather (:func:`jaxgcn.core.pallas_gather.tpu_row_sum`)."""
     ops = xla_ops(execution)._replace(name="xla-mxu", matmul_runs=mxu_matmul_runs)
+    if platform == "tpu":
+        ops = ops._replace(matmul_runs=tpu_matmul_runs)
     if execution.backend != "gather":
         return ops
     from jaxgcn.core import gather

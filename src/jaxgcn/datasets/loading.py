@@ -196,6 +196,7 @@ def prepare(
     require_split: bool = True,
     feature_statistics: dict[str, Any] | None = None,
     on_device: bool = True,
+    runs: int = 1,
 ) -> Prepared:
     """Clean, normalize and move a :class:`RawGraph` to the device (once, on the host).
 
@@ -204,7 +205,8 @@ def prepare(
     (``node_order[i]`` is the input id of node ``i``). Metrics do not depend on the numbering.
 
     ``on_device=False`` keeps every array on the host (NumPy; sparse features as a host CSR), for
-    :mod:`jaxgcn.distributed`, which moves each device only its own row block.
+    :mod:`jaxgcn.distributed`, which moves each device only its own row block. ``runs``: how many runs
+    the data is prepared for (an accelerator lays out a job of many runs otherwise: :func:`lay_out`).
 
     >>> p = prepare(load_dataset("cora"))
     >>> p.info["n_nodes"], p.info["undirected_edges"], p.n_classes, p.backend
@@ -212,9 +214,9 @@ def prepare(
     """
     cleaned = clean(raw, norm=norm, symmetrize=symmetrize, add_self_loops=add_self_loops, reorder=reorder,
                     require_split=require_split)
-    backend = backend_for(backend, cleaned.graph.n_nodes, cleaned.graph.n_edges)  # THE plan decides (jaxgcn.plan)
+    backend = backend_for(backend, cleaned.graph.n_nodes, cleaned.graph.n_edges, runs=runs)  # THE plan decides
     return lay_out(cleaned, backend, feature_norm=feature_norm, feature_statistics=feature_statistics,
-                   on_device=on_device)
+                   on_device=on_device, runs=runs)
 
 
 class Cleaned(NamedTuple):
@@ -262,11 +264,11 @@ def _dense(features: Any) -> np.ndarray:
 
 
 def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
-            feature_statistics: dict[str, Any] | None = None, on_device: bool = True) -> Prepared:
+            feature_statistics: dict[str, Any] | None = None, on_device: bool = True, runs: int = 1) -> Prepared:
     """The device half of :func:`prepare`: ``cleaned`` laid out for the concrete ``backend`` the plan
     decided (:func:`jaxgcn.plan.backend_for`; ``auto`` is refused: the decision is not made here) and
     its features normalized (and moved to the device unless ``on_device`` is False), in the layout the
-    plan gives sparse features (:func:`jaxgcn.plan.features_layout`)."""
+    plan gives sparse features for a job of ``runs`` runs (:func:`jaxgcn.plan.features_layout`)."""
     raw, graph, order, masks, report = cleaned.raw, cleaned.graph, cleaned.order, cleaned.masks, cleaned.report
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} reached lay_out undecided; decide it first with "
@@ -288,7 +290,8 @@ def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
         graph = with_lists(graph, symmetric=True if symmetrize and norm in ("sym", "none") else None)
     stats = feature_statistics if feature_statistics is not None else feature_stats(raw.features, feature_norm)
     feats = normalize_features(raw.features, feature_norm, stats)
-    layout = features_layout(backend, n_nodes, int(raw.features.shape[1]))  # no scatter on an accelerator
+    layout = features_layout(backend, n_nodes, int(raw.features.shape[1]),  # no scatter on an accelerator
+                             nnz=int(feats.nnz) if sp.issparse(feats) else None, runs=runs)
     if not on_device:
         from jaxgcn.native.csr import csr_from_scipy
 
