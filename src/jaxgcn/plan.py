@@ -69,13 +69,11 @@ def runs_per_device_for(hidden: int) -> int:
 # On an accelerator (TPU, GPU) XLA's scatter, which `segment` and `bcoo` (and a sparse first-layer
 # product) run on, is the bottleneck: 1M nodes / 25M nonzeros / 16 columns, one propagation took 3.1 s
 # as segment_sum on a TPU v5e against 0.17 s for a bare row gather. So `auto` there never picks them:
-# dense Â on the MXU while n² float32 fits ACCEL_DENSE_BYTES (Cora's 2708² is 29 MB: a forward and
-# backward epoch in 0.21 ms), else the scatter-free neighbour lists (`gather`); a job of many runs on a
-# TPU: `gather` (LISTS_MIN_RUNS). Features: see features_layout.
+# dense Â on the MXU while n² float32 fits ACCEL_DENSE_BYTES (Cora's 2708² is 29 MB), else the
+# scatter-free neighbour lists (`gather`); a TPU job of many runs: `gather` (LISTS_MIN_RUNS).
 ACCEL_DENSE_BYTES = 2**30
-# A job of this many runs or more trains on `gather` with feature lists on a TPU, at every size: on a
-# TPU v5e, 100 Cora seeds took 0.89 s on them against 2.7 s on dense Â and dense features; one run's
-# epoch took 1.15 ms on them against 0.45 ms dense (benchmarks/bench_accelerator.py --parts cora,seeds).
+# A TPU job of this many runs trains on `gather` with feature lists (v5e: 100 Cora seeds 0.89 s against
+# 2.7 s on dense Â and features; one run's epoch 1.15 ms against 0.45 ms: bench_accelerator.py).
 LISTS_MIN_RUNS = 8
 ACCEL_MAX_RUNS = 128  # runs per program on an accelerator, memory permitting (one program for 100 seeds)
 
@@ -101,8 +99,6 @@ def backend_for(requested: str, n_nodes: int, n_edges: int, platform: str | None
     ('dense', True)
     >>> backend_for("auto", 2708, 10556, "tpu"), backend_for("auto", 1_000_000, 25_000_000, "tpu")
     ('dense', 'gather')
-    >>> backend_for("auto", 2708, 10556, "tpu", runs=100)
-    'gather'
     """
     platform = platform or current_platform()
     if requested == "auto" and platform == "tpu" and runs >= LISTS_MIN_RUNS:
@@ -263,12 +259,9 @@ def features_layout(backend: str, n_nodes: int, n_features: int, platform: str |
     :func:`jaxgcn.host.memory.budget`), one product on the MXU; else ``lists``
     (:mod:`jaxgcn.core.feature_lists`: the product and its gradient as gathers). On a TPU, ``lists``
     for a job of at least :data:`LISTS_MIN_RUNS` ``runs`` wherever the Pallas kernel of their sums holds
-    them (:func:`lists_kernel_fits`, given the ``nnz``); one run's dense features are one MXU product.
+    them (:func:`jaxgcn.core.pallas_gather.lists_kernel_fits` of the ``nnz``).
 
-    Measured on a TPU v5e: 100 Cora seeds trained in 2.7 s with dense features and 4.6 s with the lists
-    as XLA's gathers (so these are not chosen where dense fits); as the kernel's sums, on the ``gather``
-    backend (ms per epoch of R seeds, ``fit_runs``, 100 epochs): R = 1: 1.27 against dense's 2.04;
-    R = 8: 1.37 against 3.17; R = 100: 2.46 against 7.2 (``benchmarks/bench_accelerator.py``).
+    On a TPU v5e, 100 Cora seeds: 2.7 s dense, 4.6 s as lists of XLA's gathers, 0.89 s with the kernel.
 
     >>> features_layout("gather", 2708, 1433, "tpu", 16 * 2**30), features_layout("segment", 2708, 1433, "cpu")
     ('dense', 'bcoo')
@@ -282,23 +275,14 @@ def features_layout(backend: str, n_nodes: int, n_features: int, platform: str |
     platform = platform or current_platform()
     if platform == "cpu":
         return "bcoo"
-    if platform == "tpu" and runs >= LISTS_MIN_RUNS and nnz is not None and lists_kernel_fits(n_nodes, n_features, nnz):
-        return "lists"
+    if platform == "tpu" and runs >= LISTS_MIN_RUNS and nnz is not None:
+        from jaxgcn.core.pallas_gather import lists_kernel_fits
+
+        if lists_kernel_fits(n_nodes, n_features, nnz):
+            return "lists"
     free = memory.budget().free if free is None else free
     return "dense" if 4 * n_nodes * n_features <= free // 4 else "lists"
 
-
-def lists_kernel_fits(n_nodes: int, n_features: int, nnz: int) -> bool:
-    """Whether a TPU's kernel of the feature lists (:func:`jaxgcn.core.pallas_gather.runs_sum`) holds the
-    larger side of X and the values in VMEM for up to 128 runs of hidden width 16 (one [16, 128] tile a
-    row). Where it does not (a wider layer, more runs), the product falls back to XLA's gathers.
-
-    >>> lists_kernel_fits(2708, 1433, 49_216), lists_kernel_fits(19_717, 500, 988_031)
-    (True, False)
-    """
-    from jaxgcn.core.pallas_gather import LANES, runs_kernel_fits
-
-    return runs_kernel_fits(max(n_nodes, n_features), 16 * LANES, LANES, nnz + 1)
 
 
 def accelerator_runs(n_runs: int, per_run_bytes: int, free: int) -> int:

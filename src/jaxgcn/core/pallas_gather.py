@@ -426,3 +426,14 @@ def runs_kernel_fits(t: int, width: int, r: int, v: int, vmem_bytes: int = VMEM_
     (True, False)
     """
     return runs_vmem_bytes(t, width, r, v) + VMEM_RESERVE <= vmem_bytes
+
+
+def lists_kernel_fits(n_nodes: int, n_features: int, nnz: int) -> bool:
+    """Whether :func:`runs_sum` holds feature lists' tables in VMEM (the larger side of X and the values,
+    for up to 128 runs of hidden width 16: one [16, 128] tile a row), what a TPU's plan lays them out by
+    (:func:`jaxgcn.plan.features_layout`). Where it does not (a wider layer), XLA's gathers sum them.
+
+    >>> lists_kernel_fits(2708, 1433, 49_216), lists_kernel_fits(19_717, 500, 988_031)
+    (True, False)
+    """
+    return runs_kernel_fits(max(n_nodes, n_features), 16 * LANES, LANES, nnz + 1)
