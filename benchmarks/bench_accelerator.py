@@ -24,6 +24,9 @@ Parts:
 - ``features``: Cora's first layer for a batch of R runs, its sparse features laid out dense (each run
   drops its own dense copy) against the feature lists (:mod:`jaxgcn.core.feature_lists`: gathers of
   per-run dropped values), milliseconds per epoch of R seeds: where ``plan.LISTS_MIN_RUNS`` should be;
+- ``listsum``: Cora's first layer on the feature lists for 100 runs (hidden 16), forward and weight
+  gradient of per-run dropped values: XLA's gathers against the Pallas kernel of a TPU
+  (:func:`jaxgcn.core.pallas_gather.runs_sum`; off a TPU only XLA's), milliseconds, and their difference;
 - ``rowsum``: the neighbour-list row sum of 1M nodes / 25M nonzeros / 16 columns: XLA's gather
   against the Pallas kernel (:mod:`jaxgcn.core.pallas_gather`).
 
@@ -43,7 +46,7 @@ from pathlib import Path
 from figure_record import add_record_arguments, figure, record
 from timing import median_seconds
 
-PARTS = ("cora", "seeds", "synthetic", "products", "crossover", "features", "rowsum")
+PARTS = ("cora", "seeds", "synthetic", "products", "crossover", "features", "listsum", "rowsum")
 
 
 def device() -> dict:
@@ -177,6 +180,36 @@ def features_worker(runs: list[int], epochs: int) -> dict:
     return out
 
 
+def listsum_worker(runs: int, hidden: int) -> dict:
+    """Milliseconds of the feature lists' product and weight gradient of ``runs`` Cora runs: XLA's gathers
+    (:func:`jaxgcn.core.feature_lists.matmul_runs`) and, on a TPU, the Pallas kernel's sums
+    (:func:`jaxgcn.core.ops.tpu_matmul_runs`), with the largest difference of the two."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxgcn.core import feature_lists, ops
+    from jaxgcn.datasets import load_dataset
+    from jaxgcn.datasets.loading import normalize_features
+
+    raw = load_dataset("cora")
+    x = jax.device_put(feature_lists.from_scipy(normalize_features(raw.features, "row", None)))
+    w = jax.random.normal(jax.random.key(0), (x.shape[1], runs, hidden))
+    values = jax.random.normal(jax.random.key(1), (x.nse, runs))
+    g = jax.random.normal(jax.random.key(2), (x.shape[0], runs, hidden))
+
+    def step(product):
+        return jax.jit(jax.value_and_grad(lambda w: jnp.sum(product(x, values, w) * g)))
+
+    out = {**device(), "runs": runs, "hidden": hidden}
+    out["xla_ms"] = 1e3 * median_seconds(step(feature_lists.matmul_runs), w)
+    if jax.default_backend() == "tpu":
+        out["pallas_ms"] = 1e3 * median_seconds(step(ops.tpu_matmul_runs), w)
+        (_, want), (_, got) = step(feature_lists.matmul_runs)(w), step(ops.tpu_matmul_runs)(w)
+        out["pallas_max_rel_err"] = float(np.abs(np.asarray(got - want)).max() / np.abs(np.asarray(want)).max())
+    return out
+
+
 def rowsum_worker(n: int, degree: int, width: int) -> dict:
     """Seconds of the neighbour-list row sum of ``n`` rows of ``degree`` neighbours each (one bucket,
     ``width`` columns): XLA's gather against the Pallas kernel."""
@@ -204,7 +237,7 @@ def worker(args: argparse.Namespace) -> dict:
     spec = json.loads(args.worker)
     name = spec.pop("part")
     return {"cora": epoch_worker, "epoch": epoch_worker, "seeds": seeds_worker, "crossover": crossover_worker,
-            "features": features_worker, "rowsum": rowsum_worker}[name](**spec)
+            "features": features_worker, "listsum": listsum_worker, "rowsum": rowsum_worker}[name](**spec)
 
 
 def run(spec: dict) -> dict:
@@ -234,6 +267,8 @@ def specs(args: argparse.Namespace) -> list[dict]:
         out.append({"part": "crossover", "sizes": [2708, 10000, 20000, 40000], "degree": 4.0})
     if "features" in parts:
         out.append({"part": "features", "runs": [1, 8, 32], "epochs": 100})
+    if "listsum" in parts:
+        out.append({"part": "listsum", "runs": 100, "hidden": 16})
     if "rowsum" in parts:
         out.append({"part": "rowsum", "n": 1_000_000, "degree": 25, "width": 16})
     return out
