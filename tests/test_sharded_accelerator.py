@@ -56,6 +56,13 @@ for exchange in ("all_gather", "halo"):
                      "val_acc": float(np.abs(res.history["val_acc"] - single.history["val_acc"]).max()),
                      "params": max(float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(b))
                                    for a, b in zip(jax.tree.leaves(res.params), jax.tree.leaves(single.params)))}
+# the CLI's --shard-graph lays the blocks out as its plan decides: neighbour lists on the TPU
+from jaxgcn import distributed
+from jaxgcn.cli import main
+shard = distributed.shard_data
+distributed.shard_data = lambda *a, **k: out.setdefault("cli_lists", []).append(k.get("lists")) or shard(*a, **k)
+out["cli_status"] = main(["train", "--dataset", "cora", "--shard-graph", "--devices", "4", "--epochs", "2",
+                          "--exchange", "halo"])
 print(json.dumps(out))
 """
 
@@ -79,6 +86,7 @@ def test_the_accelerator_plans_sharded_train_step_has_no_scatter_over_rows(faked
         planned = out["scatters"][exchange]
         assert planned and all(int(np.prod(shape)) < 101 for _, shape in planned), (exchange, planned)
     assert ["scatter-add", [101, 8]] in out["scatters"]["csr"], out["scatters"]["csr"]
+    assert out["cli_status"] == 0 and out["cli_lists"] == [True], out  # the CLI's plan asked for the lists
 
 
 def test_the_accelerator_plans_sharded_run_follows_the_single_device_run(faked_tpu_run):
