@@ -555,13 +555,12 @@ def batch_bytes(data: Any, model_config: GCNConfig, n_runs: int, n_classes: int,
 
 
 def require_sharded(execution: Execution) -> None:
-    """A run with the graph's rows sharded over devices aggregates each row block as a CSR product
-    (the fused kernel on a CPU, XLA on a GPU): another backend asked for is refused, and ``csr``
-    asked for needs the kernel."""
+    """A run with the graph's rows sharded over devices aggregates each row block its own way (a CSR
+    product on a CPU, neighbour lists on a TPU or GPU): another backend is refused, ``csr`` needs the kernel."""
     backend = execution.backend
     if backend not in ("auto", "csr") or execution.chunk_edges is not None:
-        raise ValueError(f"--shard-graph aggregates each row block as a CSR product (the fused kernel on a CPU, "
-                         f"XLA on a GPU); drop --backend {backend}"
+        raise ValueError(f"--shard-graph aggregates each row block its own way (a CSR product by the fused kernel "
+                         f"on a CPU, neighbour lists on a TPU or GPU); drop --backend {backend}"
                          + (" and --chunk-edges" if execution.chunk_edges else ""))
     if backend == "csr":
         _require_kernel()

@@ -130,10 +130,11 @@ def run(job: Job, say: Say, *, writer: bool, progress: Any = None, log_every: in
     layout = layout._replace(estimate=_estimate(layout, model_config, say))
     if deep := compile_note(model_config):
         say(deep)
-    sharded = layout.sharded if layout.data is None else distributed.shard_data(layout.data, mesh,
-                                                                                  exchange=layout.exchange)
-    facts = saved_facts(job, layout) if job.save is not None or job.resume is not None else None
     resolved = planner.sharded(layout.execution, layout.estimate)  # what the engine runs: one plan
+    lists = resolved.execution.ops.block_lists is not None  # an accelerator's blocks: neighbour lists
+    sharded = layout.sharded if layout.data is None else distributed.shard_data(
+        layout.data, mesh, exchange=layout.exchange, lists=lists)
+    facts = saved_facts(job, layout) if job.save is not None or job.resume is not None else None
     # recorded as asked (the backend), with the precision decided: what the run computed in
     configs = (model_config, train_config, dataclasses.replace(layout.execution, precision=resolved.precision))
     hooks: dict[str, Any] = {}

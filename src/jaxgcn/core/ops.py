@@ -48,6 +48,8 @@ class Ops(NamedTuple):
         fused_adam: Adam/AdamW may run as one kernel pass per params leaf (:func:`jaxgcn.native.fused.adam_step`).
         row_plans: a step may compute only the rows its loss reads (:func:`jaxgcn.core.native_ops.row_plan`).
         csr_product: ``(a: CSR, b [m, W]) -> a @ b``: a sharded run's row-block product.
+        block_lists: ``(lists, b [m, W]) -> a @ b`` for a row block as neighbour lists, where a sharded
+            run's blocks are made so (an accelerator's: XLA's CSR product is a scatter there), or None.
         prepare: ``(data, hops) -> aux``: what these ops precompute of a run's data on the host, once
             (:func:`jaxgcn.core.data.with_focus` stores it as :attr:`jaxgcn.core.data.TrainData.aux`, the step
             reads it; the kernel's: :func:`jaxgcn.core.native_ops.prepare`), or None: nothing.
@@ -63,6 +65,7 @@ class Ops(NamedTuple):
     fused_adam: bool = False
     row_plans: bool = False
     csr_product: Callable[[Any, jax.Array], jax.Array] = spmm_xla
+    block_lists: Callable[[Any, jax.Array], jax.Array] | None = None
     prepare: Callable[[Any, int], Any] | None = None
 
 
@@ -173,25 +176,27 @@ def registered_backends() -> tuple[str, ...]:
 
 def accelerator_ops(execution: Any, platform: str = "gpu") -> Ops:
     """XLA's :class:`Ops` for an accelerator (``platform`` tpu or gpu): per-run products on the matrix
-    unit (:func:`mxu_matmul_runs`); on a TPU the ``gather`` backend's row sums take the Pallas kernel
-    where it beats XLA's gather (:func:`jaxgcn.core.pallas_gather.tpu_row_sum`)."""
-    ops = xla_ops(execution)._replace(name="xla-mxu", matmul_runs=mxu_matmul_runs)
-    if platform == "tpu":
-        ops = ops._replace(matmul_runs=tpu_matmul_runs)
-    if execution.backend != "gather":
-        return ops
+    unit (:func:`mxu_matmul_runs`), a sharded run's row blocks as neighbour lists (:attr:`Ops.block_lists`);
+    on a TPU the neighbour lists' row sums take the Pallas kernel where it beats XLA's gather
+    (:func:`jaxgcn.core.pallas_gather.tpu_row_sum`)."""
     from jaxgcn.core import gather
 
+    ops = xla_ops(execution)._replace(name="xla-mxu", matmul_runs=mxu_matmul_runs)
     rows_sum = None
     if platform == "tpu":
         from jaxgcn.core.pallas_gather import tpu_row_sum as rows_sum
 
+        ops = ops._replace(matmul_runs=tpu_matmul_runs)
+    lists_product = functools.partial(gather.rows_product, rows_sum=rows_sum)
+    ops = ops._replace(block_lists=lists_product)
+    if execution.backend != "gather":
+        return ops
+    if platform == "tpu":
         ops = ops._replace(name="xla-mxu-pallas", propagate=functools.partial(propagate, backend="gather",
                                                                                rows_sum=rows_sum))
     # each layer at the rows the logits read (the hash's masks are drawn by node id, jax.random's by row)
     hashed = execution.dropout_rng == "hash"
-    return ops._replace(row_plans=hashed, prepare=gather.prepare if hashed else None,
-                        rows_product=functools.partial(gather.rows_product, rows_sum=rows_sum))
+    return ops._replace(row_plans=hashed, prepare=gather.prepare if hashed else None, rows_product=lists_product)
 
 
 def for_execution(execution: Any, kernel: bool = False, platform: str = "cpu") -> Ops:

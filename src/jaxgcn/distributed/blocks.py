@@ -13,6 +13,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from jaxgcn.native.csr import CSR, csr_from_scipy, csr_matmul
+from jaxgcn.core import gather
+from jaxgcn.core.gather import NeighbourLists
 from jaxgcn.core.graph import Graph
 
 AXIS = "nodes"  # the mesh axis the row blocks are sharded over (runtime and sharded share it)
@@ -28,11 +30,17 @@ class GraphBlock(NamedTuple):
         self_weights: [L] diagonal of the local rows.
         send: ``halo`` only: [P, H] int32, ``send[p]`` = the local rows device p needs from this one
             (padded with row 0, which no column reads); None for ``all_gather``.
+        lists: ``adj`` as :class:`~jaxgcn.core.gather.NeighbourLists` with its transpose's (an
+            accelerator's plan: :func:`partition` with ``lists``; ``adj`` is then None), or None.
+        send_lists: ``halo`` with ``lists``: the [P * H, L] selection ``x[send]`` as neighbour lists (its
+            gradient a gather too, where ``x[send]``'s is a scatter into the rows), or None.
     """
 
-    adj: CSR
+    adj: CSR | None
     self_weights: Any
     send: Any = None
+    lists: Any = None
+    send_lists: Any = None
 
     @property
     def n_nodes(self) -> int:
@@ -64,6 +72,36 @@ def stack_csr(blocks: list[CSR], n_cols: int) -> CSR:
     return CSR(**{k: np.stack(v) for k, v in fields.items()})
 
 
+def _padded_bucket(bucket: tuple[np.ndarray, np.ndarray] | None, rows: int, width: int) -> list[np.ndarray]:
+    """One block's bucket of ``width`` (cols, weights; None: the block has none) padded to ``rows`` rows
+    that read column 0 with weight 0."""
+    cols, weights = bucket if bucket is not None else (np.zeros((0, width), np.int32), np.zeros((0, width), np.float32))
+    extra = rows - cols.shape[0]
+    return [np.concatenate([a, np.zeros((extra, width), a.dtype)]) for a in (cols, weights)]
+
+
+def stack_lists(lists: list[NeighbourLists]) -> NeighbourLists:
+    """Stack the neighbour lists of same-shape blocks [P, ...] (and their transposes'): every block gets
+    the union of the widths, each bucket padded to the most rows a block has in it (padding rows read
+    column 0 with weight 0, and no row's ``order`` points at them)."""
+    widths = sorted({c.shape[1] for one in lists for c in one.cols})
+    rows = [max(c.shape[0] for one in lists for c in one.cols if c.shape[1] == k) for k in widths]
+    starts = dict(zip(widths, np.cumsum([0, *rows])))
+    cols, weights, orders = [], [], []
+    for one in lists:
+        own = {c.shape[1]: (c, w) for c, w in zip(one.cols, one.weights)}
+        padded = [_padded_bucket(own.get(k), m, k) for k, m in zip(widths, rows)]
+        cols.append([c for c, _ in padded])
+        weights.append([w for _, w in padded])
+        # an old row's place in the padded concatenation; the old zero row (past them all) -> the new one
+        place = np.concatenate([np.arange(starts[c.shape[1]], starts[c.shape[1]] + c.shape[0]) for c in one.cols]
+                               + [np.array([sum(rows)])])
+        orders.append(place[one.order].astype(np.int32))
+    transpose = None if lists[0].transpose is None else stack_lists([one.transpose for one in lists])
+    return NeighbourLists(tuple(np.stack(b) for b in zip(*cols)), tuple(np.stack(b) for b in zip(*weights)),
+                          np.stack(orders), transpose)
+
+
 def _adjacency(graph: Graph, n_pad: int) -> sp.csr_matrix:
     """The normalized adjacency without self-loops, as a host SciPy CSR padded to n_pad nodes."""
     n = graph.n_nodes
@@ -88,8 +126,11 @@ def _halo(rows: sp.csr_matrix, part: int, n_parts: int, local: int) -> tuple[np.
     return position, per_source
 
 
-def partition(graph: Graph, n_parts: int, *, exchange: str = "all_gather") -> tuple[GraphBlock, int]:
+def partition(graph: Graph, n_parts: int, *, exchange: str = "all_gather",
+              lists: bool = False) -> tuple[GraphBlock, int]:
     """Split a normalized host graph into ``n_parts`` row blocks, stacked along a leading axis.
+    ``lists``: each block as neighbour lists (:func:`stack_lists`, for an accelerator: gathers, no
+    scatter) in place of its CSR.
 
     Returns the stacked :class:`GraphBlock` and the padded node count ``P * L``.
     """
@@ -103,23 +144,40 @@ def partition(graph: Graph, n_parts: int, *, exchange: str = "all_gather") -> tu
     adj = _adjacency(graph, n_pad)
     row_blocks = [adj[p * local:(p + 1) * local] for p in range(n_parts)]
     self_w = _pad(np.asarray(graph.self_weights, np.float32), n_pad, 0).reshape(n_parts, local)
-    if exchange == "all_gather":
-        blocks = [csr_from_scipy(b) for b in row_blocks]
-        return GraphBlock(stack_csr(blocks, n_pad), self_w), n_pad
+    mats, n_cols, send = (row_blocks, n_pad, None) if exchange == "all_gather" else _halo_blocks(row_blocks, local)
+    if not lists:
+        return GraphBlock(stack_csr([csr_from_scipy(b) for b in mats], n_cols), self_w, send), n_pad
+    made = stack_lists([gather.sub_lists(b.indptr, b.indices, b.data, n_cols) for b in mats])
+    return GraphBlock(None, self_w, send, made, None if send is None else _send_lists(send, local)), n_pad
+
+
+def _send_lists(send: np.ndarray, local: int) -> NeighbourLists:
+    """Each device's rows to send (``send`` [P, P, H]) as the lists of a [P * H, L] selection matrix
+    (row r reads local row ``send[q].ravel()[r]`` with weight 1), stacked."""
+    n_slots = send[0].size
+    ones, indptr = np.ones(n_slots, np.float32), np.arange(n_slots + 1)
+    return stack_lists([gather.sub_lists(indptr, rows.ravel(), ones, local) for rows in send])
+
+
+def _halo_blocks(row_blocks: list[sp.csr_matrix], local: int) -> tuple[list[sp.csr_matrix], int, np.ndarray]:
+    """The ``halo`` layout of the row blocks: each block's columns remapped to its own rows, then H
+    received rows per device; the column count L + P * H; and ``send`` [P, P, H] (``send[q, p]``: the
+    rows q sends p)."""
+    n_parts = len(row_blocks)
     halos = [_halo(b, p, n_parts, local) for p, b in enumerate(row_blocks)]
     width = max(1, max(len(s) for _, per_source in halos for s in per_source))  # H
     n_cols = local + n_parts * width
-    blocks, send = [], np.zeros((n_parts, n_parts, width), np.int32)  # send[q, p]: rows q sends p
+    mats, send = [], np.zeros((n_parts, n_parts, width), np.int32)
     for p, (b, (position, per_source)) in enumerate(zip(row_blocks, halos)):
         cols = b.indices.astype(np.int64)
         owner = cols // local
         remote = owner != p
         new_cols = cols - p * local
         new_cols[remote] = local + owner[remote] * width + position
-        blocks.append(csr_from_scipy(sp.csr_matrix((b.data, new_cols, b.indptr), shape=(local, n_cols))))
+        mats.append(sp.csr_matrix((b.data, new_cols, b.indptr), shape=(local, n_cols)))
         for q, rows in enumerate(per_source):
             send[q, p, :rows.size] = rows
-    return GraphBlock(stack_csr(blocks, n_cols), self_w, send), n_pad
+    return mats, n_cols, send
 
 
 def partition_stats(graph: Graph, n_parts: int) -> dict[str, Any]:
@@ -146,18 +204,24 @@ def partition_stats(graph: Graph, n_parts: int) -> dict[str, Any]:
             "halo_rows": local + n_parts * width, "all_gather_rows": local * n_parts}
 
 
-def propagate_block(block: GraphBlock, x: jax.Array, *,
-                    product: Callable[[CSR, jax.Array], jax.Array] = csr_matmul) -> jax.Array:
+def propagate_block(block: GraphBlock, x: jax.Array, *, product: Callable[[CSR, jax.Array], jax.Array] = csr_matmul,
+                    lists_product: Callable[[Any, jax.Array], jax.Array] = gather.rows_product) -> jax.Array:
     """``Â · x`` for this device's rows (inside ``shard_map``): exchange the source rows, aggregate
-    them with ``product`` (the plan's :attr:`jaxgcn.core.ops.Ops.csr_product`,
+    them with ``product`` (the plan's :attr:`jaxgcn.core.ops.Ops.csr_product`), or, for a block made
+    as neighbour lists, ``lists_product`` (:attr:`jaxgcn.core.ops.Ops.block_lists`:
     :func:`jaxgcn.distributed.sharded.block_propagation`)."""
     if block.send is None:
         sources = jax.lax.all_gather(x, AXIS, tiled=True)  # [P * L, width]
     else:
-        received = jax.lax.all_to_all(x[block.send], AXIS, 0, 0)  # [P, H, width]: [q] came from device q
+        mine = x[block.send] if block.send_lists is None else \
+            lists_product(block.send_lists, x).reshape(*block.send.shape, x.shape[-1])
+        received = jax.lax.all_to_all(mine, AXIS, 0, 0)  # [P, H, width]: [q] came from device q
         sources = jnp.concatenate([x, received.reshape(-1, x.shape[-1])])
-    # the fused kernel on the CPU; XLA's gather + segment sum on GPUs/TPUs (no custom call there)
-    return block.self_weights[:, None].astype(x.dtype) * x + product(block.adj, sources)
+    if block.lists is not None:  # an accelerator's blocks: gathers forward and backward, no scatter
+        aggregated = lists_product(block.lists, sources)
+    else:  # the fused kernel on the CPU
+        aggregated = product(block.adj, sources)
+    return block.self_weights[:, None].astype(x.dtype) * x + aggregated
 
 
 def shard_nodes(x: Any, n_pad: int, n_parts: int) -> Any:

@@ -26,9 +26,13 @@ from jaxgcn.training.step import Collective, Runner, make_batch_runner
 
 
 def block_propagation(execution: Execution) -> Callable[[GraphBlock, jax.Array], jax.Array]:
-    """:func:`propagate_block` with the row-block product the plan chose for ``execution``
-    (:attr:`jaxgcn.core.ops.Ops.csr_product`: the fused kernel where it runs, else XLA's)."""
-    return functools.partial(propagate_block, product=ops_for(execution).csr_product)
+    """:func:`propagate_block` with the row-block products the plan chose for ``execution``
+    (:attr:`jaxgcn.core.ops.Ops.csr_product`: the fused kernel where it runs, else XLA's; blocks made as
+    neighbour lists: :attr:`jaxgcn.core.ops.Ops.block_lists`, else the XLA gathers of
+    :func:`jaxgcn.core.gather.rows_product`)."""
+    ops = ops_for(execution)
+    lists = {} if ops.block_lists is None else {"lists_product": ops.block_lists}
+    return functools.partial(propagate_block, product=ops.csr_product, **lists)
 
 
 def sharded_model(model_config: GCNConfig, execution: Execution = Execution()) -> Model:
@@ -121,11 +125,16 @@ class ShardedData(NamedTuple):
     exchange: str
 
 
-def shard_data(data: TrainData, mesh: jax.sharding.Mesh, *, exchange: str = "all_gather") -> ShardedData:
+def shard_data(data: TrainData, mesh: jax.sharding.Mesh, *, exchange: str = "all_gather",
+               lists: bool | None = None) -> ShardedData:
     """Partition a host :class:`jaxgcn.train.TrainData` (from ``prepare(..., on_device=False)``)
-    into the mesh's row blocks; each process moves only its own devices' blocks."""
+    into the mesh's row blocks; each process moves only its own devices' blocks. ``lists``: the blocks
+    as neighbour lists (None: where the plan's ops take them, :attr:`jaxgcn.core.ops.Ops.block_lists`:
+    on an accelerator)."""
     n_parts = mesh.devices.size
-    blocks, n_pad = partition(data.graph, n_parts, exchange=exchange)
+    if lists is None:
+        lists = ops_for(Execution()).block_lists is not None
+    blocks, n_pad = partition(data.graph, n_parts, exchange=exchange, lists=lists)
     shard = lambda a: shard_nodes(a, n_pad, n_parts)  # noqa: E731
     stacked = data._replace(graph=blocks, x=shard(data.x), labels=shard(np.asarray(data.labels, np.int32)),
                             train_mask=shard(data.train_mask), val_mask=shard(data.val_mask),
