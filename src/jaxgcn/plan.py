@@ -463,7 +463,7 @@ def _rows_of(made: Focused | None, execution: Decided) -> memory.RowPlans | None
     slots = tuple(0 if any(m[i] is None for m in mats) else max(_larger_direction(m[i]) for m in mats)
                   for i in range(layers))
     held = sum(leaf.nbytes for leaf in jax.tree.leaves(plans))
-    return memory.RowPlans(rows, slots, held)
+    return memory.RowPlans(rows, slots, held, execution.aggregate_first)
 
 
 def focused(data: Any, hops: int, execution: Decided, plan: Any = None) -> Any:

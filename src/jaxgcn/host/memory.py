@@ -47,11 +47,14 @@ class RowPlans(NamedTuple):
             whichever is larger (the forward gather's or the gradient's), the larger plan's; 0 where
             the layer propagates over every node's lists.
         held: the bytes both plans hold (their lists, orders, node ids and places).
+        aggregate_first: the first layer propagates its input over every node's lists, then gathers its
+            rows (``--aggregate-first``): that propagation is the input's width, not a hidden layer's.
     """
 
     rows: tuple[int, ...]
     slots: tuple[int, ...]
     held: int
+    aggregate_first: bool = False
 
 
 def estimate(
@@ -89,7 +92,8 @@ def estimate(
             client live in the host's), and a single run's dense features count once (measured on a TPU
             v5e with row plans: the peak of the 1M-node synthetic graph's training was 0.703 GiB with
             0.672 GiB of it the data, the features included: its compiler fuses the dropout and the
-            product that the CPU's buffer assignment holds copies for).
+            product that the CPU's buffer assignment holds copies for), and with row plans a layer's
+            product at its input's rows once (:func:`_row_parts`).
 
     >>> est = estimate(1_000_000, 20_000_000, 100, 47, hidden=128)
     >>> round(est.parts["adjacency"] / GiB, 2), est.parts["messages"]
@@ -119,7 +123,9 @@ def estimate(
     # per layer output: pre-activation, activation, dropout output, gradient; plus the logits' softmax
     activations = sum(4 * n_nodes * w * f4 for w in widths[1:]) * runs + 2 * n_nodes * n_classes * f4 * runs
     if row_plans is not None:
-        activations, messages = _row_parts(n_nodes, widths, runs, row_plans, messages)
+        first = _gather_bytes(n_nodes, n_edges, n_features * runs, symmetric, list_slots)[1] \
+            if backend == "gather" and row_plans.aggregate_first else messages  # the input's propagation
+        activations, messages = _row_parts(n_nodes, widths, runs, row_plans, (first, messages), device)
         adjacency += row_plans.held
     if feature_nnz is not None and backend != "csr":
         messages += 2 * feature_nnz * hidden * runs * f4  # the sparse input product gathers too
@@ -148,21 +154,26 @@ def _features_bytes(n_nodes: int, n_features: int, feature_nnz: int | None, back
     return copies * n_nodes * n_features * f4
 
 
-def _row_parts(n_nodes: int, widths: list[int], runs: int, plans: RowPlans, full: int) -> tuple[int, int]:
+def _row_parts(n_nodes: int, widths: list[int], runs: int, plans: RowPlans, full: tuple[int, int],
+               device: bool) -> tuple[int, int]:
     """The activations and the largest layer's message buffers where each layer computes the rows of
-    ``plans`` (``full``: the buffers of a propagation over every node's lists). Layer l's product
-    ``h·W`` spans the rows its input holds (the first layer's: every node's, then gathered), its
-    output the rows it computes; each with its gradient. A layer's gather over its rows' lists
-    holds [rows, K, width] (in chunks of :data:`GATHER_CHUNK_ELEMENTS`) and its weighted copy."""
+    ``plans`` (``full``: the buffers of a propagation over every node's lists, the first layer's and a
+    later one's). Layer l's product ``h·W`` spans the rows its input holds (the first layer's: every
+    node's, then gathered), its output the rows it computes; each with its gradient. A layer's gather
+    over its rows' lists holds [rows, K, width] (in chunks of :data:`GATHER_CHUNK_ELEMENTS`) and its
+    weighted copy. On a ``device`` the product at the input's rows counts once: the forward's is read
+    only by the gather into the layer's rows (``h·W``'s own gradient reads ``h``, not it) and is dead
+    before the backward pass makes its gradient; the CPU's figures, checked against its compiled
+    peak, keep both."""
     if len(plans.rows) != len(widths) - 1 or len(plans.slots) != len(plans.rows):
         raise ValueError(f"row_plans: {len(plans.rows)} layers of rows and {len(plans.slots)} of slots, "
                          f"for a model of {len(widths) - 1} layers; give one of each per layer")
     f4, inputs, activations, messages = 4, n_nodes, 0, 0
-    for rows, slots, width in zip(plans.rows, plans.slots, widths[1:]):
+    for layer, (rows, slots, width) in enumerate(zip(plans.rows, plans.slots, widths[1:])):
         w = width * runs
-        activations += 2 * (inputs + rows) * w * f4
+        activations += ((1 if device else 2) * inputs + 2 * rows) * w * f4
         gathered = 2 * min(slots * w, GATHER_CHUNK_ELEMENTS) * f4 + (rows + 1) * w * f4
-        messages = max(messages, gathered if slots else full)
+        messages = max(messages, gathered if slots else full[min(layer, 1)])
         inputs = rows
     return activations + 2 * inputs * widths[-1] * runs * f4, messages  # and the logits' softmax
 
