@@ -82,7 +82,9 @@ def skewed(n: int, avg_degree: float, seed: int = 0):
 
 def epoch_worker(graph: str, hidden: int, epochs: int) -> dict:
     """Seconds per epoch of one run on ``graph`` (``cora``, ``synthetic:N:DEG``, ``skewed:N:DEG``), the
-    plan's memory estimate and the device's peak bytes."""
+    plan's memory estimate and the device's peak bytes, with what that peak is made of: the device's
+    bytes in use once the data is prepared (``data_gib``) and the training loop's compiled memory analysis
+    (``program_*_gib``: its temporaries, arguments, outputs and aliased bytes, as XLA sized them)."""
     import jax
     import jax.numpy as jnp
 
@@ -103,11 +105,15 @@ def epoch_worker(graph: str, hidden: int, epochs: int) -> dict:
     prepared = prepare(raw, feature_norm="none" if kind == "skewed" else "row")
     jax.block_until_ready(prepared.data)
     host_s = time.perf_counter() - start
+    data_bytes = (jax.devices()[0].memory_stats() or {}).get("bytes_in_use", 0)
     del raw
     model_config, config = GCNConfig(hidden=hidden), TrainConfig(epochs=1 + epochs, early_stopping=None)
     chosen = plan.resolve(Execution(), prepared.data, model_config, prepared.n_classes, aggregate="auto")
     data = with_focus(prepared.data, model_config.layers, chosen.ops.prepare)
     compiled = compile_runner(model_config, config, data, prepared.n_classes, chosen)
+    analysis = compiled.run_until.program.memory_analysis()
+    program = {f"program_{k}_gib": getattr(analysis, f"{k}_size_in_bytes", 0) / 2**30
+               for k in ("temp", "argument", "output", "alias")} if analysis is not None else {}
     state = compiled.run_until(compiled.init(jax.random.key(0), data), data, jnp.int32(1))  # warm-up
     jax.block_until_ready(state.epoch)
     start = time.perf_counter()
@@ -116,7 +122,8 @@ def epoch_worker(graph: str, hidden: int, epochs: int) -> dict:
     return {**device(), "graph": graph, "backend": chosen.backend, "host_s": host_s,
             "compile_s": compiled.compile_seconds, "epoch_ms": (time.perf_counter() - start) / epochs * 1e3,
             "estimate_gib": chosen.memory.total / 2**30, "peak_gib": (peak_bytes() or 0) / 2**30,
-            "edges": prepared.data.graph.n_edges, "precision": getattr(chosen.execution, "precision", None)}
+            "edges": prepared.data.graph.n_edges, "precision": getattr(chosen.execution, "precision", None),
+            "data_gib": data_bytes / 2**30, **program}
 
 
 def seeds_worker(dataset: str, precision: str | None, seeds: int) -> dict:
