@@ -293,6 +293,42 @@ def test_the_accelerators_gather_ops_compute_only_the_rows_the_logits_read(on_tp
         np.testing.assert_allclose(mine.history[name], every.history[name], rtol=1e-5, atol=1e-5, err_msg=name)
 
 
+def test_the_accelerators_dense_ops_compute_only_the_rows_the_logits_read(on_tpu, monkeypatch):
+    """One Cora run on the chip is dense Â, each layer at the rows the logits read as dense rows of Â
+    (a training step's last layer at the 140 training nodes, its first at the 644 around them; an
+    evaluation's at the 640 focus nodes and the 1,756 around them): 0.17 ms per epoch at highest
+    against 0.45 over every row (benchmarks/bench_accelerator.py --parts cora). The run equals the CPU's
+    dense run over every row, the same hash masks, to float rounding; the estimate holds the plans' rows."""
+    import jax
+
+    from jaxgcn.core.data import with_focus
+    from jaxgcn.train import TrainConfig, fit
+
+    prepared = prepare(load_dataset("cora"), backend="dense")
+    chosen = plan.resolve(plan.Execution(), prepared.data, GCNConfig(), prepared.n_classes)
+    assert chosen.execution.backend == "dense" and chosen.ops.row_plans
+    aux = with_focus(prepared.data, 2, chosen.ops.prepare).aux
+    assert [m.shape for m in aux.train_rows.mats] == [(644, 2708), (140, 644)]
+    assert [m.shape for m in aux.eval_rows.mats] == [(1756, 2708), (640, 1756)]
+    full = np.asarray(prepared.data.graph.dense)[np.asarray(aux.train_rows.ids[1])]
+    np.testing.assert_array_equal(np.asarray(aux.train_rows.mats[0]), full)  # Â's very rows, every column
+    held = sum(leaf.nbytes for leaf in jax.tree.leaves((aux.train_rows, aux.eval_rows)))
+    assert chosen.memory.parts["adjacency"] == 2708 * 2708 * 4 + held
+    graph = prepared.data.graph
+    at_rows = memory.estimate(2708, graph.n_edges, 1433, 7, backend="dense", device=True,
+                              row_plans=memory.RowPlans((1756, 640), (0, 0), held), **plan.layout_facts(graph))
+    assert chosen.memory == at_rows  # each layer at the larger plan's rows, no lists' slots
+    config = TrainConfig(epochs=30, early_stopping=None)
+    mine = fit(prepared.data, prepared.n_classes, config=config, key=jax.random.key(3), log=None, execution=chosen)
+    monkeypatch.setattr(plan, "current_platform", lambda: "cpu")
+    on_cpu = plan.resolve(plan.Execution(backend="dense", dropout_rng="hash"), prepared.data, GCNConfig(),
+                          prepared.n_classes)
+    assert not on_cpu.ops.row_plans
+    every = fit(prepared.data, prepared.n_classes, config=config, key=jax.random.key(3), log=None, execution=on_cpu)
+    for name in ("loss", "val_loss", "val_acc", "train_acc"):
+        np.testing.assert_allclose(mine.history[name], every.history[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 def test_a_devices_estimate_holds_no_host_runtime_and_a_runs_dense_features_once(on_tpu):
     """On a TPU v5e the 1M-node synthetic graph's training peaked at 0.703 GiB, 0.672 of it the data: the
     estimate of a device has no runtime part (the host's) and counts a run's dense features once."""

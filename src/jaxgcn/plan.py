@@ -433,7 +433,7 @@ def _row_planned(data: Any, execution: Decided, layers: int) -> Focused | None:
     """``data`` focused with the row plans the decided ``execution``'s ops take (on an accelerator,
     ``gather`` with the hash's dropout), or None where they take none."""
     ops = execution.ops
-    if execution.backend != "gather" or not ops.row_plans:  # the csr kernel's plans are CSR rows
+    if execution.backend not in ("gather", "dense") or not ops.row_plans:  # the csr kernel's: CSR rows
         return None
     return Focused(data, layers, with_focus(data, layers, ops.prepare))
 
@@ -457,10 +457,11 @@ def _rows_of(made: Focused | None, execution: Decided) -> memory.RowPlans | None
         return None
     layers, n, plans = made.hops, int(made.data.graph.n_nodes), (aux.train_rows, aux.eval_rows)
     mats = [[None] * layers if p is None else list(p.mats) for p in plans]  # None: every row
-    rows = tuple(max(n if m[i] is None else int(m[i].order.shape[0]) for m in mats) for i in range(layers))
+    dense = execution.backend == "dense"  # rows of Â as dense matrices (gather.dense_rows), else lists
+    rows = tuple(max(n if m[i] is None else len(m[i] if dense else m[i].order) for m in mats) for i in range(layers))
     if execution.aggregate_first:  # the first layer propagates its input over every row, then gathers its rows
         mats = [[None, *m[1:]] for m in mats]
-    slots = tuple(0 if any(m[i] is None for m in mats) else max(_larger_direction(m[i]) for m in mats)
+    slots = tuple(0 if dense or any(m[i] is None for m in mats) else max(_larger_direction(m[i]) for m in mats)
                   for i in range(layers))
     held = sum(leaf.nbytes for leaf in jax.tree.leaves(plans))
     return memory.RowPlans(rows, slots, held, execution.aggregate_first)

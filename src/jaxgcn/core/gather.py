@@ -165,6 +165,25 @@ def sub_lists(indptr: Any, cols: Any, weights: Any, n_cols: int) -> NeighbourLis
     return csr_lists(indptr, cols, weights, n_cols)._replace(transpose=transpose)
 
 
+def dense_rows(indptr: Any, cols: Any, weights: Any, n_cols: int) -> np.ndarray:
+    """The [K, ``n_cols``] CSR rows of ``Â`` a row plan's layer computes (:func:`sub_lists`' arguments) as a
+    dense float32 matrix: a ``dense`` plan's rows on an accelerator, whose product (:func:`dense_product`)
+    and its gradient are matrix-unit dots over those rows only.
+
+    >>> dense_rows(np.array([0, 2]), np.array([0, 2]), np.array([1.0, 3.0], np.float32), 3).tolist()
+    [[1.0, 0.0, 3.0]]
+    """
+    indptr = np.asarray(indptr, np.int64)
+    return sp.csr_matrix((np.asarray(weights, np.float32), np.asarray(cols, np.int64), indptr),
+                         shape=(indptr.size - 1, n_cols)).toarray()
+
+
+def dense_product(mat: jax.Array, x: jax.Array) -> jax.Array:
+    """Some rows of ``Â · x`` ([K, W]) from :func:`dense_rows`' [K, m] matrix and the [m, W] rows a layer's
+    input holds: one dot (at the run's matmul precision); its gradient ``matᵀ · g``, a dot too."""
+    return jnp.dot(mat, x)
+
+
 class RowsPrepared(NamedTuple):
     """The row plans of a run's data for the ``gather`` backend's ops (:func:`prepare`; the fields a
     training step reads of :attr:`jaxgcn.core.data.TrainData.aux`): each layer's rows as neighbour lists."""
@@ -173,12 +192,14 @@ class RowsPrepared(NamedTuple):
     train_rows: Any
 
 
-def prepare(data: Any, hops: int) -> RowsPrepared | None:
+def prepare(data: Any, hops: int, *, layout: Callable[..., Any] | None = None) -> RowsPrepared | None:
     """Which rows each layer computes for the logits a training step (the training nodes) and an
     evaluation (the data's ``focus``) read (:func:`jaxgcn.core.native_ops.row_plan`, on the graph's CSR
-    built here on the host from its edge list), each layer's rows of ``Â`` as :func:`sub_lists`: a
-    2-layer model on a 1M-node graph with 100 training nodes trains its last layer at those 100 rows
-    and its first at the ~2,600 around them, each product a gather and its gradient too."""
+    built here on the host from its edge list), each layer's rows of ``Â`` as ``layout`` makes them
+    (:func:`sub_lists`' signature; None: :func:`sub_lists`, a ``gather`` plan's; a ``dense`` plan's:
+    :func:`dense_rows`): a 2-layer model on a 1M-node graph with 100 training nodes trains its last
+    layer at those 100 rows and its first at the ~2,600 around them, each product a gather and its
+    gradient too; Cora's 140 training nodes, dense, a [644, 2708] and a [140, 644] product."""
     from jaxgcn.core.graph import with_csr
     from jaxgcn.core.native_ops import row_plan
 
@@ -190,7 +211,8 @@ def prepare(data: Any, hops: int) -> RowsPrepared | None:
     trained = np.flatnonzero(train != 0 if train.ndim == 1 else (train != 0).any(axis=0))
     plans = [row_plan(graph, nodes, hops) for nodes in (np.asarray(data.focus), trained)]
     plans = [None if p is None else jax.tree.map(jnp.asarray, p._replace(mats=tuple(
-        None if m is None else sub_lists(m.indptr, m.cols, m.data, m.shape[1]) for m in p.mats))) for p in plans]
+        None if m is None else (layout or sub_lists)(m.indptr, m.cols, m.data, m.shape[1]) for m in p.mats)))
+             for p in plans]
     return RowsPrepared(*plans)
 
 

@@ -189,13 +189,19 @@ def accelerator_ops(execution: Any, platform: str = "gpu") -> Ops:
         ops = ops._replace(matmul_runs=tpu_matmul_runs)
     lists_product = functools.partial(gather.rows_product, rows_sum=rows_sum)
     ops = ops._replace(block_lists=lists_product)
+    hashed = execution.dropout_rng == "hash"  # masks drawn by node id (jax.random's: by row)
+    if execution.backend == "dense" and hashed:
+        # each layer at the rows the logits read, as dense rows of Â: the matrix unit's work and Â's
+        # reads per epoch fall with the rows (Cora, one run, highest: a third of the epoch was Â's
+        # products at every row the logits never read; benchmarks/bench_accelerator.py --parts cora)
+        return ops._replace(row_plans=True, rows_product=gather.dense_product,
+                            prepare=functools.partial(gather.prepare, layout=gather.dense_rows))
     if execution.backend != "gather":
         return ops
     if platform == "tpu":
         ops = ops._replace(name="xla-mxu-pallas", propagate=functools.partial(propagate, backend="gather",
                                                                                rows_sum=rows_sum))
-    # each layer at the rows the logits read (the hash's masks are drawn by node id, jax.random's by row)
-    hashed = execution.dropout_rng == "hash"
+    # each layer at the rows the logits read
     return ops._replace(row_plans=hashed, prepare=gather.prepare if hashed else None, rows_product=lists_product)
 
 
