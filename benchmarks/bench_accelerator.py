@@ -27,6 +27,12 @@ Parts:
 - ``listsum``: Cora's first layer on the feature lists for 100 runs (hidden 16), forward and weight
   gradient of per-run dropped values: XLA's gathers against the Pallas kernel of a TPU
   (:func:`jaxgcn.core.pallas_gather.runs_sum`; off a TPU only XLA's), milliseconds, and their difference;
+- ``bf16``: what bfloat16 storage costs in accuracy: ``jaxgcn train --dataset D --seeds 100 --backend
+  gather`` on Cora and CiteSeer with float32 storage and with bfloat16 storage of the input features and
+  of every table a propagation gathers (forward and gradient), the sums in float32. The stored values
+  are rounded to bfloat16 and the arithmetic stays float32, which is what bfloat16 storage with float32
+  accumulation computes, on any device (its time on the chip: ``rowsum`` and
+  ``benchmarks/bench_pallas_gather.py --bf16``);
 - ``rowsum``: the neighbour-list row sum of 1M nodes / 25M nonzeros / 16 columns: XLA's gather
   against the Pallas kernel (:mod:`jaxgcn.core.pallas_gather`).
 
@@ -46,7 +52,7 @@ from pathlib import Path
 from figure_record import add_record_arguments, figure, record
 from timing import median_seconds
 
-PARTS = ("cora", "seeds", "synthetic", "products", "crossover", "features", "listsum", "rowsum")
+PARTS = ("cora", "seeds", "synthetic", "products", "crossover", "features", "listsum", "bf16", "rowsum")
 
 
 def device() -> dict:
@@ -126,21 +132,53 @@ def epoch_worker(graph: str, hidden: int, epochs: int) -> dict:
             "data_gib": data_bytes / 2**30, **program}
 
 
-def seeds_worker(dataset: str, precision: str | None, seeds: int) -> dict:
-    """``jaxgcn train --dataset D --seeds N [--precision P] --json F`` in this process."""
+def store_bfloat16() -> None:
+    """From here on in this process, the input features and every table a ``gather`` propagation reads
+    (its input, and its gradient's) are stored as bfloat16 values, the arithmetic float32."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxgcn.core import gather
+    from jaxgcn.datasets import loading
+
+    def rounded(x):  # stored as bfloat16; the gradient's table is rounded by the conversion's transpose
+        return x.astype(jnp.bfloat16).astype(x.dtype)
+
+    propagate, rows_product, normalize = gather.propagate, gather.rows_product, loading.normalize_features
+    gather.propagate = lambda lists, x, **kw: propagate(lists, rounded(x), **kw)
+    gather.rows_product = lambda lists, x, **kw: rows_product(lists, rounded(x), **kw)
+
+    def normalized(*args, **kw):
+        feats = normalize(*args, **kw)
+        if hasattr(feats, "tocsr"):
+            feats = feats.tocsr(copy=True)
+            feats.data = np.asarray(jnp.asarray(feats.data).astype(jnp.bfloat16).astype(jnp.float32))
+            return feats
+        return np.asarray(jnp.asarray(feats).astype(jnp.bfloat16).astype(jnp.float32))
+
+    loading.normalize_features = normalized
+
+
+def seeds_worker(dataset: str, precision: str | None, seeds: int, storage: str | None = None) -> dict:
+    """``jaxgcn train --dataset D --seeds N [--precision P] --json F`` in this process; ``storage``
+    float32 or bfloat16 (:func:`store_bfloat16`): ``--backend gather`` too."""
     from jaxgcn.cli import main
 
+    if storage == "bfloat16":
+        store_bfloat16()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         argv = ["train", "--dataset", dataset, "--seeds", str(seeds), "--json", str(out)]
         if precision:
             argv += ["--precision", precision]
+        if storage:
+            argv += ["--backend", "gather"]
         if main(argv) != 0:
             raise SystemExit(f"{argv} failed")
         result = json.loads(out.read_text())
     return {**device(), "dataset": dataset, "precision": result.get("precision", precision),
             "backend": result["backend"], "train_s": result["train_seconds"], "compile_s": result["compile_seconds"],
-            "test_mean": result["test_acc_mean"], "test_std": result["test_acc_std"]}
+            "test_mean": result["test_acc_mean"], "test_std": result["test_acc_std"], "storage": storage}
 
 
 def crossover_worker(sizes: list[int], degree: float) -> dict:
@@ -276,6 +314,11 @@ def specs(args: argparse.Namespace) -> list[dict]:
         out.append({"part": "features", "runs": [1, 8, 32], "epochs": 100})
     if "listsum" in parts:
         out.append({"part": "listsum", "runs": 100, "hidden": 16})
+    if "bf16" in parts:
+        for dataset in ("cora", "citeseer"):
+            for storage in ("float32", "bfloat16"):
+                out.append({"part": "seeds", "dataset": dataset, "precision": None, "seeds": args.seeds,
+                            "storage": storage})
     if "rowsum" in parts:
         out.append({"part": "rowsum", "n": 1_000_000, "degree": 25, "width": 16})
     return out
@@ -298,7 +341,7 @@ def figures_of(results: list[dict]) -> dict[str, dict]:
             figs[f"{p}.products_estimate_gib"] = figure(r["estimate_gib"], "GiB", 2)
             figs[f"{p}.products_peak_gib"] = figure(r["peak_gib"], "GiB", 2)
         elif "dataset" in r:
-            tag = f"{r['dataset']}_100_{r['precision'] or 'auto'}"
+            tag = f"{r['dataset']}_100_{r['storage'] + '_storage' if r.get('storage') else r['precision'] or 'auto'}"
             figs[f"{p}.{tag}_train_s"] = figure(r["train_s"], "s", 2)
             figs[f"{p}.{tag}_test"] = figure(100 * r["test_mean"], "%", 2, std=100 * r["test_std"])
     return figs
