@@ -6,6 +6,7 @@ accelerator's bottleneck: issue 45)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -138,7 +139,8 @@ def _scatters(jaxpr, found=None) -> list[tuple[str, tuple[int, ...]]]:
     return found
 
 
-def step_scatters(backend: str, lists: bool = False) -> list[tuple[str, tuple[int, ...]]]:
+def step_scatters(backend: str, lists: bool = False, prepared: Any = None,
+                  aggregate: str = "off") -> list[tuple[str, tuple[int, ...]]]:
     """The scatters of one run's compiled training loop on Cora prepared and planned for ``backend``
     (the program :func:`jaxgcn.training.loop.single_program` compiles), before XLA rewrites them: the
     CPU expands a scatter into a loop, so the compiled text would not show one. ``lists``: the features
@@ -150,10 +152,11 @@ def step_scatters(backend: str, lists: bool = False) -> list[tuple[str, tuple[in
     from jaxgcn.training.config import TrainConfig
     from jaxgcn.training.step import make_batch_runner
 
-    prepared = prepare(load_dataset("cora"), backend=backend)
+    prepared = prepare(load_dataset("cora"), backend=backend) if prepared is None else prepared
     if lists:
         prepared = prepared._replace(data=as_lists(prepared.data))
-    execution = plan.resolve(plan.Execution(backend=backend), prepared.data, GCNConfig(), prepared.n_classes).execution
+    execution = plan.resolve(plan.Execution(backend=backend), prepared.data, GCNConfig(), prepared.n_classes,
+                             aggregate=aggregate).execution
     data = with_focus(prepared.data, 2, execution.ops.prepare)
     runner = make_batch_runner(GCNConfig(), TrainConfig(), execution, one=(data.x.shape[1], prepared.n_classes))
     runs = jax.tree.map(np.asarray, runner.inputs())
@@ -171,6 +174,19 @@ def test_the_accelerator_plans_train_step_has_no_scatter_over_nodes(on_tpu, back
     small = [(name, shape) for name, shape in found if int(np.prod(shape)) < 2708]
     assert found == small
     assert small, "the history writes: if none is found, the jaxpr walk misses sub-jaxprs"
+
+
+def test_an_aggregate_first_layer_takes_its_rows_before_its_product(on_tpu):
+    """An aggregate-first first layer with row plans takes its rows of Â·drop(X) before the product
+    with W: Â·drop(X) has no gradient, so neither has the take. Taken after the product, the take's
+    transpose was a scatter-add of the rows' gradient into an every-node [n, 16] buffer (on the
+    products-sized graph, [2.45M, 128] per step)."""
+    from jaxgcn.datasets import synthetic
+
+    prepared = prepare(synthetic(2000, n_features=8, avg_degree=3.0, n_val=100, n_test=200), backend="gather")
+    found = step_scatters("gather", prepared=prepared, aggregate="on")
+    assert [(name, shape) for name, shape in found if int(np.prod(shape)) >= 2000] == []
+    assert found, "the history writes: if none is found, the jaxpr walk misses sub-jaxprs"
 
 
 def test_segment_asked_for_on_an_accelerator_scatters(on_tpu):

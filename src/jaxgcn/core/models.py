@@ -480,9 +480,10 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         if i == 0 and execution.aggregate_first and values is None and not is_sparse(h):
             # (Â · drop(X)) · W for dense inputs (see Execution); Â·X precomputed when X is undropped
             agg = aggregated if aggregated is not None and h is x else propagate(graph, h.reshape(n, -1))
-            out = matmul(agg.reshape(h.shape), None, layer["w"])  # shared [n, F] or per run [n, R, F]
-            if pos is not None:  # the rows the layers above read
-                out = jnp.take(out, pos, axis=0)
+            agg = agg.reshape(h.shape)  # shared [n, F] or per run [n, R, F]
+            if pos is not None:  # the rows the layers above read, taken before the product: the input has no
+                agg = jnp.take(agg, pos, axis=0)  # gradient, so the take has none (a scatter over every node)
+            out = matmul(agg, None, layer["w"])
         else:
             if i == 0 and first is not None:
                 d_in, r, width = layer["w"].shape

@@ -159,7 +159,8 @@ def _row_parts(n_nodes: int, widths: list[int], runs: int, plans: RowPlans, full
     """The activations and the largest layer's message buffers where each layer computes the rows of
     ``plans`` (``full``: the buffers of a propagation over every node's lists, the first layer's and a
     later one's). Layer l's product ``h·W`` spans the rows its input holds (the first layer's: every
-    node's, then gathered), its output the rows it computes; each with its gradient. A layer's gather
+    node's, then gathered; an aggregate-first one's: its own rows of ``Â·X``), its output the rows it
+    computes; each with its gradient. A layer's gather
     over its rows' lists holds [rows, K, width] (in chunks of :data:`GATHER_CHUNK_ELEMENTS`) and its
     weighted copy. On a ``device`` the product at the input's rows counts once: the forward's is read
     only by the gather into the layer's rows (``h·W``'s own gradient reads ``h``, not it) and is dead
@@ -168,7 +169,8 @@ def _row_parts(n_nodes: int, widths: list[int], runs: int, plans: RowPlans, full
     if len(plans.rows) != len(widths) - 1 or len(plans.slots) != len(plans.rows):
         raise ValueError(f"row_plans: {len(plans.rows)} layers of rows and {len(plans.slots)} of slots, "
                          f"for a model of {len(widths) - 1} layers; give one of each per layer")
-    f4, inputs, activations, messages = 4, n_nodes, 0, 0
+    # an aggregate-first layer takes its rows of Â·X before its product (the product spans them only)
+    f4, inputs, activations, messages = 4, plans.rows[0] if plans.aggregate_first else n_nodes, 0, 0
     for layer, (rows, slots, width) in enumerate(zip(plans.rows, plans.slots, widths[1:])):
         w = width * runs
         activations += ((1 if device else 2) * inputs + 2 * rows) * w * f4
