@@ -152,9 +152,9 @@ def store_bfloat16() -> None:
         feats = normalize(*args, **kw)
         if hasattr(feats, "tocsr"):
             feats = feats.tocsr(copy=True)
-            feats.data = np.asarray(jnp.asarray(feats.data).astype(jnp.bfloat16).astype(jnp.float32))
+            feats.data = np.asarray(rounded(jnp.asarray(feats.data)))
             return feats
-        return np.asarray(jnp.asarray(feats).astype(jnp.bfloat16).astype(jnp.float32))
+        return np.asarray(rounded(jnp.asarray(feats)))
 
     loading.normalize_features = normalized
 

@@ -160,12 +160,11 @@ def _row_parts(n_nodes: int, widths: list[int], runs: int, plans: RowPlans, full
     ``plans`` (``full``: the buffers of a propagation over every node's lists, the first layer's and a
     later one's). Layer l's product ``h·W`` spans the rows its input holds (the first layer's: every
     node's, then gathered; an aggregate-first one's: its own rows of ``Â·X``), its output the rows it
-    computes; each with its gradient. A layer's gather
-    over its rows' lists holds [rows, K, width] (in chunks of :data:`GATHER_CHUNK_ELEMENTS`) and its
-    weighted copy. On a ``device`` the product at the input's rows counts once: the forward's is read
-    only by the gather into the layer's rows (``h·W``'s own gradient reads ``h``, not it) and is dead
-    before the backward pass makes its gradient; the CPU's figures, checked against its compiled
-    peak, keep both."""
+    computes; each with its gradient. A layer's gather over its rows' lists holds [rows, K, width] (in
+    chunks of :data:`GATHER_CHUNK_ELEMENTS`) and its weighted copy. On a ``device`` the product at the
+    input's rows counts once: the forward's is read only by the gather into the layer's rows (``h·W``'s
+    own gradient reads ``h``, not it) and is dead before the backward pass makes its gradient; the CPU's
+    figures, checked against its compiled peak, keep both."""
     if len(plans.rows) != len(widths) - 1 or len(plans.slots) != len(plans.rows):
         raise ValueError(f"row_plans: {len(plans.rows)} layers of rows and {len(plans.slots)} of slots, "
                          f"for a model of {len(widths) - 1} layers; give one of each per layer")
