@@ -260,6 +260,27 @@ def planetoid_dir() -> Path:
     return shared_file("planetoid", "ind.cora.graph").parent
 
 
+def closed_port() -> int:
+    """A local port nothing listens on (a skip where the machine has no IPv4 sockets, as :func:`local_server`)."""
+    import socket
+
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    except OSError as err:
+        pytest.skip(f"no local sockets here: {err}")
+
+
+def local_server(server_class, handler):
+    """``server_class`` on a free local port, or a skip where the machine has no IPv4 sockets (the TPU's
+    sandbox: "Address family not supported by protocol")."""
+    try:
+        return server_class(("127.0.0.1", 0), handler)
+    except OSError as err:
+        pytest.skip(f"no local sockets here: {err}")
+
+
 @pytest.fixture(scope="session")
 def gnnbench_mirror(tmp_path_factory):
     """A local HTTP server laid out as a JAXGCN_MIRROR (``<name>/<filename>``) serving a gnn-benchmark
@@ -279,7 +300,7 @@ def gnnbench_mirror(tmp_path_factory):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(root)))
+    server = local_server(ThreadingHTTPServer, partial(Quiet, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", row

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_run import run_main, unwrap
+from conftest import closed_port
 
 from jaxgcn import datasets
 from jaxgcn.core.graph import with_csr
@@ -317,11 +318,7 @@ print(json.dumps({"process": jax.process_index(), "devices": jax.device_count(),
 
 
 def test_two_processes_train_together_and_match_one_process():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)  # one CPU device per process
     procs = [subprocess.Popen([sys.executable, "-c", PROCESS_SCRIPT, f"127.0.0.1:{port}", str(i)],
@@ -335,18 +332,10 @@ def test_two_processes_train_together_and_match_one_process():
         assert r["loss"] < 1e-5 and r["grads"] < 1e-5, r
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_cli_two_processes_train_one_graph_and_only_process_0_writes(tmp_path, cora_on_two_devices):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)  # one CPU device per process
-    port = _free_port()
+    port = closed_port()
     common = ["-m", "jaxgcn.cli", "train", "--dataset", "cora", "--distributed", "--coordinator",
               f"127.0.0.1:{port}", "--num-processes", "2", *TWO_PROCESS_EPOCHS, "--json", "out.json", "--save", "model"]
     procs = [subprocess.Popen([sys.executable, *common, "--process-id", str(i)], stdout=subprocess.PIPE,
@@ -377,7 +366,7 @@ def test_a_process_whose_peers_never_come_stops_with_one_line_naming_them(tmp_pa
 
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
-    port = _free_port()
+    port = closed_port()
     proc = subprocess.run([sys.executable, "-m", "jaxgcn.cli", "train", "--dataset", "cora", "--distributed",
                            "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id",
                            str(process_id), "--join-timeout", "4"], capture_output=True, text=True, env=env,
@@ -515,7 +504,7 @@ def test_cli_partition_files_train_with_each_process_reading_its_own_blocks(tmp_
     for i in range(2):
         shutil.copytree(tmp_path / "parts", tmp_path / f"only{i}")
         (tmp_path / f"only{i}" / f"part-{1 - i:05d}.npz").unlink()
-    port = _free_port()
+    port = closed_port()
     common = ["-m", "jaxgcn.cli", "train", "--distributed", "--coordinator", f"127.0.0.1:{port}",
               "--num-processes", "2", *TWO_PROCESS_EPOCHS, "--json", "out.json"]
     procs = [subprocess.Popen([sys.executable, *common, "--process-id", str(i), "--dataset", f"partitioned:only{i}"],
@@ -567,7 +556,7 @@ def test_cli_sweep_shares_the_runs_between_two_processes(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
     grid = ["--lr", "0.01,0.05", "--seeds", "2", "--epochs", "30"]
-    port = _free_port()
+    port = closed_port()
     common = ["-m", "jaxgcn.cli", "sweep", "--dataset", "cora", *grid, "--distributed", "--coordinator",
               f"127.0.0.1:{port}", "--num-processes", "2", "--json", "two.json"]
     procs = [subprocess.Popen([sys.executable, *common, "--process-id", str(i)], stdout=subprocess.PIPE,

@@ -15,6 +15,7 @@ and ``python ...`` lines, run in a fresh process."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -148,7 +149,9 @@ def run(argv: list[str], where: str, capsys) -> None:
         code, err = proc.returncode, proc.stderr
     assert code == 0, f"{where}: `{' '.join(argv)}` exited {code}: {err[-2000:]}"
     for flag, value in zip(argv, argv[1:]):
-        if flag in OUTPUTS and value != "-":
+        if flag == "--tensorboard" and importlib.util.find_spec("tensorboardX") is None:  # an optional extra (not
+            assert "tensorboardX is not installed" in err, f"{where}: `{' '.join(argv)}`: {err[-2000:]}"  # on a TPU VM)
+        elif flag in OUTPUTS and value != "-":
             assert Path(value).exists(), f"{where}: `{' '.join(argv)}` exited 0 without writing {flag} {value}"
 
 

@@ -23,7 +23,6 @@ import hashlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -37,7 +36,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from cli_run import run_main, unwrap
-from conftest import SHARED_DATASETS, shared_file
+from conftest import SHARED_DATASETS, closed_port, local_server, shared_file
 from tiny_datasets import GB_NODES, tiny_row, write_gnnbench, write_planetoid
 
 import jaxgcn.datasets.gnnbench
@@ -81,7 +80,7 @@ def mirror(tmp_path_factory):
             state.gate.wait(120)
             super().do_GET()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(root)))
+    server = local_server(ThreadingHTTPServer, partial(Handler, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield state
@@ -286,12 +285,6 @@ def test_an_archive_that_is_not_one_or_expands_too_far_is_refused(server, tmp_pa
                                             r"0\.1 MB \(a zip bomb\?\); refusing the archive"):
         load_dataset("test-bomb", data_root=tmp_path, progress=False)
     assert sorted(p.name for p in (tmp_path / "test-bomb").iterdir()) == [".lock"]
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_offline_error_says_what_to_fetch_and_where(server, tmp_path, monkeypatch, capsys):

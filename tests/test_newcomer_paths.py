@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from cli_run import run_main, unwrap
+from conftest import closed_port
 
 import jaxgcn.app.train
 from jaxgcn.store import batch_state, checkpoint
@@ -395,12 +395,6 @@ def test_the_console_script_loads_nothing_heavy_before_its_ctrl_c_handler():
 
 
 # --- long errors as short lines ----------------------------------------------------------------------
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_long_error_is_printed_as_short_lines(tmp_path, monkeypatch, capsys):

@@ -257,6 +257,18 @@ def test_embedding_projection_keeps_the_classes_apart():
     assert abs(xy[:50, 0].mean() - xy[50:, 0].mean()) > 10 * xy[:50, 0].std()  # PC 1 separates them
 
 
+def test_a_heatmaps_bad_axis_is_named_before_matplotlib_is_needed(tmp_path, monkeypatch):
+    """Without matplotlib (a TPU VM has none), a wrong axis is still the error the user reads first."""
+    from jaxgcn.io import plots
+
+    def missing():
+        raise ValueError("plots need matplotlib: pip install 'jaxgcn[plot]' (or pip install matplotlib)")
+
+    monkeypatch.setattr(plots, "_pyplot", missing)
+    with pytest.raises(ValueError, match=r"^y='momentum' is not a swept hyperparameter"):
+        plots.sweep_heatmap([{"lr": 0.01, "hidden": 16, "val_acc_mean": 0.5}], "lr", "momentum", tmp_path / "x.png")
+
+
 def test_plot_library_errors_name_the_parameter(tmp_path):
     from jaxgcn.io.plots import project_2d, read_log, sweep_heatmap
 

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import jax
 import numpy as np
 import pytest
 from cli_run import run_main, unwrap
+from conftest import closed_port
 
 from jaxgcn import datasets
 from jaxgcn.store import batch_state, checkpoint
@@ -50,9 +50,7 @@ def _launch(args: list[str], cwd: Path, processes: int) -> list[subprocess.Popen
     if processes == 1:
         commands = [args]
     else:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = closed_port()  # skips where the machine has no local sockets
         commands = [[*args, "--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes",
                      str(processes), "--process-id", str(i)] for i in range(processes)]
     return [subprocess.Popen([sys.executable, "-m", "jaxgcn.cli", "train", *c], cwd=cwd, env=_env(),

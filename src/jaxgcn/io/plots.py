@@ -277,8 +277,8 @@ def sweep_heatmap(configurations: list[dict[str, Any]], x: str, y: str, out: str
     value}``); where some still vary a cell is the best of its configurations, and the title says
     over what (:func:`sweep_cells`; ``cells``: what it returned for these arguments, when the
     caller has it already)."""
+    configurations, over = cells if cells is not None else sweep_cells(configurations, x, y, fix)  # checked first
     plt = _pyplot()
-    configurations, over = cells if cells is not None else sweep_cells(configurations, x, y, fix)
     xs = sorted({c[x] for c in configurations})
     ys = sorted({c[y] for c in configurations})
     grid = np.full((len(ys), len(xs)), np.nan)
