@@ -340,6 +340,9 @@ def figures_of(results: list[dict]) -> dict[str, dict]:
             figs[f"{p}.products_epoch_s"] = figure(r["epoch_ms"] / 1e3, "s", 2)
             figs[f"{p}.products_estimate_gib"] = figure(r["estimate_gib"], "GiB", 2)
             figs[f"{p}.products_peak_gib"] = figure(r["peak_gib"], "GiB", 2)
+        if graph and graph != "cora" and "program_temp_gib" in r:  # what the run holds: its data and the
+            name = "synthetic_1m" if graph.startswith("synthetic") else "products"  # program's temporaries
+            figs[f"{p}.{name}_held_gib"] = figure(r["data_gib"] + r["program_temp_gib"], "GiB", 2)
         elif "dataset" in r:
             tag = f"{r['dataset']}_100_{r['storage'] + '_storage' if r.get('storage') else r['precision'] or 'auto'}"
             figs[f"{p}.{tag}_train_s"] = figure(r["train_s"], "s", 2)

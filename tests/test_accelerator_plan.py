@@ -177,16 +177,36 @@ def test_the_accelerator_plans_train_step_has_no_scatter_over_nodes(on_tpu, back
 
 
 def test_an_aggregate_first_layer_takes_its_rows_before_its_product(on_tpu):
-    """An aggregate-first first layer with row plans takes its rows of Â·drop(X) before the product
-    with W: Â·drop(X) has no gradient, so neither has the take. Taken after the product, the take's
-    transpose was a scatter-add of the rows' gradient into an every-node [n, 16] buffer (on the
-    products-sized graph, [2.45M, 128] per step)."""
+    """An aggregate-first first layer with row plans computes its rows of Â·drop(X) (over their lists,
+    or taken from Â·X) before the product with W: Â·drop(X) has no gradient. Its rows taken after the
+    product, the take's transpose was a scatter-add of the rows' gradient into an every-node [n, 16]
+    buffer (on the products-sized graph, [2.45M, 128] per step)."""
     from jaxgcn.datasets import synthetic
 
     prepared = prepare(synthetic(2000, n_features=8, avg_degree=3.0, n_val=100, n_test=200), backend="gather")
     found = step_scatters("gather", prepared=prepared, aggregate="on")
     assert [(name, shape) for name, shape in found if int(np.prod(shape)) >= 2000] == []
     assert found, "the history writes: if none is found, the jaxpr walk misses sub-jaxprs"
+
+
+def test_an_aggregate_first_layer_propagates_its_input_over_its_rows_lists(on_tpu, monkeypatch):
+    """With row plans, an aggregate-first first layer's training step propagates drop(X) over the lists of
+    its rows only (``gather.rows_product``), not over every node's (``gather.propagate``, then a take of
+    its rows): on the products-sized graph, 8.0M gathered rows of 100 features a step instead of 126M.
+    So does the evaluations' Â·X, once per call, over the lists of their rows; the run still equals
+    one over every row (tests/test_focus.py)."""
+    from jaxgcn.core import gather
+    from jaxgcn.datasets import synthetic
+
+    calls = {"propagate": 0, "rows_product": 0}
+    for name in calls:
+        real = getattr(gather, name)
+        monkeypatch.setattr(gather, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(
+            _name, calls[_name] + 1) or _real(*a, **k))
+    prepared = prepare(synthetic(2000, n_features=8, avg_degree=3.0, n_val=100, n_test=200), backend="gather")
+    step_scatters("gather", prepared=prepared, aggregate="on")
+    # a training step's two layers, an evaluation's last one, and its first's Â·X (once per call)
+    assert calls == {"propagate": 0, "rows_product": 4}
 
 
 def test_segment_asked_for_on_an_accelerator_scatters(on_tpu):

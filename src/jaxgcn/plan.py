@@ -459,8 +459,6 @@ def _rows_of(made: Focused | None, execution: Decided) -> memory.RowPlans | None
     mats = [[None] * layers if p is None else list(p.mats) for p in plans]  # None: every row
     dense = execution.backend == "dense"  # rows of Â as dense matrices (gather.dense_rows), else lists
     rows = tuple(max(n if m[i] is None else len(m[i] if dense else m[i].order) for m in mats) for i in range(layers))
-    if execution.aggregate_first:  # the first layer propagates its input over every row, then gathers its rows
-        mats = [[None, *m[1:]] for m in mats]
     slots = tuple(0 if dense or any(m[i] is None for m in mats) else max(_larger_direction(m[i]) for m in mats)
                   for i in range(layers))
     held = sum(leaf.nbytes for leaf in jax.tree.leaves(plans))

@@ -245,12 +245,17 @@ def gcn(config: GCNConfig = GCNConfig(), execution: Execution = Execution(), *,
 
 
 def aggregate_input(execution: Execution, graph: Graph, x: Features, *,
-                    propagate: Propagate | None = None, ops: Ops | None = None) -> jax.Array | None:
+                    propagate: Propagate | None = None, ops: Ops | None = None, rows: Any = None) -> jax.Array | None:
     """``Â · x`` when the first layer aggregates first (dense ``x``), else None: computed once per
-    training loop and reused by every evaluation forward, which then skips a propagation."""
+    training loop and reused by every evaluation forward, which then skips a propagation. With the
+    evaluation's ``rows`` (a row plan whose first layer computes some rows), only those rows of it:
+    over their lists, not every node's."""
     if not execution.aggregate_first or is_sparse(x):
         return None
-    return (propagate or ops_of(execution, ops).propagate)(graph, x)
+    ops = ops_of(execution, ops)
+    if rows is not None and rows.mats[0] is not None:
+        return (ops.rows_product or spmm_rows)(rows.mats[0], x.astype(jnp.float32)).astype(x.dtype)
+    return (propagate or ops.propagate)(graph, x)
 
 
 # --- the one forward pass, on a run axis ---------------------------------------------------------
@@ -439,7 +444,8 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         keys: [layers, R] PRNG keys of each layer's dropout (training only). Each run drops with its
             own rate (``runs``); ``config.dropout`` is not used here.
         train: dropout on.
-        aggregated: ``Â · x`` precomputed for an ``aggregate_first`` first layer (:func:`aggregate_input`).
+        aggregated: ``Â · x`` precomputed for an ``aggregate_first`` first layer (:func:`aggregate_input`),
+            at the rows the first layer of ``rows`` computes where it has a plan of its own.
         embed: return the input of the last layer ([n, R, hidden]) instead of the logits.
         propagate: the aggregation; default the ops' (the execution's backend).
         first: the first layer's product computed ahead (:func:`first_layer_pair`) with the dropout
@@ -479,10 +485,14 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
         m = h.shape[0]  # the rows h holds: every node's, or those of rows.ids[i]
         if i == 0 and execution.aggregate_first and values is None and not is_sparse(h):
             # (Â · drop(X)) · W for dense inputs (see Execution); Â·X precomputed when X is undropped
-            agg = aggregated if aggregated is not None and h is x else propagate(graph, h.reshape(n, -1))
-            agg = agg.reshape(h.shape)  # shared [n, F] or per run [n, R, F]
-            if pos is not None:  # the rows the layers above read, taken before the product: the input has no
-                agg = jnp.take(agg, pos, axis=0)  # gradient, so the take has none (a scatter over every node)
+            if aggregated is not None and h is x:  # precomputed at this layer's rows (aggregate_input)
+                agg = aggregated.reshape(-1, *h.shape[1:])  # shared [rows, F] or per run [rows, R, F]
+            elif mat is not None:  # only the rows the layers above read, over their lists
+                rows_product = ops.rows_product or spmm_rows
+                agg = rows_product(mat, h.reshape(n, -1).astype(jnp.float32)).astype(h.dtype)
+                agg = agg.reshape(-1, *h.shape[1:])
+            else:
+                agg = propagate(graph, h.reshape(n, -1)).reshape(h.shape)
             out = matmul(agg, None, layer["w"])
         else:
             if i == 0 and first is not None:

@@ -47,8 +47,9 @@ class RowPlans(NamedTuple):
             whichever is larger (the forward gather's or the gradient's), the larger plan's; 0 where
             the layer propagates over every node's lists.
         held: the bytes both plans hold (their lists, orders, node ids and places).
-        aggregate_first: the first layer propagates its input over every node's lists, then gathers its
-            rows (``--aggregate-first``): that propagation is the input's width, not a hidden layer's.
+        aggregate_first: the first layer propagates its input, not its product (``--aggregate-first``),
+            at the input's width, and with no gradient: over its rows' lists (an evaluation's once per
+            call), or over every node's where it has no rows of its own.
     """
 
     rows: tuple[int, ...]
@@ -173,7 +174,9 @@ def _row_parts(n_nodes: int, widths: list[int], runs: int, plans: RowPlans, full
     for layer, (rows, slots, width) in enumerate(zip(plans.rows, plans.slots, widths[1:])):
         w = width * runs
         activations += ((1 if device else 2) * inputs + 2 * rows) * w * f4
-        gathered = 2 * min(slots * w, GATHER_CHUNK_ELEMENTS) * f4 + (rows + 1) * w * f4
+        # the gathered rows and their gradient's; an aggregate-first layer's: its input's, with no gradient
+        gather_width, directions = (widths[0] * runs, 1) if layer == 0 and plans.aggregate_first else (w, 2)
+        gathered = (directions * min(slots * gather_width, GATHER_CHUNK_ELEMENTS) + (rows + 1) * gather_width) * f4
         messages = max(messages, gathered if slots else full[min(layer, 1)])
         inputs = rows
     return activations + 2 * inputs * widths[-1] * runs * f4, messages  # and the logits' softmax

@@ -259,8 +259,8 @@ class Step(NamedTuple):
 
         total = self.collective.total
         n_train = jnp.maximum(total(jnp.sum(self.masks(data, runs)[0], axis=1)), 1.0)  # [R], every device's
-        aggregated = aggregate_input(self.execution, data.graph, data.x, propagate=self.propagate,  # once per call
-                                     ops=self.products)
+        aggregated = aggregate_input(self.execution, data.graph, data.x, propagate=self.propagate,  # once per call,
+                                     ops=self.products, rows=self.rows(data, train=False))  # at the evaluation's rows
         # The first step's first-layer product; each step then computes the next one together with
         # its evaluation. Rebuilt from the state at every call, so a resumed run computes the same.
         pair = self.ahead(state.runs, data, runs)
