@@ -140,7 +140,7 @@ def _scatters(jaxpr, found=None) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def step_scatters(backend: str, lists: bool = False, prepared: Any = None,
-                  aggregate: str = "off") -> list[tuple[str, tuple[int, ...]]]:
+                  aggregate: str = "off", model: GCNConfig = GCNConfig()) -> list[tuple[str, tuple[int, ...]]]:
     """The scatters of one run's compiled training loop on Cora prepared and planned for ``backend``
     (the program :func:`jaxgcn.training.loop.single_program` compiles), before XLA rewrites them: the
     CPU expands a scatter into a loop, so the compiled text would not show one. ``lists``: the features
@@ -155,10 +155,10 @@ def step_scatters(backend: str, lists: bool = False, prepared: Any = None,
     prepared = prepare(load_dataset("cora"), backend=backend) if prepared is None else prepared
     if lists:
         prepared = prepared._replace(data=as_lists(prepared.data))
-    execution = plan.resolve(plan.Execution(backend=backend), prepared.data, GCNConfig(), prepared.n_classes,
+    execution = plan.resolve(plan.Execution(backend=backend), prepared.data, model, prepared.n_classes,
                              aggregate=aggregate).execution
-    data = with_focus(prepared.data, 2, execution.ops.prepare)
-    runner = make_batch_runner(GCNConfig(), TrainConfig(), execution, one=(data.x.shape[1], prepared.n_classes))
+    data = with_focus(prepared.data, model.layers, execution.ops.prepare)
+    runner = make_batch_runner(model, TrainConfig(), execution, one=(data.x.shape[1], prepared.n_classes))
     runs = jax.tree.map(np.asarray, runner.inputs())
     state = jax.eval_shape(runner.init, jax.random.key(0), data, runs)
     return _scatters(jax.make_jaxpr(runner.run_until)(state, data, runs, jnp.int32(0)).jaxpr)
@@ -207,6 +207,17 @@ def test_an_aggregate_first_layer_propagates_its_input_over_its_rows_lists(on_tp
     step_scatters("gather", prepared=prepared, aggregate="on")
     # a training step's two layers, an evaluation's last one, and its first's Â·X (once per call)
     assert calls == {"propagate": 0, "rows_product": 4}
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_a_residual_projection_takes_its_rows_before_its_product(on_tpu, layers):
+    """A residual first layer's projection ``drop(X)·W_res`` is added at the rows the layer computes: it
+    takes those rows of drop(X) (no gradient) before the product, so no scatter-add over every node's
+    rows remains (taken after, the take's gradient was one: [2708, 1, 16] on Cora). A later layer adds
+    its input as it is: that take's gradient is a scatter into its input's rows (1,664), not every node's."""
+    found = step_scatters("gather", model=GCNConfig(residual=True, layers=layers))
+    assert [shape for name, shape in found if shape[0] == 2708] == []
+    assert [shape for name, shape in found if name == "scatter-add" and len(shape) == 3] == [(1664, 1, 16)][:layers - 2]
 
 
 def test_segment_asked_for_on_an_accelerator_scatters(on_tpu):

@@ -516,7 +516,11 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             out = _layer_norm_runs(layer["ln"], out)
         if not defer_relu:
             out = jax.nn.relu(out)
-        if config.residual:
+        if config.residual and "w_res" in layer and pos is not None and values is None and not is_sparse(h):
+            # the input's rows taken before the projection: the input (dropped X) has no gradient, so the
+            # take has none (taken after, its gradient was a scatter-add over every node's rows)
+            out = out + matmul(jnp.take(h, pos, axis=0), None, layer["w_res"])
+        elif config.residual:
             skip = matmul(h, values, layer["w_res"]) if "w_res" in layer else h
             out = out + (skip if pos is None else jnp.take(skip, pos, axis=0))
         h, values = out, None
