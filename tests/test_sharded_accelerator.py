@@ -131,3 +131,32 @@ def test_each_blocks_lists_reproduce_its_product_and_its_transposes(exchange):
             np.testing.assert_allclose(vjp(g.astype(np.float32))[0], expected, atol=1e-5)
     else:
         assert made.send_lists is None
+
+
+def test_the_sharded_estimate_counts_an_accelerators_block_lists(monkeypatch):
+    """On an accelerator a device's row block is neighbour lists, its own and its transpose's, padded
+    to the largest block's buckets: the per-device estimate counts them (slots at most twice the
+    block's entries, each way), with their gather buffers and no host runtime, not the CPU's CSR block.
+    Checked against the lists :func:`partition` builds, and through ``--shard-graph``'s own estimate."""
+    from jaxgcn import plan
+    from jaxgcn.app import sharded
+    from jaxgcn.host import memory
+
+    p = datasets.prepare(datasets.synthetic(4000, n_classes=3, n_features=6, avg_degree=8.0, seed=0),
+                         on_device=False)
+    made, _ = partition(p.data.graph, 4, exchange="all_gather", lists=True)
+    held = sum(leaf.nbytes for leaf in jax.tree.leaves(made.lists)) // 4  # one device's share of the stack
+    n, edges = p.data.graph.n_nodes, p.data.graph.n_edges
+    lists = memory.estimate_sharded(n, edges, 6, 3, parts=4, device=True)
+    csr = memory.estimate_sharded(n, edges, 6, 3, parts=4)
+    assert held <= lists.parts["adjacency"] <= 1.6 * held, (held, lists.parts["adjacency"])
+    assert lists.parts["messages"] > 0 == csr.parts["messages"] and lists.parts["runtime"] == 0 < csr.parts["runtime"]
+    seen = []
+    real = memory.estimate_sharded
+    monkeypatch.setattr(memory, "estimate_sharded", lambda *a, **k: seen.append(k["device"]) or real(*a, **k))
+    layout = sharded.Layout(sharded.Loaded(p, None), None, p.data, None, {"halo_rows": 10, "all_gather_rows": 4000,
+                            "rows_per_device": 1000, "cut_fraction": 0.5}, "all_gather", edges, None, n_parts=4)
+    for platform in ("cpu", "tpu"):
+        monkeypatch.setattr(plan, "current_platform", lambda platform=platform: platform)
+        sharded._estimate(layout, plan.GCNConfig(), lambda line: None)
+    assert seen == [False, True]

@@ -92,7 +92,7 @@ def _estimate(layout: Layout, model_config: GCNConfig, say: Say) -> MemoryEstima
     est = memory.estimate_sharded(info["n_nodes"], layout.n_edges, info["n_features"],
                                   layout.loaded.prepared.n_classes, parts=n_parts, exchange_rows=rows,
                                   hidden=model_config.hidden, layers=model_config.layers,
-                                  feature_nnz=layout.feature_nnz)
+                                  feature_nnz=layout.feature_nnz, device=planner.current_platform() != "cpu")
     say(f"{n_parts} device(s) in {jax.process_count()} process(es) | {stats['rows_per_device']} nodes per device | "
         f"{100 * stats['cut_fraction']:.1f}% of edges cross a border | {layout.exchange}: {rows} rows received per "
         f"propagation (all_gather {stats['all_gather_rows']}, halo {stats['halo_rows']})")

@@ -415,9 +415,12 @@ def estimate_sharded(
     hidden: int = 16,
     layers: int = 2,
     feature_nnz: int | None = None,
+    device: bool = False,
 ) -> MemoryEstimate:
     """Estimate the peak bytes ONE of ``parts`` devices holds in sharded training
-    (:mod:`jaxgcn.distributed`), with the edges spread evenly over the row blocks.
+    (:mod:`jaxgcn.distributed`), with the edges spread evenly over the row blocks. On an accelerator
+    (``device``) each block is neighbour lists, its own and its transpose's (gathers both ways:
+    :func:`jaxgcn.distributed.partition` with ``lists``), with their gather buffers, and no host runtime.
 
     ``exchange_rows`` is the number of node rows a device receives for one propagation:
     ``parts * L`` with the all-gather (the default), ``L + parts * H`` with the halo exchange
@@ -438,12 +441,15 @@ def estimate_sharded(
     else:
         local_nnz = -(-feature_nnz // parts)
         features = local_nnz * 6 * f4 + (local + n_features + 2) * f4  # values, dropped values, pattern + transpose
-    # the block's CSR (cols, values) and its transposed pattern (rows, permutation), self-loops, pointers
-    adjacency = local_edges * 4 * f4 + (local + rows + 2) * f4 + local * f4
+    if device:  # the block's lists both ways (padded slots: at most twice its entries), self-loops
+        lists, messages = _gather_bytes(local, local_edges, max(widths[1:]), False, 2 * 2 * local_edges)
+        adjacency = lists + local * f4
+    else:  # the block's CSR (cols, values) and its transposed pattern (rows, permutation), self-loops, pointers
+        adjacency, messages = local_edges * 4 * f4 + (local + rows + 2) * f4 + local * f4, 0
     exchange = 2 * rows * max(widths[1:]) * f4  # the received rows and their gradient
     activations = sum(4 * local * w * f4 for w in widths[1:]) + 2 * local * n_classes * f4
     n_params = sum(a * b for a, b in zip(widths[:-1], widths[1:]))
     params = 6 * n_params * f4
-    parts_ = {"features": features, "adjacency": adjacency, "exchange": exchange, "activations": activations,
-              "params": params, "runtime": RUNTIME_BYTES}
+    parts_ = {"features": features, "adjacency": adjacency, "exchange": exchange, "messages": messages,
+              "activations": activations, "params": params, "runtime": 0 if device else RUNTIME_BYTES}
     return MemoryEstimate(parts_, sum(parts_.values()))
