@@ -244,6 +244,12 @@ def gcn(config: GCNConfig = GCNConfig(), execution: Execution = Execution(), *,
     return Model(init, apply)
 
 
+def _rows_product(ops: Ops, mat: Any, x: jax.Array) -> jax.Array:
+    """A row plan's rows of ``Â · x`` (``mat``: a layer's, ``x``: [m, width]) by the ops' row product
+    (the csr kernel's ``spmm_rows`` where they name none), summed in float32, in ``x``'s dtype."""
+    return (ops.rows_product or spmm_rows)(mat, x.astype(jnp.float32)).astype(x.dtype)
+
+
 def aggregate_input(execution: Execution, graph: Graph, x: Features, *,
                     propagate: Propagate | None = None, ops: Ops | None = None, rows: Any = None) -> jax.Array | None:
     """``Â · x`` when the first layer aggregates first (dense ``x``), else None: computed once per
@@ -254,7 +260,7 @@ def aggregate_input(execution: Execution, graph: Graph, x: Features, *,
         return None
     ops = ops_of(execution, ops)
     if rows is not None and rows.mats[0] is not None:
-        return (ops.rows_product or spmm_rows)(rows.mats[0], x.astype(jnp.float32)).astype(x.dtype)
+        return _rows_product(ops, rows.mats[0], x)
     return (propagate or ops.propagate)(graph, x)
 
 
@@ -488,9 +494,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
             if aggregated is not None and h is x:  # precomputed at this layer's rows (aggregate_input)
                 agg = aggregated.reshape(-1, *h.shape[1:])  # shared [rows, F] or per run [rows, R, F]
             elif mat is not None:  # only the rows the layers above read, over their lists
-                rows_product = ops.rows_product or spmm_rows
-                agg = rows_product(mat, h.reshape(n, -1).astype(jnp.float32)).astype(h.dtype)
-                agg = agg.reshape(-1, *h.shape[1:])
+                agg = _rows_product(ops, mat, h.reshape(n, -1)).reshape(-1, *h.shape[1:])
             else:
                 agg = propagate(graph, h.reshape(n, -1)).reshape(h.shape)
             out = matmul(agg, None, layer["w"])
@@ -503,8 +507,7 @@ def apply_runs(config: GCNConfig, params: Params, graph: Any, x: Features, runs:
                 out = matmul(h, values, layer["w"])
             r, width = out.shape[1], out.shape[2]
             if mat is not None:  # the rows the layers above read (all the logits: rows.nodes')
-                rows_product = ops.rows_product or spmm_rows
-                out = rows_product(mat, out.reshape(m, r * width).astype(jnp.float32)).astype(out.dtype)
+                out = _rows_product(ops, mat, out.reshape(m, r * width))
             else:
                 out = propagate(graph, out.reshape(n, r * width))
             out = out.reshape(-1, r, width)
