@@ -45,7 +45,9 @@ def test_the_example_cleans_cora_as_the_package_does(example, cora):
 def test_dense_and_segment_sum_adjacency_agree(example, cora):
     data = cora[0]
     h = jax.random.normal(jax.random.key(1), (data.labels.shape[0], 16))
-    np.testing.assert_allclose(example.dense_adjacency(data) @ h, example.propagate(data, h), atol=1e-6, rtol=0)
+    # the product in NumPy: a TPU's default float32 matmul is one bfloat16 pass (off by ~1e-3)
+    np.testing.assert_allclose(np.asarray(example.dense_adjacency(data)) @ np.asarray(h), example.propagate(data, h),
+                               atol=1e-6, rtol=0)
     # and the dense matrix is the symmetric D^-1/2 (A+I) D^-1/2 (a wrong normalization breaks symmetry)
     a = np.asarray(example.dense_adjacency(data))
     np.testing.assert_allclose(a, a.T, atol=1e-7)

@@ -65,6 +65,17 @@ def test_from_record_reruns_the_same_configuration(recorded, tmp_path, capsys):
     assert out[-1] == f"record {tmp_path / 'r.json'}: versions match; data matches"
 
 
+def test_a_record_naming_a_package_that_was_not_installed_reruns(recorded, tmp_path, capsys):
+    """``versions`` records None for a package that is not installed (jaxgcn itself, run from a
+    source tree on the path): the record jaxgcn wrote re-runs, and the line names the difference."""
+    a = json.loads(recorded.read_text())
+    a["record"]["versions"]["jaxgcn"] = None
+    b, out = _rerun(tmp_path, capsys, a)
+    assert b["test_acc"] == a["test_acc"]
+    here = b["record"]["versions"]["jaxgcn"]
+    assert out[-1] == f"record {tmp_path / 'r.json'}: versions differ: jaxgcn None recorded, {here} here; data matches"
+
+
 def test_from_record_names_a_version_and_a_data_mismatch(recorded, tmp_path, capsys):
     a = json.loads(recorded.read_text())
     a["record"]["versions"]["jax"] = "0.0.1"

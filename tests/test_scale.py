@@ -86,7 +86,7 @@ def test_cli_trains_an_ogb_directory(tmp_path, capsys):
     assert main(["train", "--dataset", f"ogb:{root}", "--epochs", "5", "--no-compile-cache"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("ogb:ogbn_tiny: 40 nodes")
-    assert re.search(r"^memory estimate \d+\.\d\d GiB \(.*\) of \d+\.\d GiB available$", out, re.M)
+    assert re.search(r"^memory estimate \d+\.\d\d GiB \(.*\) of \d+\.\d GiB available( on .+ \(\w+:\d+\))?$", out, re.M)
 
 
 def test_npz_loader_reads_arrays_and_draws_a_split_when_none_is_given(tmp_path):

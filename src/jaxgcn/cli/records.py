@@ -86,8 +86,10 @@ def _read_json(flag: str, path: Path) -> Any:
                          "table of option = value") from None
 
 
-def _strings(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+def _strings(value: Any, missing: bool = False) -> bool:
+    """A dict of strings to strings (``missing``: or to None, a package that was not installed)."""
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and (isinstance(v, str) or (missing and v is None)) for k, v in value.items())
 
 
 def _check_record(record: dict[str, Any], path: Path) -> None:
@@ -95,7 +97,7 @@ def _check_record(record: dict[str, Any], path: Path) -> None:
     devices = record.get("devices")
     listed = devices.get("devices") if isinstance(devices, dict) else None
     for key, ok in (("command", isinstance(record.get("command", "train"), str)),
-                    ("versions", record.get("versions") is None or _strings(record["versions"])),
+                    ("versions", record.get("versions") is None or _strings(record["versions"], missing=True)),
                     ("data_sha256", record.get("data_sha256") is None or _strings(record["data_sha256"])),
                     ("devices", devices is None or (isinstance(listed, list) and all(
                         _strings({k: d.get(k) for k in ("platform", "kind", "name")}) if isinstance(d, dict)
