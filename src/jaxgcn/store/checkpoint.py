@@ -141,8 +141,11 @@ def precision(meta: dict[str, Any]) -> str:
 
 def _with_precision(saved: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's settings (``extra``) with the execution's precision that a checkpoint written before
-    the field ran in: ``default`` (JAX's, which no earlier jaxgcn changed), so such a run resumes where
-    this one decides the same."""
+    the field ran in: ``default`` (JAX's, which no earlier jaxgcn changed), and the training's task
+    (``auto``: the labels chose it, as they did), so such a run resumes where this one decides the same."""
+    train = saved.get("train")
+    if isinstance(train, dict) and "task" not in train:  # written before TrainConfig.task: the labels chose
+        saved = {**saved, "train": {**train, "task": "auto"}}
     execution = saved.get("execution")
     if not isinstance(execution, dict) or "precision" in execution:
         return saved

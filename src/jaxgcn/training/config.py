@@ -73,6 +73,9 @@ class TrainConfig:
             :func:`optimizer_factory`, the one place every path (single, batched, swept, sharded)
             gets its optimizer from.
         momentum: the momentum of ``"momentum"`` (0.9).
+        task: what the runs learn (:func:`jaxgcn.core.tasks.task_of`): ``"auto"`` (the labels decide:
+            one class id per node is ``"multiclass"``, a [n, L] matrix of 0/1 is ``"multilabel"``,
+            scored by ROC-AUC) or a registered task's name (``"multilabel-f1"``: micro-F1).
     """
 
     lr: float = 0.01
@@ -83,6 +86,7 @@ class TrainConfig:
     clip_norm: float | None = None
     optimizer: str = "adam"
     momentum: float = 0.9
+    task: str = "auto"
 
     @property
     def kipf_window(self) -> int:
@@ -106,6 +110,8 @@ class TrainConfig:
             (self.clip_norm is None or self.clip_norm > 0, f"clip_norm={self.clip_norm} must be > 0"),
             (self.optimizer in OPTIMIZERS, f"optimizer={self.optimizer!r} must be one of {OPTIMIZERS}"),
             (0.0 <= self.momentum < 1.0, f"momentum={self.momentum} must be in [0, 1)"),
+            # the registry (jaxgcn.core.tasks.task_of) checks the name where a program is built: no JAX here
+            (isinstance(self.task, str) and self.task != "", f"task={self.task!r} must be 'auto' or a task's name"),
         ]
         for ok, message in checks:
             if not ok:

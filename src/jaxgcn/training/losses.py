@@ -1,5 +1,5 @@
-"""THE loss and metrics (masked sums, so devices holding blocks of nodes can add them up) and THE
-L2 term, per run."""
+"""THE L2 term, per run, and the single-run faces of the multi-class loss and accuracy (the task's
+loss and metrics: :mod:`jaxgcn.core.tasks`)."""
 
 from __future__ import annotations
 
@@ -9,24 +9,7 @@ import jax.numpy as jnp
 
 from jaxgcn.core.layers import Params
 from jaxgcn.core.layers import insert_axes
-
-
-def masked_sums(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """THE cross-entropy: per run, over the masked nodes, the summed softmax cross-entropy, the
-    correct predictions and the node count (logits [n, R, C], labels [n], masks [R, n] -> three [R]).
-    Sums, so that devices holding blocks of the nodes can add them up before dividing."""
-    logp = jax.nn.log_softmax(logits)
-    # a one-hot product, not take_along_axis: its gradient would be a scatter (slow on the CPU)
-    nll = -jnp.sum(jax.nn.one_hot(labels, logits.shape[-1], dtype=logp.dtype)[:, None, :] * logp, axis=-1)  # [n, R]
-    hit = (jnp.argmax(logits, axis=-1) == labels[:, None]).astype(masks.dtype)  # [n, R]
-    # masks [R, n] @ [n, 2R], whose diagonals are the sums: a matrix product in both layouts as
-    # they are (R^2 n multiply-adds, nothing at R <= 100), where "nll.T * masks" summed over
-    # the nodes cost XLA two transposes and a tree of partial reductions per call
-    r = nll.shape[1]
-    sums = jnp.matmul(masks.astype(nll.dtype), jnp.concatenate([nll, hit.astype(nll.dtype)], axis=1),
-                      precision=jax.lax.Precision.HIGHEST)
-    runs = jnp.arange(r)
-    return sums[runs, runs], sums[runs, r + runs], jnp.sum(masks, axis=1)
+from jaxgcn.core.tasks import masked_sums  # THE cross-entropy, the multi-class task's (re-exported)
 
 
 def masked_cross_entropy(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:

@@ -23,8 +23,9 @@ from jaxgcn.core.models import (Decided, Execution, FirstLayer, GCNConfig, Ops, 
                            apply_runs, first_layer_pair, gcn, make_run_inputs, ops_of)
 from jaxgcn.core.propagate import take_rows
 from jaxgcn.core.results import Evaluation
+from jaxgcn.core.tasks import Task, task_of
 from jaxgcn.training.config import Patience, RUNNING, TrainConfig
-from jaxgcn.training.losses import masked_sums, per_run_l2
+from jaxgcn.training.losses import per_run_l2
 from jaxgcn.training.optim import fused_adam, fused_adam_applies, optimizer_factory
 from jaxgcn.training.state import (BatchState, RunState, axes_of_state, init_run_state, optimizer_axes,
                                    record_epoch, run_keys, runs_of, state_axes)
@@ -127,11 +128,19 @@ class Step(NamedTuple):
         """Each run's coupled L2 term [R] (adamw decays in the optimizer instead)."""
         return self.l2_factor(runs) * per_run_l2(params, self.config.l2)
 
+    def task(self, labels: jax.Array) -> Task:
+        """What the runs learn: the config's task, or the one the labels' shape names (:func:`task_of`)."""
+        return task_of(self.config.task, labels)
+
     def metrics(self, logits: jax.Array, labels: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Each run's mean loss and accuracy over the masked nodes, summed over devices first."""
-        nll, hits, count = self.collective.total(masked_sums(logits, labels, m))
-        count = jnp.maximum(count, 1.0)
-        return nll / count, hits / count
+        """Each run's mean loss and the task's metric (accuracy, ROC-AUC, ...) over the masked nodes,
+        summed over devices first (a metric that is no sum needs every node on one device)."""
+        task = self.task(labels)
+        if not task.additive and self.collective is not LOCAL:
+            raise ValueError(f"the {task.name} task's {task.metric} is not a sum over nodes, so a graph whose "
+                             "nodes are split over devices cannot compute it; train on one device, or choose "
+                             "a metric that is a sum (multilabel-f1)")
+        return task.metrics(logits, labels, m, self.collective.total)
 
     def forward(self, params: Params, data: TrainData, runs: RunInputs, **kwargs: Any) -> jax.Array:
         return apply_runs(self.model_config, params, data.graph, data.x, runs, execution=self.execution,
@@ -185,7 +194,7 @@ class Step(NamedTuple):
         def cross_entropy(params: Params) -> tuple[jax.Array, jax.Array]:
             logits = self.forward(the.stack(params), data, runs, keys=layer_keys, train=True, first=first, rows=rows)
             logits, labels, m = self.focused(data, logits, train_m, rows=rows)
-            per_run = masked_sums(logits, labels, m)[0] / n_train  # this device's share
+            per_run = self.task(labels).loss_sums(logits, labels, m) / n_train  # this device's share
             return jnp.sum(per_run), per_run
 
         def regularizer(params: Params) -> tuple[jax.Array, jax.Array]:
@@ -258,7 +267,8 @@ class Step(NamedTuple):
             return jnp.any(s.runs.reason == RUNNING) & (s.step < stop_epoch)
 
         total = self.collective.total
-        n_train = jnp.maximum(total(jnp.sum(self.masks(data, runs)[0], axis=1)), 1.0)  # [R], every device's
+        n_train = jnp.maximum(total(self.task(data.labels).loss_count(data.labels, self.masks(data, runs)[0])),
+                              1.0)  # [R], every device's targets
         aggregated = aggregate_input(self.execution, data.graph, data.x, propagate=self.propagate,  # once per call,
                                      ops=self.products, rows=self.rows(data, train=False))  # at the evaluation's rows
         # The first step's first-layer product; each step then computes the next one together with

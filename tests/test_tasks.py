@@ -1,0 +1,180 @@
+"""The task seam (jaxgcn.core.tasks): the multi-label loss and metrics against scikit-learn and OGB's
+definition, hand-computed cases, training through the engine, a batch equal to its single runs, and a
+third task added by registration only."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from sklearn.metrics import f1_score, roc_auc_score
+
+from jaxgcn.core import tasks
+from jaxgcn.core.models import Execution, GCNConfig
+from jaxgcn.datasets import prepare, synthetic
+from jaxgcn.batched import Entry, fit_runs
+from jaxgcn.train import TrainConfig, fit
+
+EXEC = Execution(backend="dense")
+
+
+def ogb_rocauc(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """OGB's Evaluator._eval_rocauc for ogbn-proteins, as published: per label with a positive and a
+    negative node, sklearn's ROC-AUC over the present targets; the mean of those."""
+    scores = []
+    for i in range(y_true.shape[1]):
+        if np.sum(y_true[:, i] == 1) > 0 and np.sum(y_true[:, i] == 0) > 0:
+            present = y_true[:, i] == y_true[:, i]
+            scores.append(roc_auc_score(y_true[present, i], y_pred[present, i]))
+    return sum(scores) / len(scores)
+
+
+def labels_with_gaps(rng: np.random.Generator, n: int, n_labels: int) -> np.ndarray:
+    y = (rng.random((n, n_labels)) < 0.3).astype(np.float32)
+    y[rng.random((n, n_labels)) < 0.2] = np.nan
+    y[:, 0] = np.where(np.isnan(y[:, 0]), np.nan, 1.0)  # a label with no negative node: skipped
+    return y
+
+
+def test_rank_auc_of_a_hand_computed_case():
+    # positives 0.35 and 0.8 against negatives 0.1 and 0.4: 3 of the 4 pairs ordered, AUC 0.75;
+    # a tie between a positive and a negative counts one half
+    auc, defined = tasks.rank_auc(jnp.array([0.1, 0.4, 0.35, 0.8]), jnp.array([0.0, 0, 1, 1]),
+                                  jnp.array([1.0, 1, 0, 0]))
+    assert bool(defined) and float(auc) == 0.75
+    auc, _ = tasks.rank_auc(jnp.array([0.5, 0.5, 0.9]), jnp.array([1.0, 0, 0]), jnp.array([0.0, 1, 1]))
+    assert float(auc) == 0.25
+    auc, defined = tasks.rank_auc(jnp.array([0.5, 0.2]), jnp.array([1.0, 1]), jnp.array([0.0, 0]))
+    assert not bool(defined) and float(auc) == 0.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_multilabel_rocauc_is_ogbs_per_run_and_split(seed):
+    rng = np.random.default_rng(seed)
+    n, n_labels, runs = 300, 6, 2
+    y = labels_with_gaps(rng, n, n_labels)
+    # rounded scores: many ties, which sklearn counts one half
+    logits = np.round(rng.normal(size=(n, runs, n_labels)), 1).astype(np.float32)
+    masks = (rng.random((runs, n)) < 0.5).astype(np.float32)
+    loss, score = tasks.MultiLabel().metrics(jnp.asarray(logits), jnp.asarray(y), jnp.asarray(masks), lambda t: t)
+    for r in range(runs):
+        m = masks[r] > 0
+        assert float(score[r]) == pytest.approx(ogb_rocauc(y[m], logits[m, r]), abs=1e-6)
+        present = ~np.isnan(y[m])
+        z, t = logits[m, r][present], y[m][present]
+        want = np.mean(np.logaddexp(0, z) - t * z)  # BCE over the present targets
+        assert float(loss[r]) == pytest.approx(want, rel=1e-5)
+
+
+def test_multilabel_micro_f1_is_sklearns_over_the_present_targets():
+    rng = np.random.default_rng(3)
+    n, n_labels = 200, 5
+    y = labels_with_gaps(rng, n, n_labels)
+    logits = rng.normal(size=(n, 1, n_labels)).astype(np.float32)
+    mask = (rng.random((1, n)) < 0.6).astype(np.float32)
+    task = tasks.TASKS["multilabel-f1"]
+    _, score = task.metrics(jnp.asarray(logits), jnp.asarray(y), jnp.asarray(mask), lambda t: t)
+    m = mask[0] > 0
+    present = ~np.isnan(y[m])
+    # micro-F1 over the labels is the binary F1 of every present (node, label) target
+    want = f1_score(y[m][present].astype(int), (logits[m, 0][present] > 0).astype(int), average="binary")
+    assert float(score[0]) == pytest.approx(want, abs=1e-6)
+    full = np.nan_to_num(y, nan=0.0)  # no target missing: sklearn's multi-label micro average itself
+    _, score = task.metrics(jnp.asarray(logits), jnp.asarray(full), jnp.asarray(mask), lambda t: t)
+    want = f1_score(full[m].astype(int), (logits[m, 0] > 0).astype(int), average="micro")
+    assert float(score[0]) == pytest.approx(want, abs=1e-6)
+
+
+def test_a_missing_target_adds_nothing_to_the_loss_or_its_count():
+    logits = jnp.array([[[3.0, -1.0]], [[100.0, 2.0]]])  # [n=2, R=1, L=2]
+    y = jnp.array([[1.0, np.nan], [np.nan, 0.0]])
+    task = tasks.MultiLabel()
+    mask = jnp.ones((1, 2))
+    assert float(task.loss_count(y, mask)[0]) == 2.0
+    want = np.logaddexp(0, 3.0) - 3.0 + np.logaddexp(0, 2.0)
+    assert float(task.loss_sums(logits, y, mask)[0]) == pytest.approx(want, rel=1e-6)
+
+
+def test_the_labels_shape_chooses_the_task_and_bad_labels_are_named():
+    assert tasks.task_of("auto", np.zeros(4, np.int32)).name == "multiclass"
+    assert tasks.task_of("auto", np.zeros((4, 3), np.float32)).name == "multilabel"
+    assert tasks.task_of("multilabel-f1", np.zeros((4, 3))).metric == "micro_f1"
+    with pytest.raises(ValueError, match=r"task='ranking' must be 'auto' or one of \('multiclass', 'multilabel', "):
+        fit(multilabel_data(), 4, execution=EXEC, config=TrainConfig(task="ranking", epochs=1), log=None)
+    with pytest.raises(ValueError, match=r"labels\.npy: label value 2\.0: multi-label targets are 1, 0 or missing"):
+        tasks.MultiLabel().check_labels(np.array([[1.0, 2.0]]), "labels.npy")
+    with pytest.raises(ValueError, match=r"y: labels of shape \(3, 2\) and dtype float64: a single-label task"):
+        tasks.MultiClass().check_labels(np.zeros((3, 2)), "y")
+    assert tasks.MultiLabel().check_labels(np.array([[1.0, np.nan, 0.0]]), "y") == 3
+
+
+def multilabel_data():
+    """A synthetic graph (homophilous classes, class-correlated features) with 4 labels that are known
+    functions of a node's class: one per class, and "class 0 or 1"; some targets missing."""
+    data = prepare(synthetic(300, n_classes=3, n_features=8, seed=0), backend="dense").data
+    c = np.asarray(data.labels)
+    y = np.stack([c == 0, c == 1, c == 2, c <= 1], axis=1).astype(np.float32)
+    y[::7, 1] = np.nan  # missing targets
+    return data._replace(labels=jnp.asarray(y))
+
+
+def test_a_multilabel_gcn_learns_labels_that_are_a_function_of_the_features():
+    data = multilabel_data()
+    res = fit(data, 4, model_config=GCNConfig(hidden=32, dropout=0.0), execution=EXEC,
+              config=TrainConfig(lr=0.05, weight_decay=0.0, epochs=200, early_stopping=None),
+              key=jax.random.key(0), log=None)
+    assert res.metrics["test_acc"] > 0.95  # the task's metric: ROC-AUC over the labels
+    assert res.metrics["test_loss"] < 0.4
+
+
+def test_a_multilabel_batch_equals_its_single_runs():
+    data = multilabel_data()
+    config = TrainConfig(epochs=30, early_stopping=None, task="multilabel")
+    entries = [Entry(GCNConfig(hidden=16), dataclasses.replace(config, lr=lr), seed)
+               for lr, seed in ((0.01, 0), (0.05, 1), (0.02, 2))]
+    batch = fit_runs(data, 4, entries, execution=EXEC)
+    for i, e in enumerate(entries):
+        one = fit(data, 4, model_config=e.model, execution=EXEC, config=e.train, key=jax.random.key(e.seed), log=None)
+        for k in ("train_loss", "val_acc", "test_acc"):
+            assert float(batch.metrics[k][i]) == pytest.approx(float(one.metrics[k]), rel=1e-5, abs=1e-6), k
+
+
+class Regression(NamedTuple):
+    """A third task, here only: node regression by mean squared error (higher metric = better: -MSE)."""
+
+    name: str = "test-regression"
+    metric: str = "neg_mse"
+    additive: bool = True
+
+    def check_labels(self, labels, where):
+        return 1
+
+    def loss_count(self, labels, masks):
+        return jnp.sum(masks, axis=1)
+
+    def loss_sums(self, logits, labels, masks):
+        return jnp.diagonal(masks @ jnp.square(logits[:, :, 0] - labels[:, None]))
+
+    def metrics(self, logits, labels, masks, total):
+        sums, count = total((self.loss_sums(logits, labels, masks), self.loss_count(labels, masks)))
+        mse = sums / jnp.maximum(count, 1.0)
+        return mse, -mse
+
+    def decode(self, logits, threshold):
+        return logits[:, 0]
+
+
+def test_a_third_task_needs_only_its_module_and_one_registration(request):
+    tasks.register(Regression())
+    request.addfinalizer(lambda: tasks.TASKS.pop("test-regression"))
+    data = prepare(synthetic(200, n_classes=3, n_features=8, seed=1), backend="dense").data
+    data = data._replace(labels=(data.labels == 0).astype(jnp.float32))  # a class's indicator, as a number
+    res = fit(data, 1, model_config=GCNConfig(hidden=16, dropout=0.0), execution=EXEC,
+              config=TrainConfig(lr=0.05, weight_decay=0.0, epochs=100, early_stopping=None, task="test-regression"),
+              key=jax.random.key(0), log=None)
+    variance = float(np.var(np.asarray(data.labels)[np.asarray(data.test_mask) > 0]))
+    assert -res.metrics["test_acc"] < 0.5 * variance  # it learned: well under predicting the mean
