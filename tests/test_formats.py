@@ -281,13 +281,16 @@ def test_ogb_binary_and_csv_layouts_give_the_same_graph(tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["csv", "binary"])
-def test_ogb_refuses_a_multi_label_dataset(tmp_path, layout):
+def test_ogb_reads_a_multi_label_table_and_names_a_bad_target(tmp_path, layout):
     labels = np.tile(np.array([[0.0], [1.0]]), (3, 112))  # 6 nodes x 112 binary tasks, like ogbn-proteins
-    root = write_ogb(tmp_path / layout, layout, labels)
-    with pytest.raises(ValueError, match=r"node-label\.(csv\.gz|npz): 112 label columns: a multi-label dataset "
-                                         r"\(e\.g\. ogbn-proteins, scored by ROC-AUC\); jaxgcn's GCN predicts one "
-                                         r"class per node"):
-        load_ogb(root)
+    labels[2, 5] = np.nan  # a missing target
+    raw = load_ogb(write_ogb(tmp_path / layout, layout, labels))
+    assert raw.labels.shape == (6, 112) and raw.labels.dtype == np.float32
+    assert np.array_equal(raw.labels, labels.astype(np.float32), equal_nan=True)
+    labels[4, 7] = 2.0
+    with pytest.raises(ValueError, match=r"node-label\.(csv\.gz|npz): (line|entry|row) 5, label column 8 holds 2\.0; "
+                                         r"several label columns are multi-label targets: 1, 0, or missing"):
+        load_ogb(write_ogb(tmp_path / f"{layout}-bad", layout, labels))
 
 
 def test_ogb_binary_layout_errors(tmp_path):

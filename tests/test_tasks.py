@@ -178,3 +178,55 @@ def test_a_third_task_needs_only_its_module_and_one_registration(request):
               key=jax.random.key(0), log=None)
     variance = float(np.var(np.asarray(data.labels)[np.asarray(data.test_mask) > 0]))
     assert -res.metrics["test_acc"] < 0.5 * variance  # it learned: well under predicting the mean
+
+
+def write_multilabel_npz(root):
+    """``npz:DIR`` of a 400-node synthetic graph whose labels.npy is [n, 4] int8 (1, 0; -1 = missing)."""
+    import scipy.sparse as sp
+
+    root.mkdir()
+    raw = synthetic(400, n_classes=3, n_features=8, seed=0)
+    sp.save_npz(root / "adjacency.npz", sp.coo_matrix((np.ones(len(raw.senders)), (raw.receivers, raw.senders)),
+                                                      shape=(400, 400)).tocsr())
+    x = raw.features.toarray() if sp.issparse(raw.features) else np.asarray(raw.features)
+    np.save(root / "features.npy", x.astype(np.float32))
+    c = np.asarray(raw.labels)
+    y = np.stack([c == 0, c == 1, c == 2, c <= 1], axis=1).astype(np.int8)
+    y[::9, 2] = -1
+    np.save(root / "labels.npy", y)
+    order = np.random.default_rng(0).permutation(400)
+    np.savez(root / "splits.npz", train=order[:80], val=order[80:200], test=order[200:])
+    return root
+
+
+def test_a_multilabel_npz_graph_trains_saves_and_predicts_labels(tmp_path, capsys):
+    from cli_run import run_main
+
+    root = write_multilabel_npz(tmp_path / "ml")
+    assert run_main(["train", "--dataset", f"npz:{root}", "--epochs", "100", "--early-stopping", "none", "--save",
+                     tmp_path / "model", "--no-compile-cache"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("npz:ml: 400 nodes") and ", 8 features, 4 labels | " in out[0]
+    summary = [line for line in out if line.startswith("test ")]
+    assert len(summary) == 1 and summary[0].startswith("test ROC-AUC ") and float(summary[0].split()[2]) > 0.95
+    assert run_main(["predict", "--checkpoint", tmp_path / "model", "--dataset", f"npz:{root}", "--out",
+                     tmp_path / "p.csv"]) == 0
+    lines = (tmp_path / "p.csv").read_text().splitlines()
+    assert lines[0] == "node,labels,prob_0,prob_1,prob_2,prob_3" and len(lines) == 401
+    for line in lines[1:]:
+        node, chosen, *probs = line.split(",")
+        assert chosen.split() == [str(j) for j, p in enumerate(map(float, probs)) if p > 0.5], line
+    capsys.readouterr()
+    assert run_main(["evaluate", "--checkpoint", tmp_path / "model", "--dataset", f"npz:{root}"]) == 2
+    assert f"--checkpoint {tmp_path / 'model'}: a multilabel model; `jaxgcn evaluate` scores single-label models" \
+        in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_multilabel_npz_graph_needs_its_split_file(tmp_path):
+    from jaxgcn.datasets.ogb import load_arrays
+
+    root = write_multilabel_npz(tmp_path / "ml")
+    (root / "splits.npz").unlink()
+    with pytest.raises(ValueError, match=r"labels\.npy holds 4 label columns \(a multi-label graph\) and there is no "
+                                         r"splits\.npz; give the split as splits\.npz"):
+        load_arrays(root)

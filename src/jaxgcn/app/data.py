@@ -201,8 +201,16 @@ def read(request: DataRequest, require_labels: bool = True, split: bool = True) 
 
 
 def require_two_classes(request: DataRequest, prepared: Prepared) -> None:
-    """One class makes every prediction right by construction (accuracy 1.0): refuse it."""
+    """One class makes every prediction right by construction (accuracy 1.0): refuse it. Several
+    labels per node need one label with both a positive and a negative node (else no ROC-AUC exists)."""
     labels = np.asarray(prepared.data.labels)
+    if labels.ndim == 2:
+        both = np.any(np.nansum(labels, axis=0) > 0) and np.any(np.nansum(1.0 - labels, axis=0) > 0)
+        if not both:
+            raise ValueError(f"{request.where()}: every present target of the {labels.shape[1]} labels is "
+                             f"{'1' if np.nansum(labels) > 0 else '0 (or missing)'}; a multi-label task needs "
+                             "positive and negative targets: check the labels")
+        return
     present = np.unique(labels[labels >= 0])
     if present.size >= 2:
         return
@@ -242,7 +250,8 @@ def _summary(prepared: Prepared, seconds: float) -> str:
     counts = ": " + ", ".join(f"{k} {v}" for k, v in sizes.items()) if sizes else ""
     edges = edge_count(info["n_edges"], directed=not info.get("symmetrized", True))
     return (f"{info['dataset']}: {info['n_nodes']:,} nodes, {edges}, {info['n_features']:,} "
-            f"features, {info['n_classes']} classes | backend {prepared.backend}"
+            f"features, {info['n_classes']} {'labels' if info.get('task') == 'multilabel' else 'classes'} | backend "
+            f"{prepared.backend}"
             + (f" | {info['edges_symmetrized']} one-way edges symmetrized" if info["edges_symmetrized"] else "")
             + f" | split {info.get('split', 'public')}{counts} | read and prepared in {seconds:.2f}s")
 

@@ -18,6 +18,8 @@ import jax
 import numpy as np
 import scipy.sparse as sp
 
+from jaxgcn.core import tasks
+from jaxgcn.core.tasks import Task, task_of
 from jaxgcn.io import outputs, reports
 from jaxgcn.store import checkpoint
 from jaxgcn.store.checkpoint import SPLIT_CODES, Checkpoint
@@ -253,9 +255,22 @@ def class_names(ck: Checkpoint) -> list[str]:
     return ck.meta["class_names"] or [str(c) for c in range(ck.meta["n_classes"])]
 
 
-def score(ck: Checkpoint, prepared: Prepared, on: str, precision: str | None = None) -> Classification:
+def task(ck: Checkpoint, prepared: Prepared) -> Task:
+    """What the saved model learned: its recorded task (``auto`` before the field), for these labels."""
+    train = ck.meta.get("train")
+    return task_of(train.get("task", "auto") if isinstance(train, dict) else "auto", prepared.data.labels)
+
+
+def score(ck: Checkpoint, prepared: Prepared, on: str, precision: str | None = None,
+          source: str = "checkpoint") -> Classification:
     """The saved model's metrics on the ``on`` nodes of the prepared graph (``"train"|"val"|"test"``:
-    that split; anything else: every labelled node), in ``precision`` (:func:`logits`)."""
+    that split; anything else: every labelled node), in ``precision`` (:func:`logits`). A single-label
+    model's only: another task's is refused, naming ``source``."""
+    learned = task(ck, prepared)
+    if learned.name != "multiclass":
+        raise ValueError(f"{source}: a {learned.name} model; `jaxgcn evaluate` scores single-label models (its "
+                         f"confusion matrix and per-class F1). Its {tasks.TITLES.get(learned.metric)} per split is in "
+                         "`jaxgcn train --json`, and `jaxgcn predict` writes its probabilities per label")
     predicted = np.asarray(logits(ck, prepared, precision=precision)).argmax(axis=1)
     d = prepared.data
     labels = np.asarray(d.labels)
@@ -271,12 +286,23 @@ def write_report(path: str | Path, on: str, names: list[str], metrics: Classific
 
 
 def predictions_csv(ck: Checkpoint, prepared: Prepared, node_ids: np.ndarray | None,
-                    precision: str | None = None) -> tuple[str, int]:
+                    precision: str | None = None, threshold: float = 0.5) -> tuple[str, int]:
     """``node,label,prob_<class>...`` CSV text of every node of the prepared graph (named by
-    ``node_ids`` ([n_nodes] str), else by position), and the number of nodes; in ``precision`` (:func:`logits`)."""
-    probs = np.asarray(jax.nn.softmax(logits(ck, prepared, precision=precision), axis=-1))
+    ``node_ids`` ([n_nodes] str), else by position), and the number of nodes; in ``precision`` (:func:`logits`).
+    A multi-label model's rows are ``node,labels,prob_<label>...``: the labels whose probability is over
+    ``threshold``, separated by spaces (:meth:`jaxgcn.core.tasks.Task.decode`), and each label's sigmoid."""
+    out = np.asarray(logits(ck, prepared, precision=precision))
     names = class_names(ck)
-    ids = node_ids if node_ids is not None else np.arange(probs.shape[0]).astype(str)
+    ids = node_ids if node_ids is not None else np.arange(out.shape[0]).astype(str)
+    learned = task(ck, prepared)
+    if learned.name != "multiclass":
+        chosen = learned.decode(out, threshold) > 0
+        probs = 1.0 / (1.0 + np.exp(-out))
+        pred = np.array([" ".join(np.asarray(names)[row]) for row in chosen], dtype=object)
+        body = np.column_stack([ids.astype(str), pred.astype(str), np.char.mod("%.6f", probs).astype(str)])
+        return ("node,labels," + ",".join(f"prob_{n}" for n in names) + "\n"
+                + "\n".join(",".join(row) for row in body) + "\n", probs.shape[0])
+    probs = np.asarray(jax.nn.softmax(out, axis=-1))
     pred = np.asarray(names, dtype=object)[probs.argmax(axis=1)]
     body = np.column_stack([ids.astype(str), pred.astype(str), np.char.mod("%.6f", probs).astype(str)])
     text = "node,label," + ",".join(f"prob_{n}" for n in names) + "\n" + "\n".join(",".join(row) for row in body) + "\n"

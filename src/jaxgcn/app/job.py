@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxgcn.core.tasks import task_of
 from jaxgcn.app.data import DataRequest, Loaded
 from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.io.reports import RunSummary
@@ -106,3 +107,12 @@ class Outcome(NamedTuple):
     hint: str | None = None
     sharded: Any = None
     resumed_epoch: int = 0
+
+    @property
+    def metric(self) -> str:
+        """What the runs' ``test_acc``/``val_acc`` hold: the task's metric (:func:`jaxgcn.core.tasks.task_of`),
+        accuracy for class ids."""
+        if self.loaded is None:
+            return "accuracy"
+        task = self.train.task if self.train is not None else "auto"
+        return task_of(task, self.loaded.prepared.data.labels).metric

@@ -31,7 +31,8 @@ def describe(on: str, names: list[str], m: Classification) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     prelude(args)
     loaded = load_for_checkpoint(args, need_split=True)
-    metrics = inference.score(loaded.ck, loaded.prepared, args.on, args.precision)
+    metrics = inference.score(loaded.ck, loaded.prepared, args.on, args.precision,
+                              source=f"--checkpoint {args.checkpoint}")
     names = inference.class_names(loaded.ck)
     print("\n".join(describe(args.on, names, metrics)))
     if args.json is not None:

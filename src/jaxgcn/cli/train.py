@@ -20,6 +20,7 @@ from jaxgcn.cli.common import Say, prelude, warn_tensorboard
 from jaxgcn.cli.config import configs
 from jaxgcn.cli.data import request, split_csv
 from jaxgcn.cli.runtime import is_writer
+from jaxgcn.core import tasks
 from jaxgcn.io.progress import Progress
 from jaxgcn.io.reports import restored_line
 
@@ -77,8 +78,9 @@ def summary_line(outcome: Outcome) -> str:
     span = f"{min(epochs)}" if min(epochs) == max(epochs) else f"{min(epochs)}-{max(epochs)}"
     layout = "" if outcome.sharded is None else f" | {outcome.sharded.n_parts} devices, {outcome.sharded.exchange}"
     per_epoch = ms_per_epoch(train_s, max(epochs), outcome.resumed_epoch)  # a resumed run: its new epochs
-    return (f"test accuracy {accuracy} | val {val.mean():.4f} | epochs {span}{layout} | compile "
-            f"{outcome.compile_seconds:.2f}s | train {train_s:.2f}s ({per_epoch:.2f} ms/epoch)")
+    metric = tasks.TITLES.get(outcome.metric, outcome.metric)
+    return (f"test {metric} {accuracy} | val {val.mean():.4f} | epochs {span}{layout} | "
+            f"compile {outcome.compile_seconds:.2f}s | train {train_s:.2f}s ({per_epoch:.2f} ms/epoch)")
 
 
 def _report(args: argparse.Namespace, outcome: Outcome, record: dict[str, Any] | None) -> dict[str, Any]:

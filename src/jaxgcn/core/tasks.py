@@ -215,6 +215,7 @@ def _micro_f1(sums: jax.Array) -> jax.Array:
 
 
 TASKS: dict[str, Task] = {}
+TITLES = {"accuracy": "accuracy", "rocauc": "ROC-AUC", "micro_f1": "micro-F1"}  # a metric's name in a sentence
 
 
 def register(task: Task) -> Task:

@@ -31,6 +31,7 @@ from jaxgcn.host.memory import GiB, available_bytes
 from jaxgcn.plan import backend_for, features_layout
 from jaxgcn.core.propagate import BACKENDS
 from jaxgcn.core.data import SPLIT_CODES, TrainData
+from jaxgcn.core.tasks import task_of
 from jaxgcn.core.validate import INT32_MAX, check_allocation, check_graph_size, check_sparse
 
 FEATURE_NORMS = ("row", "standardize", "none")
@@ -146,8 +147,13 @@ def _check_features_labels(raw: RawGraph) -> int:
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{raw.name}: features contain NaN or inf; clean or impute them first")
     labels = np.asarray(raw.labels)
+    if labels.ndim == 2 and labels.shape[0] == n_nodes:  # several labels per node: the multi-label task's check
+        n_labels = task_of("multilabel", labels).check_labels(labels, f"{raw.name}: labels")
+        check_allocation(16 * n_nodes * n_labels, raw.name, f"{n_labels:,} labels", "give fewer label columns")
+        return n_nodes
     if labels.shape != (n_nodes,):
-        raise ValueError(f"{raw.name}: labels have shape {labels.shape}, expected ({n_nodes},)")
+        raise ValueError(f"{raw.name}: labels have shape {labels.shape}, expected ({n_nodes},) class ids or "
+                         f"({n_nodes}, n_labels) 0/1 targets")
     if labels.size and labels.dtype.kind not in "iu":
         raise ValueError(f"{raw.name}: labels of dtype {labels.dtype}; expected integer class ids (-1 = unlabelled)")
     if labels.size and (labels.min() < -1 or labels.max() > INT32_MAX - 1):
@@ -158,6 +164,23 @@ def _check_features_labels(raw: RawGraph) -> int:
     check_allocation(16 * n_nodes * n_classes, raw.name, f"{n_classes:,} classes (the largest label + 1)",
                      "class ids must count from 0 (map the labels to 0..k-1)")
     return n_nodes
+
+
+def unlabelled_nodes(labels: np.ndarray) -> np.ndarray:
+    """Which nodes have no target: class id -1, or every one of a node's labels missing (NaN)."""
+    return np.all(np.isnan(labels), axis=1) if labels.ndim == 2 else labels < 0
+
+
+def n_outputs(labels: np.ndarray) -> int:
+    """The model's output width for these labels: the classes (the largest id + 1), or the label columns."""
+    if labels.ndim == 2:
+        return int(labels.shape[1])
+    return int(labels.max()) + 1 if labels.size else 0
+
+
+def label_dtype(labels: np.ndarray) -> Any:
+    """Class ids are int32; multi-label targets float32 (NaN = missing)."""
+    return np.float32 if labels.ndim == 2 else np.int32
 
 
 def _masks(raw: RawGraph, n_nodes: int) -> list[jax.Array]:
@@ -173,7 +196,7 @@ def _masks(raw: RawGraph, n_nodes: int) -> list[jax.Array]:
         if bad.size:
             raise ValueError(f"{raw.name}: {split} split holds node id {int(bad[0])} outside [0, {n_nodes}); "
                              "split ids must be node ids of the graph")
-        unlabelled = idx[raw.labels[idx] < 0]
+        unlabelled = idx[unlabelled_nodes(raw.labels[idx])]
         if unlabelled.size:
             node = raw.node_ids[unlabelled[0]] if raw.node_ids is not None else unlabelled[0]
             raise ValueError(f"{raw.name}: the {split} split contains unlabelled nodes ({unlabelled.size}, e.g. node "
@@ -302,18 +325,20 @@ def lay_out(cleaned: Cleaned, backend: str, *, feature_norm: str = "row",
             x = jax.device_put(feature_lists.from_scipy(feats))
         else:
             x = sparse_features(feats, layout=layout) if sparse else jnp.asarray(_dense(feats), jnp.float32)
-    n_classes = int(raw.labels.max()) + 1 if raw.labels.size else 0
+    n_classes = n_outputs(raw.labels)
     info = {"dataset": raw.name, "n_nodes": n_nodes, "n_edges": report["undirected_edges"],
             "n_features": int(raw.features.shape[1]), "n_classes": n_classes, **report,
+            **({"task": "multilabel"} if raw.labels.ndim == 2 else {}),
             "split_sizes": {k: int(len(v)) for k, v in raw.splits.items()}, "reorder": cleaned.reorder,
             "class_names": raw.class_names, "norm": norm, "feature_norm": feature_norm, "feature_stats": stats,
             "symmetrized": symmetrize}
     if order is not None:
         info["node_order"] = order
     if not on_device:
-        data = TrainData(graph, x, np.asarray(raw.labels, np.int32), *masks)
+        data = TrainData(graph, x, np.asarray(raw.labels, label_dtype(raw.labels)), *masks)
         return Prepared(data, n_classes, backend, info)
-    data = TrainData(jax.device_put(graph), x, jnp.asarray(raw.labels, jnp.int32), *map(jnp.asarray, masks))
+    data = TrainData(jax.device_put(graph), x, jnp.asarray(raw.labels, label_dtype(raw.labels)),
+                     *map(jnp.asarray, masks))
     return Prepared(data, n_classes, backend, info)
 
 

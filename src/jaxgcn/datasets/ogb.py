@@ -127,12 +127,25 @@ def _read_binary_layout(raw: Path) -> _OgbArrays:
                       int(n_nodes[0]), files, row="entry")
 
 
+def multilabel_targets(labels: np.ndarray, file: str, row_word: str) -> np.ndarray:
+    """[n_nodes, n_labels] float32 targets (1, 0; NaN = missing) from a table of several 0/1 columns;
+    integer tables mark a missing target with -1."""
+    if np.issubdtype(labels.dtype, np.integer):
+        labels = np.where(labels == -1, np.nan, labels.astype(np.float64))
+    labels = np.asarray(labels, np.float64)
+    bad = ~np.isnan(labels) & (labels != 0) & (labels != 1)
+    if np.any(bad):
+        row, col = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{file}: {row_word} {row + 1}, label column {col + 1} holds {labels[row, col]}; "
+                         "several label columns are multi-label targets: 1, 0, or missing (empty, NaN or -1)")
+    return labels.astype(np.float32)
+
+
 def _single_label(labels: np.ndarray, file: str, row_word: str) -> np.ndarray:
-    """[n_nodes] int32 class ids (-1 where NaN) from a one-column label table."""
+    """[n_nodes] int32 class ids (-1 where NaN) from a one-column label table; several columns are a
+    multi-label table (:func:`multilabel_targets`)."""
     if labels.shape[1] != 1:
-        raise ValueError(f"{file}: {labels.shape[1]} label columns: a multi-label dataset (e.g. ogbn-proteins, "
-                         "scored by ROC-AUC); jaxgcn's GCN predicts one class per node (a softmax over classes), "
-                         "so it needs one label column of class ids")
+        return multilabel_targets(labels, file, row_word)
     labels = labels[:, 0]
     labelled = np.isfinite(labels)
     bad = labelled & ((labels < 0) | (labels != np.round(labels)) | (labels >= 2**31 - 1))
@@ -152,7 +165,8 @@ def load_ogb(root: str | Path, *, split: str | None = None) -> RawGraph:
     ``raw/data.npz`` and ``raw/node-label.npz`` (see :func:`_read_binary_layout`), read with
     ``allow_pickle=False``. Both: ``split/<name>/{train,valid,test}.csv.gz`` (node ids).
 
-    A label table of several columns (ogbn-proteins' 112 binary tasks) is refused: it is multi-label.
+    A label table of several 0/1 columns (ogbn-proteins' 112 binary tasks) is a multi-label task
+    (:class:`jaxgcn.core.tasks.MultiLabel`): its targets stay [n_nodes, n_labels], NaN where missing.
     """
     root = Path(root)
     if not root.is_dir():
@@ -208,6 +222,8 @@ def load_arrays(root: str | Path, *, seed: int = 0, train_per_class: int = 20, n
         raise ValueError(f"{root}: no features.npy or features.npz")
     labels = read_npy(root / "labels.npy", "labels")
     n = adj.shape[0]
+    if labels.ndim == 2 and labels.shape[0] == n and labels.dtype.kind in "biuf":
+        return _multilabel_arrays(root, adj, features, multilabel_targets(labels, str(root / "labels.npy"), "row"))
     if features.shape[0] != n or labels.shape != (n,):
         raise ValueError(f"{root}: adjacency has {n} nodes but features have {features.shape[0]} rows and labels "
                          f"shape {labels.shape}; all three must describe the same nodes")
@@ -218,16 +234,34 @@ def load_arrays(root: str | Path, *, seed: int = 0, train_per_class: int = 20, n
         raise ValueError(f"{root / 'labels.npy'}: label {bad} is not a class id (0, 1, ...) or -1 (unlabelled)")
     labels = labels.astype(np.int32)
     if (root / "splits.npz").is_file():
-        z = read_npz(root / "splits.npz", "splits")
-        missing = [k for k in ("train", "val", "test") if k not in z]
-        if missing:
-            raise ValueError(f"{root / 'splits.npz'}: missing arrays {missing}; it needs train, val and test")
-        wrong = [k for k in ("train", "val", "test") if z[k].ndim != 1 or (z[k].size and z[k].dtype.kind not in "iu")]
-        if wrong:
-            raise ValueError(f"{root / 'splits.npz'}: {', '.join(wrong)} must be 1-D arrays of integer node ids")
-        splits = {k: np.asarray(z[k], np.int64) for k in ("train", "val", "test")}
+        splits = _read_splits(root)
     else:
         splits = planetoid_split(labels, per_class=train_per_class, n_val=n_val, n_test=n_test, seed=seed)
     weights = adj.data if not np.all(adj.data == 1) else None
     return RawGraph(f"npz:{root.name}", adj.col.astype(np.int64), adj.row.astype(np.int64), features, labels,
                     splits, weights)
+
+
+def _read_splits(root: Path) -> dict[str, np.ndarray]:
+    z = read_npz(root / "splits.npz", "splits")
+    missing = [k for k in ("train", "val", "test") if k not in z]
+    if missing:
+        raise ValueError(f"{root / 'splits.npz'}: missing arrays {missing}; it needs train, val and test")
+    wrong = [k for k in ("train", "val", "test") if z[k].ndim != 1 or (z[k].size and z[k].dtype.kind not in "iu")]
+    if wrong:
+        raise ValueError(f"{root / 'splits.npz'}: {', '.join(wrong)} must be 1-D arrays of integer node ids")
+    return {k: np.asarray(z[k], np.int64) for k in ("train", "val", "test")}
+
+
+def _multilabel_arrays(root: Path, adj: sp.coo_matrix, features: Any, labels: np.ndarray) -> RawGraph:
+    """``npz:DIR`` whose ``labels.npy`` is [n, n_labels]: a multi-label graph, whose split
+    ``splits.npz`` must give (a per-class split has no classes to draw from)."""
+    if features.shape[0] != adj.shape[0]:
+        raise ValueError(f"{root}: adjacency has {adj.shape[0]} nodes but features have {features.shape[0]} rows; "
+                         "both must describe the same nodes")
+    if not (root / "splits.npz").is_file():
+        raise ValueError(f"{root}: labels.npy holds {labels.shape[1]} label columns (a multi-label graph) and there "
+                         "is no splits.npz; give the split as splits.npz (train, val, test node ids)")
+    weights = adj.data if not np.all(adj.data == 1) else None
+    return RawGraph(f"npz:{root.name}", adj.col.astype(np.int64), adj.row.astype(np.int64), features, labels,
+                    _read_splits(root), weights)
