@@ -120,7 +120,7 @@ def test_datasets_command_lists_bundled_data(capsys):
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     assert list(rows)[1:4] == ["cora", "citeseer", "pubmed"]  # after the header
     assert rows["cora"][1:5] == ["2,708", "10,556", "1,433", "7"] and rows["cora"][7] == "bundled"
-    assert rows["citeseer"][1] == "3,327" and rows["ogbn-proteins"][-1] == "refused]"
+    assert rows["citeseer"][1] == "3,327" and rows["ogbn-proteins"][-1] == "[multi-label]"
     assert rows["pubmed"][7] == "download" and "synthetic" in rows and "ogb:DIR" in rows
 
 

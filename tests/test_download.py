@@ -447,11 +447,46 @@ def test_a_zip_member_outside_the_folder_is_refused(server, tmp_path, monkeypatc
     assert not (tmp_path / "test-evil" / "evil.zip.extracted").exists()
 
 
-def test_multi_label_is_refused_before_any_download(server, tmp_path):
-    with pytest.raises(ValueError, match=r"ogbn-proteins: a multi-label task \(112 binary labels per node, scored "
-                                         r"by rocauc\)"):
-        load_dataset("ogbn-proteins", data_root=tmp_path)
-    assert server.gets == [] and not (tmp_path / "ogbn-proteins").exists()
+def proteins_zip(dest: Path) -> np.ndarray:
+    """``dest/proteins.zip`` in ogbn-proteins' layout: ``proteins/raw/`` edges listed once with 8 edge
+    features, 112 label columns of 0/1, ``node_species.csv.gz`` and the node and edge counts, and
+    ``proteins/split/species/``; returns the edge features."""
+    src = dest.parent / "build-proteins" / "proteins"
+    raw = src / "raw"
+    raw.mkdir(parents=True)
+    edge_feat = np.round(np.arange(len(EDGES) * 8).reshape(len(EDGES), 8) / 100, 3)
+    labels = np.zeros((6, 112))
+    labels[[0, 3, 4], :] = 1.0
+    write_gz(raw / "edge.csv.gz", EDGES)
+    write_gz(raw / "edge-feat.csv.gz", edge_feat)
+    write_gz(raw / "node-label.csv.gz", labels.astype(int))
+    write_gz(raw / "node_species.csv.gz", np.array([3702, 3702, 4932, 4932, 9606, 9606]))
+    write_gz(raw / "num-node-list.csv.gz", np.array([6]))
+    write_gz(raw / "num-edge-list.csv.gz", np.array([len(EDGES)]))
+    for name, ids in (("train", [0, 1, 2]), ("valid", [3]), ("test", [4, 5])):
+        write_gz(src / "split" / "species" / f"{name}.csv.gz", np.array(ids))
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(dest / "proteins.zip", "w") as z:
+        for path in sorted(src.rglob("*")):
+            z.write(path, path.relative_to(src.parent).as_posix())
+    return edge_feat
+
+
+def test_ogbn_proteins_is_fetched_by_name_with_its_edge_features_averaged_to_its_nodes(server, tmp_path, capsys):
+    edge_feat = proteins_zip(server.root / "ogbn-proteins")
+    raw = load_dataset("ogbn-proteins", data_root=tmp_path, progress=False)
+    assert server.gets == ["/ogbn-proteins/proteins.zip"]
+    assert raw.labels.shape == (6, 112) and raw.labels.dtype == np.float32 and raw.labels[:, 0].tolist() == [
+        1, 0, 0, 1, 1, 0]
+    # node 0 is an end of edges 0 (0-1), 2 (2-0) and 6 (0-5): the mean of their 8 features (OGB's GCN example)
+    assert raw.features.shape == (6, 8)
+    np.testing.assert_allclose(raw.features[0], edge_feat[[0, 2, 6]].mean(axis=0), rtol=1e-6)
+    assert {k: v.tolist() for k, v in raw.splits.items()} == {"train": [0, 1, 2], "val": [3], "test": [4, 5]}
+    assert run_main(["train", "--dataset", "ogbn-proteins", "--data-root", tmp_path, "--epochs", "3",
+                     "--no-compile-cache"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ogbn-proteins: 6 nodes") and ", 8 features, 112 labels | " in out[0]
+    assert [line for line in out if line.startswith("test ")][0].startswith("test ROC-AUC ")
 
 
 # ----------------------------------------------------------------------------- parse once, own files

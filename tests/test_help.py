@@ -411,7 +411,6 @@ def test_predict_and_evaluate_help_list_only_the_flags_that_apply(capsys):
 @pytest.mark.parametrize(("argv", "text"), [
     (["train", "--dataset", "corra"], "jaxgcn: error: unknown dataset 'corra' (did you mean cora?); choose one of "
                                       "cora, citeseer,"),
-    (["info", "--dataset", "ogbn-proteins"], "dataset ogbn-proteins: a multi-label task"),
     (["train", "--dataset", "partitioned:{tmp}"], "dataset 'partitioned:{tmp}': partition files hold per-device row "
                                                   "blocks that only `jaxgcn train --shard-graph` or `--distributed`"),
     (["train", "--labels", "l.csv"], "--labels l.csv: needs --edges FILE (your own graph)"),
@@ -433,7 +432,7 @@ def test_predict_and_evaluate_help_list_only_the_flags_that_apply(capsys):
     (["train", "--json", "{tmp}/missing/r.json"], "--json {tmp}/missing/r.json: folder {tmp}/missing does not exist"),
     (["evaluate", "--checkpoint", "{tmp}", "--dataset", "pubmedd"], "unknown dataset 'pubmedd' (did you mean pubmed?)"),
     (["download", "corra"], "download corra: not a catalogue dataset"),
-], ids=["dataset", "multi-label", "partitions", "labels-alone", "features-file-alone", "dropout", "sweep-dropout",
+], ids=["dataset", "partitions", "labels-alone", "features-file-alone", "dropout", "sweep-dropout",
         "lr", "weight-decay", "clip-norm", "homophily", "avg-degree", "synthetic-nodes", "fraction", "fractions-sum",
         "splits", "json-folder", "evaluate-dataset", "download"])
 def test_values_that_need_no_data_are_refused_before_jax_is_imported(tmp_path, argv, text):

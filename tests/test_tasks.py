@@ -5,6 +5,7 @@ third task added by registration only."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import NamedTuple
 
 import jax
@@ -204,7 +205,9 @@ def test_a_multilabel_npz_graph_trains_saves_and_predicts_labels(tmp_path, capsy
 
     root = write_multilabel_npz(tmp_path / "ml")
     assert run_main(["train", "--dataset", f"npz:{root}", "--epochs", "100", "--early-stopping", "none", "--save",
-                     tmp_path / "model", "--no-compile-cache"]) == 0
+                     tmp_path / "model", "--json", tmp_path / "r.json", "--no-compile-cache"]) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["task_metric"] == "rocauc" and report["n_classes"] == 4 and report["test_acc"][0] > 0.95
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("npz:ml: 400 nodes") and ", 8 features, 4 labels | " in out[0]
     summary = [line for line in out if line.startswith("test ")]

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     for d in CATALOGUE.values():
         print(f"{d.name:18s} {d.nodes:>11,} {d.edges:>13,} {d.features:>8,} {d.classes:>7}  {d.protocol:16s} "
               f"{d.metric:8s} {status(d, root):17s} {d.licence}" + ("" if d.task == "multi-class" else
-                                                                     f" [{d.task}: refused]"))
+                                                                     f" [{d.task}]"))
     print(f"\n{EDGE_ENTRIES}\ncache: {root} (--data-root or $JAXGCN_DATA to move it)\nprotocols:")
     for name, text in PROTOCOLS.items():
         print(f"  {name:16s} {text}")

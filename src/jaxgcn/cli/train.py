@@ -93,10 +93,11 @@ def _report(args: argparse.Namespace, outcome: Outcome, record: dict[str, Any] |
                      distributed={"processes": jax.process_count(), "devices": layout.n_parts,
                                   "exchange": layout.exchange, "partition": layout.stats,
                                   "memory_estimate_per_device": layout.estimate.parts})
-    return reports.train_report(
+    report = reports.train_report(
         reports.dataset_report(prepared.info, prepared.backend, outcome.execution.precision),
         reports.config_report(outcome.model, outcome.train, args.norm, args.feature_norm, outcome.execution),
         outcome.runs, args.splits, outcome.compile_seconds, outcome.train_seconds, record=record, **extra)
+    return {**report, "task_metric": outcome.metric}  # what test_acc / val_acc hold (accuracy, rocauc, ...)
 
 
 def _write(args: argparse.Namespace, the_job: Job, outcome: Outcome, say: Say) -> None:

@@ -63,7 +63,8 @@ class Dataset:
         licence: the data's licence.
         citation: who to cite.
         metric: what the protocol reports (OGB names it; accuracy elsewhere).
-        task: ``multi-class`` (trainable), or why it is not (``multi-label``): refused with a reason.
+        task: ``multi-class`` (one class per node) or ``multi-label`` (several 0/1 labels per node,
+            :class:`jaxgcn.core.tasks.MultiLabel`); any other is refused with the reason.
         stem: the file stem or folder name inside the source (``pubmed`` of ``ind.pubmed.x``;
             ``arxiv`` of ``arxiv.zip``).
         bundled: shipped inside the package (no download).
@@ -189,7 +190,8 @@ CATALOGUE: dict[str, Dataset] = {d.name.lower(): d for d in (
     Dataset("ogbn-papers100M", "ogb-bin", _ogb("papers100M-bin", 57519), 111059956, 1615685872, 128, 172, "ogb",
             "ODC-BY", OGB_CITATION, stem="papers100M-bin"),
     # "Downloaded 0.21 GB: 216/216" Graph-Learning-Benchmarks/gli@53bc9d5d datasets/ogbn-proteins/ogbn-proteins.ipynb
-    Dataset("ogbn-proteins", "ogb", _ogb("proteins", 216), 132534, 39561252, 0, 112, "ogb", "CC-0", OGB_CITATION,
+    # 8 features: each node's mean of its edges' 8 features (OGB's GCN example; jaxgcn.datasets.ogb.incident_edge_mean)
+    Dataset("ogbn-proteins", "ogb", _ogb("proteins", 216), 132534, 39561252, 8, 112, "ogb", "CC-0", OGB_CITATION,
             metric="rocauc", task="multi-label", stem="proteins"),
 )}
 
@@ -224,7 +226,7 @@ def check_name(name: str, partitions: bool = False) -> Dataset | None:
 
 def refuse_unsupported(entry: Dataset) -> None:
     """A dataset the model cannot be trained on is refused with the reason, before any download."""
-    if entry.task != "multi-class":
+    if entry.task not in ("multi-class", "multi-label"):
         raise ValueError(f"dataset {entry.name}: a {entry.task} task ({entry.classes} binary labels per node, "
                          f"scored by {entry.metric}); jaxgcn's GCN predicts one class per node with a softmax, so "
                          "it cannot be trained or scored on it: pick a multi-class dataset (`jaxgcn datasets`)")

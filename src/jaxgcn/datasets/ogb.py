@@ -70,6 +70,7 @@ class _OgbArrays(NamedTuple):
     n_nodes: int | None  # the declared node count (num-node-list / num_nodes_list), if any
     files: dict[str, str]  # "edges" | "labels" | "features" | "nodes" -> the file, for messages
     row: str = "line"  # what a row of the edge and label tables is called in messages
+    edge_features: np.ndarray | None = None  # [n_edges, k] float32 (edge-feat.csv.gz), when no node features
 
 
 def _read_csv_layout(raw: Path) -> _OgbArrays:
@@ -82,11 +83,33 @@ def _read_csv_layout(raw: Path) -> _OgbArrays:
         if counts.size != 1:
             raise ValueError(f"{raw / 'num-node-list.csv.gz'}: {counts.size} graphs; node classification needs one")
         n_nodes = int(counts[0])
-    feat = raw / "node-feat.csv.gz"
+    feat, edge_feat = raw / "node-feat.csv.gz", raw / "edge-feat.csv.gz"
     features = _read_csv_gz(feat, np.float32) if feat.is_file() else None
+    per_edge = _read_csv_gz(edge_feat, np.float32) if features is None and edge_feat.is_file() else None
+    edges = edges.reshape(-1, 2)
+    if per_edge is not None and per_edge.shape[0] != edges.shape[0]:
+        raise ValueError(f"{edge_feat}: {per_edge.shape[0]} rows for the {edges.shape[0]} edges of "
+                         f"{raw / 'edge.csv.gz'}; one feature row per edge is needed")
     files = {"edges": "edge.csv.gz", "labels": "node-label.csv.gz", "features": "node-feat.csv.gz",
              "nodes": "num-node-list.csv.gz"}
-    return _OgbArrays(edges.reshape(-1, 2), labels, features, n_nodes, {k: str(raw / f) for k, f in files.items()})
+    return _OgbArrays(edges, labels, features, n_nodes, {k: str(raw / f) for k, f in files.items()},
+                      edge_features=per_edge)
+
+
+def incident_edge_mean(edges: np.ndarray, edge_features: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Node features from edge features: each node's mean over the edges it is an end of (an edge listed
+    once counts for both its ends; a node without edges gets zeros). OGB's GCN example for
+    ogbn-proteins does this (``data.x = data.adj_t.mean(dim=1)`` over the symmetrized adjacency whose
+    values are the 8 edge features: snap-stanford/ogb, examples/nodeproppred/proteins/gnn.py).
+
+    >>> incident_edge_mean(np.array([[0, 1], [1, 2]]), np.array([[2.0], [4.0]], np.float32), 4).ravel().tolist()
+    [2.0, 3.0, 4.0, 0.0]
+    """
+    ends = np.concatenate([edges[:, 0], edges[:, 1]])
+    sums = np.zeros((n_nodes, edge_features.shape[1]), np.float64)
+    np.add.at(sums, ends, np.concatenate([edge_features, edge_features]))
+    counts = np.bincount(ends, minlength=n_nodes)
+    return (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
 
 
 def _binary_array(arrays: dict[str, np.ndarray], key: str, file: Path, ndim: int) -> np.ndarray:
@@ -160,8 +183,10 @@ def load_ogb(root: str | Path, *, split: str | None = None) -> RawGraph:
 
     CSV layout (most datasets): ``raw/edge.csv.gz`` (``src,dst`` per line), ``raw/node-label.csv.gz``
     (one label per line; empty or NaN marks an unlabelled node), optional ``raw/node-feat.csv.gz``
-    (one feature row per node; absent: one-hot node ids) and ``raw/num-node-list.csv.gz`` (the node
-    count). Binary layout (ogbn-papers100M; used when ``raw/edge.csv.gz`` is absent):
+    (one feature row per node; absent: each node's mean of ``raw/edge-feat.csv.gz`` over its edges,
+    :func:`incident_edge_mean`, as OGB's GCN example for ogbn-proteins computes it, else one-hot node
+    ids) and ``raw/num-node-list.csv.gz`` (the node count). Binary layout (ogbn-papers100M; used when
+    ``raw/edge.csv.gz`` is absent):
     ``raw/data.npz`` and ``raw/node-label.npz`` (see :func:`_read_binary_layout`), read with
     ``allow_pickle=False``. Both: ``split/<name>/{train,valid,test}.csv.gz`` (node ids).
 
@@ -189,7 +214,9 @@ def load_ogb(root: str | Path, *, split: str | None = None) -> RawGraph:
         raise ValueError(f"{arrays.files['edges']}: {arrays.row} {bad + 1} has node id {edges[bad].tolist()} outside "
                          f"[0, {n_nodes}); ids must index the node-label rows")
     features = arrays.features
-    if features is None:
+    if features is None and arrays.edge_features is not None:  # ogbn-proteins: its edges carry the features
+        features = incident_edge_mean(edges, arrays.edge_features, n_nodes)
+    elif features is None:
         features = sp.identity(n_nodes, dtype=np.float32, format="csr")
     elif features.shape[0] != n_nodes:
         raise ValueError(f"{arrays.files['features']}: {features.shape[0]} rows for {n_nodes} nodes")

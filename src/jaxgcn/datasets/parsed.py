@@ -61,7 +61,7 @@ def save_raw(raw: RawGraph, path: Path, key: Any = None, *, compress: bool = Fal
         "senders": raw.senders.astype(np.int64 if raw.senders.size and raw.senders.max() >= 2**31 else np.int32),
         "receivers": raw.receivers.astype(np.int64 if raw.receivers.size and raw.receivers.max() >= 2**31
                                           else np.int32),
-        "labels": raw.labels.astype(np.int32),
+        "labels": raw.labels.astype(np.float32 if raw.labels.ndim == 2 else np.int32),  # multi-label: NaN kept
         **{f"split_{k}": v.astype(np.int64) for k, v in raw.splits.items()},
     }
     if sp.issparse(raw.features):
