@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from typing import NamedTuple
 
 import jax
@@ -233,3 +236,68 @@ def test_a_multilabel_npz_graph_needs_its_split_file(tmp_path):
     with pytest.raises(ValueError, match=r"labels\.npy holds 4 label columns \(a multi-label graph\) and there is no "
                                          r"splits\.npz; give the split as splits\.npz"):
         load_arrays(root)
+
+
+def test_a_resumed_multilabel_run_equals_the_uninterrupted_one_bit_for_bit():
+    """Early stopping by patience on the validation ROC-AUC, checkpoints every 10 epochs: resumed
+    from epoch 20's state, the run ends with the uninterrupted run's params, metrics and history."""
+    from jaxgcn.store import checkpoint
+    from jaxgcn.train import Patience
+
+    data = multilabel_data()
+    config = TrainConfig(epochs=80, lr=0.05, early_stopping=Patience(10))
+
+    def run(resume=None):
+        states = {}
+        res = fit(data, 4, model_config=GCNConfig(hidden=16), execution=EXEC, config=config, key=jax.random.key(3),
+                  log=None, checkpoint_every=10, resume=resume,
+                  on_checkpoint=lambda s: states.__setitem__(int(s.epoch), checkpoint.state_arrays(s)))
+        return res, states
+
+    whole, states = run()
+    assert 20 < whole.epochs_run and 0.9 < whole.metrics["val_acc"] <= 1.0
+    resumed, _ = run(resume=lambda template: checkpoint.restore_state(template, states[20], "test"))
+    assert resumed.epochs_run == whole.epochs_run and resumed.metrics == whole.metrics
+    for got, want in zip(jax.tree.leaves(resumed.params), jax.tree.leaves(whole.params)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_rocauc_on_a_sharded_graph_is_refused_and_micro_f1_trains_as_on_one_device():
+    from jaxgcn.distributed.sharded import NODES
+    from jaxgcn.training.step import Step
+
+    step = Step(GCNConfig(), TrainConfig(), EXEC, None, NODES)
+    y = jnp.zeros((3, 2))
+    with pytest.raises(ValueError, match=r"the multilabel task's rocauc is not a sum over nodes, so a graph whose "
+                                         r"nodes are split over devices cannot compute it"):
+        step.metrics(jnp.zeros((3, 1, 2)), y, jnp.ones((1, 3)))
+    # micro-F1 is a sum: its parts go through the devices' total (here the identity of one device)
+    f1 = Step(GCNConfig(), TrainConfig(task="multilabel-f1"), EXEC, None, NODES._replace(total=lambda t: t))
+    loss, score = f1.metrics(jnp.array([[[1.0, -1.0]], [[1.0, 1.0]], [[-1.0, -1.0]]]),
+                             jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]), jnp.ones((1, 3)))
+    assert float(score[0]) == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))  # tp 2, fp 1, fn 1
+
+
+def test_the_task_flag_trains_micro_f1_on_a_sharded_graph_and_names_a_mismatch(tmp_path, capsys):
+    from cli_run import run_main
+
+    root = write_multilabel_npz(tmp_path / "ml")
+
+    def sharded(*extra: str) -> subprocess.CompletedProcess:  # its own process: --devices 2 makes 2 CPU devices
+        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        return subprocess.run([sys.executable, "-m", "jaxgcn.cli", "train", "--dataset", f"npz:{root}",
+                               "--shard-graph", "--devices", "2", "--quiet", *extra], capture_output=True, text=True,
+                              env={**env, "JAX_PLATFORMS": "cpu"}, timeout=300)
+
+    done = sharded("--epochs", "60", "--task", "multilabel-f1", "--dropout", "0")
+    summary = done.stdout.splitlines()[-1]
+    assert done.returncode == 0 and summary.startswith("test micro-F1 ") and "2 devices" in summary
+    assert run_main(["train", "--dataset", f"npz:{root}", "--epochs", "60", "--task", "multilabel-f1", "--dropout",
+                     "0", "--quiet", "--no-compile-cache"]) == 0
+    one = capsys.readouterr().out.splitlines()[-1]  # without dropout the sharded run scores as one device's
+    assert one.split()[:3] == summary.split()[:3] and float(one.split()[2]) > 0.9
+    refused = sharded("--epochs", "2")
+    assert refused.returncode == 2 and "rocauc is not a sum over nodes" in " ".join(refused.stderr.split())
+    assert run_main(["train", "--dataset", "cora", "--task", "multilabel", "--epochs", "2", "--quiet"]) == 2
+    assert ("--task: task='multilabel' reads labels of 2 dimensions, and these have shape (2708,) (one class id "
+            "per node); use task 'auto' to let the labels decide") in " ".join(capsys.readouterr().err.split())

@@ -115,4 +115,7 @@ class Outcome(NamedTuple):
         if self.loaded is None:
             return "accuracy"
         task = self.train.task if self.train is not None else "auto"
-        return task_of(task, self.loaded.prepared.data.labels).metric
+        data = getattr(self.loaded.prepared, "data", None)  # partition files keep no host copy: their info
+        labels = data.labels if data is not None else np.empty(  # names the task (class ids unless told)
+            (0, 0) if self.loaded.prepared.info.get("task") == "multilabel" else (0,))
+        return task_of(task, labels).metric

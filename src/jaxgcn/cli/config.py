@@ -29,7 +29,7 @@ def execution(args: argparse.Namespace, backend: str) -> Execution:
 def train_config(args: argparse.Namespace, **swept: Any) -> TrainConfig:
     """The training settings the flags describe (``swept``: one sweep configuration's values)."""
     pick = {k: swept.get(k, getattr(args, k)) for k in grid_keys_of("train")}
-    return TrainConfig(**pick, l2=args.l2, epochs=args.epochs, clip_norm=args.clip_norm,
+    return TrainConfig(**pick, l2=args.l2, epochs=args.epochs, clip_norm=args.clip_norm, task=args.task,
                        early_stopping=early_stopping_from(args.early_stopping, window=args.window,
                                                           patience=args.patience))
 

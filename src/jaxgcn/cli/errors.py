@@ -16,7 +16,7 @@ FLAGS = {
     "chunk_edges": "--chunk-edges", "aggregate_first": "--aggregate-first",
     "lr": "--lr", "weight_decay": "--weight-decay", "l2": "--l2", "epochs": "--epochs",
     "early_stopping": "--early-stopping", "window": "--window", "patience": "--patience",
-    "clip_norm": "--clip-norm", "optimizer": "--optimizer",
+    "clip_norm": "--clip-norm", "optimizer": "--optimizer", "task": "--task",
     "n_devices": "--devices", "memory_budget": "--memory-budget", "n_splits": "--splits",
     # load_raw's data_dir; load_ogb's split (the OGB split folder: the CLI's --split is public/random,
     # which no library parameter of that name takes); plots' project_2d method, sweep_heatmap axes and held values

@@ -57,15 +57,16 @@ class Task(Protocol):
         """Host predictions from one run's logits [n, C]: class ids [n], or 0/1 labels [n, C]."""
 
 
-def _diagonals(masks: jax.Array, per_node: jax.Array) -> jax.Array:
-    """masks [R, n] @ per_node [n, k*R] -> the k diagonals' values, [k, R]: per run, the masked sum
-    of its own column of each block. A matrix product in both layouts as they are (R^2 n
+def _diagonals(masks: jax.Array, per_node: jax.Array) -> tuple[jax.Array, ...]:
+    """masks [R, n] @ per_node [n, k*R] -> the k diagonals' values, k arrays [R]: per run, the masked
+    sum of its own column of each block. A matrix product in both layouts as they are (R^2 n
     multiply-adds, nothing at R <= 100), where ``per_node.T * masks`` summed over the nodes cost XLA
-    two transposes and a tree of partial reductions per call."""
+    two transposes and a tree of partial reductions per call. A tuple, not a stack: the gradient of a
+    diagonal nobody differentiates is then no scatter at all."""
     r = masks.shape[0]
     sums = jnp.matmul(masks.astype(per_node.dtype), per_node, precision=jax.lax.Precision.HIGHEST)
     runs = jnp.arange(r)
-    return jnp.stack([sums[runs, k * r + runs] for k in range(per_node.shape[1] // r)])
+    return tuple(sums[runs, k * r + runs] for k in range(per_node.shape[1] // r))
 
 
 def masked_sums(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -86,6 +87,7 @@ class MultiClass(NamedTuple):
     name: str = "multiclass"
     metric: str = "accuracy"
     additive: bool = True
+    label_ndim: int = 1  # labels [n]
 
     def check_labels(self, labels: np.ndarray, where: str) -> int:
         if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
@@ -154,6 +156,7 @@ class MultiLabel(NamedTuple):
     name: str = "multilabel"
     metric: str = "rocauc"
     additive: bool = False
+    label_ndim: int = 2  # labels [n, L]
 
     def check_labels(self, labels: np.ndarray, where: str) -> int:
         if labels.ndim != 2 or not np.issubdtype(labels.dtype, np.floating):
@@ -199,7 +202,7 @@ def _mean_auc(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> jax.Arr
 
 
 def _f1_sums(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> jax.Array:
-    """Per run, the masked true positives, false positives and false negatives ([3, R])."""
+    """Per run, the masked true positives, false positives and false negatives (three [R])."""
     targets, valid = _targets(labels)
     predicted = (logits > 0).astype(valid.dtype) * valid[:, None, :]
     true = jnp.broadcast_to(targets[:, None, :], predicted.shape)
@@ -212,6 +215,11 @@ def _f1_sums(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> jax.Arra
 def _micro_f1(sums: jax.Array) -> jax.Array:
     tp, fp, fn = sums
     return 2.0 * tp / jnp.maximum(2.0 * tp + fp + fn, 1.0)
+
+
+def label_dtype(labels: np.ndarray) -> Any:
+    """How labels are held: class ids as int32, multi-label targets as float32 (NaN = missing)."""
+    return np.float32 if labels.ndim == 2 else np.int32
 
 
 TASKS: dict[str, Task] = {}
@@ -237,4 +245,10 @@ def task_of(name: str, labels: Any) -> Task:
         return TASKS["multilabel" if len(labels.shape) == 2 else "multiclass"]
     if name not in TASKS:
         raise ValueError(f"task={name!r} must be 'auto' or one of {tuple(TASKS)}")
-    return TASKS[name]
+    task = TASKS[name]
+    ndim = getattr(task, "label_ndim", None)  # the labels' form the task reads, where it names one
+    if ndim is not None and len(labels.shape) != ndim:
+        form = "one class id per node" if len(labels.shape) == 1 else f"{labels.shape[-1]} labels per node"
+        raise ValueError(f"task={name!r} reads labels of {ndim} dimension{'s' if ndim > 1 else ''}, and these "
+                         f"have shape {tuple(labels.shape)} ({form}); use task 'auto' to let the labels decide")
+    return task

@@ -31,7 +31,7 @@ from jaxgcn.host.memory import GiB, available_bytes
 from jaxgcn.plan import backend_for, features_layout
 from jaxgcn.core.propagate import BACKENDS
 from jaxgcn.core.data import SPLIT_CODES, TrainData
-from jaxgcn.core.tasks import task_of
+from jaxgcn.core.tasks import label_dtype, task_of
 from jaxgcn.core.validate import INT32_MAX, check_allocation, check_graph_size, check_sparse
 
 FEATURE_NORMS = ("row", "standardize", "none")
@@ -176,11 +176,6 @@ def n_outputs(labels: np.ndarray) -> int:
     if labels.ndim == 2:
         return int(labels.shape[1])
     return int(labels.max()) + 1 if labels.size else 0
-
-
-def label_dtype(labels: np.ndarray) -> Any:
-    """Class ids are int32; multi-label targets float32 (NaN = missing)."""
-    return np.float32 if labels.ndim == 2 else np.int32
 
 
 def _masks(raw: RawGraph, n_nodes: int) -> list[jax.Array]:

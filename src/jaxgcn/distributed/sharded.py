@@ -14,6 +14,7 @@ import numpy as np
 
 from jaxgcn.core.diagnostics import divergence_message
 from jaxgcn.core.data import TrainData
+from jaxgcn.core.tasks import label_dtype
 from jaxgcn.distributed.blocks import AXIS, GraphBlock, partition, propagate_block, shard_nodes
 from jaxgcn.distributed.runtime import block_of_this_device, to_global
 from jaxgcn.core.models import Execution, GCNConfig, Model, gcn
@@ -136,7 +137,8 @@ def shard_data(data: TrainData, mesh: jax.sharding.Mesh, *, exchange: str = "all
         lists = ops_for(Execution()).block_lists is not None
     blocks, n_pad = partition(data.graph, n_parts, exchange=exchange, lists=lists)
     shard = lambda a: shard_nodes(a, n_pad, n_parts)  # noqa: E731
-    stacked = data._replace(graph=blocks, x=shard(data.x), labels=shard(np.asarray(data.labels, np.int32)),
+    labels = np.asarray(data.labels)
+    stacked = data._replace(graph=blocks, x=shard(data.x), labels=shard(labels.astype(label_dtype(labels))),
                             train_mask=shard(data.train_mask), val_mask=shard(data.val_mask),
                             test_mask=shard(data.test_mask))
     return ShardedData(to_global(stacked, mesh), mesh, data.graph.n_nodes, n_pad, int(data.x.shape[1]), exchange)

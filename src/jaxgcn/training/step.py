@@ -139,7 +139,7 @@ class Step(NamedTuple):
         if not task.additive and self.collective is not LOCAL:
             raise ValueError(f"the {task.name} task's {task.metric} is not a sum over nodes, so a graph whose "
                              "nodes are split over devices cannot compute it; train on one device, or choose "
-                             "a metric that is a sum (multilabel-f1)")
+                             "a metric that is a sum (--task multilabel-f1)")
         return task.metrics(logits, labels, m, self.collective.total)
 
     def forward(self, params: Params, data: TrainData, runs: RunInputs, **kwargs: Any) -> jax.Array:
