@@ -264,6 +264,12 @@ def load_arrays(root: str | Path, *, seed: int = 0, train_per_class: int = 20, n
         splits = _read_splits(root)
     else:
         splits = planetoid_split(labels, per_class=train_per_class, n_val=n_val, n_test=n_test, seed=seed)
+    return _array_graph(root, adj, features, labels, splits)
+
+
+def _array_graph(root: Path, adj: sp.coo_matrix, features: Any, labels: np.ndarray,
+                 splits: dict[str, np.ndarray]) -> RawGraph:
+    """The :class:`RawGraph` of ``npz:DIR``'s checked arrays (``adjacency.npz`` entry ``[i, j]``: edge j -> i)."""
     weights = adj.data if not np.all(adj.data == 1) else None
     return RawGraph(f"npz:{root.name}", adj.col.astype(np.int64), adj.row.astype(np.int64), features, labels,
                     splits, weights)
@@ -289,6 +295,4 @@ def _multilabel_arrays(root: Path, adj: sp.coo_matrix, features: Any, labels: np
     if not (root / "splits.npz").is_file():
         raise ValueError(f"{root}: labels.npy holds {labels.shape[1]} label columns (a multi-label graph) and there "
                          "is no splits.npz; give the split as splits.npz (train, val, test node ids)")
-    weights = adj.data if not np.all(adj.data == 1) else None
-    return RawGraph(f"npz:{root.name}", adj.col.astype(np.int64), adj.row.astype(np.int64), features, labels,
-                    _read_splits(root), weights)
+    return _array_graph(root, adj, features, labels, _read_splits(root))
