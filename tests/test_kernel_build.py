@@ -90,8 +90,9 @@ exec "{GXX}" "$@\"""")
     a = sp.csr_matrix(np.array([[0, 2.0, 0], [3.0, 0, 1.0], [0, 0, 0], [0.5, 0, 4.0]]))
     m = csr_from_scipy(a)
     b = np.arange(21, dtype=np.float32).reshape(3, 7) / 7
-    out = csr_mod._call(jnp.asarray(m.indptr), jnp.asarray(m.cols), jnp.asarray(m.data)[:, None],
-                        jnp.asarray(b), False)
+    with jax.default_device(jax.devices("cpu")[0]):  # a CPU kernel: its arrays on the CPU, on any machine
+        out = csr_mod._call(jnp.asarray(m.indptr), jnp.asarray(m.cols), jnp.asarray(m.data)[:, None],
+                            jnp.asarray(b), False)
     np.testing.assert_allclose(np.asarray(out), a @ b.astype(np.float64), rtol=1e-6)
 
 

@@ -65,15 +65,18 @@ def test_from_record_reruns_the_same_configuration(recorded, tmp_path, capsys):
     assert out[-1] == f"record {tmp_path / 'r.json'}: versions match; data matches"
 
 
-def test_a_record_naming_a_package_that_was_not_installed_reruns(recorded, tmp_path, capsys):
+def test_a_record_naming_a_package_that_was_not_installed_reruns(recorded, tmp_path, capsys, monkeypatch):
     """``versions`` records None for a package that is not installed (jaxgcn itself, run from a
-    source tree on the path): the record jaxgcn wrote re-runs, and the line names the difference."""
+    source tree on the path): the record jaxgcn wrote re-runs, and the line names the difference
+    (with jaxgcn installed here, whether or not this checkout is)."""
+    installed = reports.versions
+    monkeypatch.setattr(reports, "versions", lambda: {**installed(), "jaxgcn": "0.1.0"})
     a = json.loads(recorded.read_text())
     a["record"]["versions"]["jaxgcn"] = None
     b, out = _rerun(tmp_path, capsys, a)
     assert b["test_acc"] == a["test_acc"]
-    here = b["record"]["versions"]["jaxgcn"]
-    assert out[-1] == f"record {tmp_path / 'r.json'}: versions differ: jaxgcn None recorded, {here} here; data matches"
+    assert b["record"]["versions"]["jaxgcn"] == "0.1.0"
+    assert out[-1] == f"record {tmp_path / 'r.json'}: versions differ: jaxgcn None recorded, 0.1.0 here; data matches"
 
 
 def test_from_record_names_a_version_and_a_data_mismatch(recorded, tmp_path, capsys):

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 
-import jax
 import pytest
 from cli_run import run_main, unwrap
 
@@ -150,23 +149,30 @@ def test_a_resumed_sweep_keeps_the_chunks_it_started_with(tmp_path, monkeypatch,
     """The default memory budget is half the free memory, which changes between processes: the
     resumed sweep runs the chunks the killed one started with (3 + 1 runs of width 64, 1 run at a
     time of width 128), so its table equals the uninterrupted sweep's in those chunks."""
-    from jaxgcn.core.models import Execution, GCNConfig
+    from jaxgcn.core.models import GCNConfig
     from jaxgcn.plan import batch_bytes
-    from jaxgcn.datasets import prepare, synthetic
 
-    data = prepare(synthetic(200, n_classes=3, n_features=8, seed=0)).data
-    # the backend auto picks for this graph: the CPU's kernel, an accelerator's dense adjacency
-    backend = "csr" if jax.default_backend() == "cpu" else "dense"
-    small = 2 * 3 * batch_bytes(data, GCNConfig(hidden=64), 1, 3, Execution(backend=backend))  # half: 3 runs of 64
+    # the free memory is sized on the data and plan the sweep itself decided (the CPU's kernel, an
+    # accelerator's dense adjacency at its precision): twice 3 runs of width 64, whatever the platform
+    seen, chunk_sizes = {}, app_sweep.chunk_sizes
+
+    def spy(data, n_classes, entries, *, execution, memory_budget=None):
+        seen.update(data=data, execution=execution)
+        return chunk_sizes(data, n_classes, entries, execution=execution, memory_budget=memory_budget)
+
+    def small() -> int:
+        return 2 * 3 * batch_bytes(seen["data"], GCNConfig(hidden=64), 1, 3, seen["execution"])
+
+    monkeypatch.setattr(app_sweep, "chunk_sizes", spy)
     monkeypatch.setattr(sweep, "device_budget", lambda: None)  # an accelerator's too: the budget given here
-    monkeypatch.setattr(sweep, "available_bytes", lambda: small)
+    monkeypatch.setattr(sweep, "available_bytes", small)
     assert run_main([*SWEEP, "--save", tmp_path / "full", "--quiet"]) == 0
     ck = tmp_path / "ck"
     with monkeypatch.context() as m:
         kill_after_slice(m, first=3, epoch=EVERY)
         assert run_main([*SWEEP, "--save", ck, "--checkpoint-every", EVERY, "--quiet"]) == "killed"
     assert manifest(ck)["extra"]["layout"] == {"chunks": [3, 1], "groups": [0, 4], "slices": [0, 3, 4, 5, 6, 7]}
-    monkeypatch.setattr(sweep, "available_bytes", lambda: 1000 * small)  # now every group would fit at once
+    monkeypatch.setattr(sweep, "available_bytes", lambda: 1000 * small())  # now every group would fit at once
     capsys.readouterr()
     assert run_main(["sweep", "--resume", ck]) == 0
     assert "group 1: 4 runs need ~0.0 GiB, over the budget the sweep started with: running 2 chunks of <= 3 " \

@@ -100,7 +100,8 @@ def test_a_missing_target_adds_nothing_to_the_loss_or_its_count():
     mask = jnp.ones((1, 2))
     assert float(task.loss_count(y, mask)[0]) == 2.0
     want = np.logaddexp(0, 3.0) - 3.0 + np.logaddexp(0, 2.0)
-    assert float(task.loss_sums(logits, y, mask)[0]) == pytest.approx(want, rel=1e-6)
+    # rel 1e-5: a TPU's softplus is within 4e-6 of NumPy's (a missing target would add >= 0.12 or NaN)
+    assert float(task.loss_sums(logits, y, mask)[0]) == pytest.approx(want, rel=1e-5)
 
 
 def test_the_labels_shape_chooses_the_task_and_bad_labels_are_named():
