@@ -129,6 +129,8 @@ OUTPUT_CASES = [
      r"--json \S+/dir: is a directory"),
     ("evaluate-save-split", ["evaluate", "--checkpoint", "{t}/m", *SYNTH, "--save-split", "{t}/s.csv"],
      r"`jaxgcn evaluate` takes no --save-split: it draws no split to save"),
+    ("predict-threshold-range", ["predict", "--checkpoint", "{t}/m", *SYNTH, "--out", "{t}/p.csv", "--threshold", "1"],
+     r"--threshold: 1 is not between 0 and 1 \(a probability threshold, e\.g\. 0\.5\)"),
     ("predict-out-dir", ["predict", "--checkpoint", "{t}/m", *SYNTH, "--out", "{t}/dir"],
      r"--out \S+/dir: is a directory; .*predictions\.csv"),
     ("predict-out-missing-folder", ["predict", "--checkpoint", "{t}/m", *SYNTH, "--out", "{t}/nope/p.csv"],
@@ -449,6 +451,16 @@ def test_a_tampered_checkpoint_is_refused(model, tmp_path, capsys, kind, tamper,
     refused(["predict", "--checkpoint", d, *SYNTH, "--out", tmp_path / "p.csv"], capsys, match, tmp_path)
     with pytest.raises(ValueError, match=match):
         checkpoint.load(d)
+
+
+def test_a_threshold_for_a_single_label_model_is_refused(model, tmp_path, capsys):
+    """--threshold picks a multi-label model's labels: given for a single-label one, both commands say so."""
+    refused(["evaluate", "--checkpoint", model / "m", *SYNTH, "--threshold", "0.3"], capsys,
+            r"--threshold 0\.3: --checkpoint \S+/m is a single-label model, which predicts the class of highest "
+            r"probability; the threshold picks a multi-label model's labels \(leave it out\)", tmp_path)
+    refused(["predict", "--checkpoint", model / "m", *SYNTH, "--out", tmp_path / "p.csv", "--threshold", "0.7"],
+            capsys, r"--threshold 0\.7: --checkpoint \S+/m is a single-label", tmp_path)
+    assert not (tmp_path / "p.csv").exists()
 
 
 def test_evaluate_uses_the_saved_split_and_refuses_an_overlapping_one(model, tmp_path, capsys):

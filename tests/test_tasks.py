@@ -22,6 +22,7 @@ from jaxgcn.core.models import Execution, GCNConfig
 from jaxgcn.datasets import prepare, synthetic
 from jaxgcn.batched import Entry, fit_runs
 from jaxgcn.train import TrainConfig, fit
+from tiny_datasets import write_multilabel_npz
 
 EXEC = Execution(backend="dense")
 
@@ -185,25 +186,6 @@ def test_a_third_task_needs_only_its_module_and_one_registration(request):
     assert -res.metrics["test_acc"] < 0.5 * variance  # it learned: well under predicting the mean
 
 
-def write_multilabel_npz(root):
-    """``npz:DIR`` of a 400-node synthetic graph whose labels.npy is [n, 4] int8 (1, 0; -1 = missing)."""
-    import scipy.sparse as sp
-
-    root.mkdir()
-    raw = synthetic(400, n_classes=3, n_features=8, seed=0)
-    sp.save_npz(root / "adjacency.npz", sp.coo_matrix((np.ones(len(raw.senders)), (raw.receivers, raw.senders)),
-                                                      shape=(400, 400)).tocsr())
-    x = raw.features.toarray() if sp.issparse(raw.features) else np.asarray(raw.features)
-    np.save(root / "features.npy", x.astype(np.float32))
-    c = np.asarray(raw.labels)
-    y = np.stack([c == 0, c == 1, c == 2, c <= 1], axis=1).astype(np.int8)
-    y[::9, 2] = -1
-    np.save(root / "labels.npy", y)
-    order = np.random.default_rng(0).permutation(400)
-    np.savez(root / "splits.npz", train=order[:80], val=order[80:200], test=order[200:])
-    return root
-
-
 def test_a_multilabel_npz_graph_trains_saves_and_predicts_labels(tmp_path, capsys):
     from cli_run import run_main
 
@@ -216,17 +198,31 @@ def test_a_multilabel_npz_graph_trains_saves_and_predicts_labels(tmp_path, capsy
     assert out[0].startswith("npz:ml: 400 nodes") and ", 8 features, 4 labels | " in out[0]
     summary = [line for line in out if line.startswith("test ")]
     assert len(summary) == 1 and summary[0].startswith("test ROC-AUC ") and float(summary[0].split()[2]) > 0.95
-    assert run_main(["predict", "--checkpoint", tmp_path / "model", "--dataset", f"npz:{root}", "--out",
-                     tmp_path / "p.csv"]) == 0
-    lines = (tmp_path / "p.csv").read_text().splitlines()
-    assert lines[0] == "node,labels,prob_0,prob_1,prob_2,prob_3" and len(lines) == 401
-    for line in lines[1:]:
-        node, chosen, *probs = line.split(",")
-        assert chosen.split() == [str(j) for j, p in enumerate(map(float, probs)) if p > 0.5], line
+    for threshold in (None, 0.9):  # the labels over the threshold the user sets (default 0.5)
+        given = [] if threshold is None else ["--threshold", str(threshold)]
+        assert run_main(["predict", "--checkpoint", tmp_path / "model", "--dataset", f"npz:{root}", "--out",
+                         tmp_path / "p.csv", *given]) == 0
+        lines = (tmp_path / "p.csv").read_text().splitlines()
+        assert lines[0] == "node,labels,prob_0,prob_1,prob_2,prob_3" and len(lines) == 401
+        for line in lines[1:]:
+            node, chosen, *probs = line.split(",")
+            assert chosen.split() == [str(j) for j, p in enumerate(map(float, probs)) if p > (threshold or 0.5)], line
+        assert sum(len(line.split(",")[1].split()) for line in lines[1:]) > 50  # labels were chosen
     capsys.readouterr()
-    assert run_main(["evaluate", "--checkpoint", tmp_path / "model", "--dataset", f"npz:{root}"]) == 2
-    assert f"--checkpoint {tmp_path / 'model'}: a multilabel model; `jaxgcn evaluate` scores single-label models" \
-        in " ".join(capsys.readouterr().err.split())
+    # evaluate: the model's test ROC-AUC as train reported it, and per label its counts at the threshold
+    assert run_main(["evaluate", "--checkpoint", tmp_path / "model", "--dataset", f"npz:{root}", "--json",
+                     tmp_path / "e.json", "--threshold", "0.3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    e = json.loads((tmp_path / "e.json").read_text())
+    assert e["task"] == "multilabel" and e["nodes"] == 200 and e["labels"] == ["0", "1", "2", "3"]
+    assert e["rocauc"] == pytest.approx(report["test_acc"][0], abs=1e-6) and e["labels_defined"] == 4
+    y = np.load(root / "labels.npy")[np.load(root / "splits.npz")["test"]]
+    assert e["positive"] == (y == 1).sum(axis=0).tolist() and e["negative"] == (y == 0).sum(axis=0).tolist()
+    assert e["threshold"] == 0.3 and 0.8 < e["micro_f1"] <= 1.0
+    assert out[0] == (f"test: 200 nodes, 4 labels | ROC-AUC {e['rocauc']:.4f} (4 of 4 labels have a positive and a "
+                      f"negative target here) | at threshold 0.3: micro-F1 {e['micro_f1']:.4f}, macro-F1 "
+                      f"{e['macro_f1']:.4f}")
+    assert out[2].split()[0] == "0" and float(out[2].split()[1]) == pytest.approx(e["auc"][0], abs=1e-4)
 
 
 def test_a_multilabel_npz_graph_needs_its_split_file(tmp_path):
@@ -302,3 +298,47 @@ def test_the_task_flag_trains_micro_f1_on_a_sharded_graph_and_names_a_mismatch(t
     assert run_main(["train", "--dataset", "cora", "--task", "multilabel", "--epochs", "2", "--quiet"]) == 2
     assert ("--task: task='multilabel' reads labels of 2 dimensions, and these have shape (2708,) (one class id "
             "per node); use task 'auto' to let the labels decide") in " ".join(capsys.readouterr().err.split())
+
+
+def test_evaluate_label_scores_equal_scikit_learn_per_label():
+    """``evaluate``'s per-label table: each label's ROC-AUC (undefined, NaN, without a negative), and its
+    precision, recall and F1 at the threshold over the present targets, as scikit-learn scores them."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    from jaxgcn.io.metrics import label_scores
+
+    rng = np.random.default_rng(3)
+    y = (rng.random((60, 5)) < 0.4).astype(np.float64)
+    y[:, 3] = 1.0  # no negative node: its AUC is undefined and left out of the mean
+    y[rng.random(y.shape) < 0.2] = np.nan
+    probs = np.round(rng.random((60, 5)), 1)  # ties
+    auc, defined = (np.asarray(a) for a in tasks.label_aucs(jnp.asarray(probs), jnp.asarray(y, jnp.float32)))
+    s = label_scores(y, probs, np.where(defined, auc, np.nan), 0.45)
+    want_auc = []
+    for k in range(5):
+        present = ~np.isnan(y[:, k])
+        t, p = y[present, k], probs[present, k]
+        want_auc.append(roc_auc_score(t, p) if 0 < t.sum() < t.size else np.nan)
+        prec, rec, f1, _ = precision_recall_fscore_support(t, p > 0.45, average="binary", zero_division=0)
+        assert (s.precision[k], s.recall[k], s.f1[k]) == pytest.approx((prec, rec, f1), abs=1e-12)
+        assert (s.positive[k], s.negative[k]) == (int(t.sum()), int(t.size - t.sum()))
+    np.testing.assert_allclose(s.auc, want_auc, atol=1e-6)
+    assert np.isnan(s.auc[3]) and s.mean_auc == pytest.approx(np.nanmean(want_auc), abs=1e-6)
+    present = ~np.isnan(y)
+    assert s.micro_f1 == pytest.approx(f1_score(y[present], probs[present] > 0.45), abs=1e-12)
+    assert s.macro_f1 == pytest.approx(np.mean(s.f1)) and s.n == 60
+
+
+def test_a_multilabel_sweep_and_a_patience_run_name_the_task_metric(tmp_path, capsys):
+    from cli_run import run_main
+
+    root = write_multilabel_npz(tmp_path / "ml")
+    assert run_main(["sweep", "--dataset", f"npz:{root}", "--lr", "0.01,0.05", "--epochs", "20",
+                     "--no-compile-cache", "--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(line for line in out if line.lstrip().startswith("lr "))
+    assert head.split()[-5:] == ["val", "ROC-AUC", "test", "ROC-AUC", "epochs"]
+    assert run_main(["train", "--dataset", f"npz:{root}", "--epochs", "60", "--early-stopping", "patience",
+                     "--patience", "5", "--no-compile-cache"]) == 0
+    assert any(line.startswith("patience: restored the params of epoch ") and "(best validation ROC-AUC 0." in line
+               for line in capsys.readouterr().out.splitlines())

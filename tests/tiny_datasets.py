@@ -90,3 +90,23 @@ def tiny_row(path: Path, name: str):
                     hashlib.sha256(path.read_bytes()).hexdigest())
     return Dataset(name, "gnnbench", (source,), GB_NODES, 0, GB_FEATURES, GB_CLASSES, "per-class-20-30", "test",
                    "test", stem=path.stem)
+
+
+def write_multilabel_npz(root):
+    """``npz:DIR`` of a 400-node synthetic graph whose labels.npy is [n, 4] int8 (1, 0; -1 = missing)."""
+    from jaxgcn.datasets import synthetic
+
+    root.mkdir()
+    raw = synthetic(400, n_classes=3, n_features=8, seed=0)
+    sp.save_npz(root / "adjacency.npz", sp.coo_matrix((np.ones(len(raw.senders)), (raw.receivers, raw.senders)),
+                                                      shape=(400, 400)).tocsr())
+    x = raw.features.toarray() if sp.issparse(raw.features) else np.asarray(raw.features)
+    np.save(root / "features.npy", x.astype(np.float32))
+    c = np.asarray(raw.labels)
+    y = np.stack([c == 0, c == 1, c == 2, c <= 1], axis=1).astype(np.int8)
+    y[::9, 2] = -1
+    np.save(root / "labels.npy", y)
+    order = np.random.default_rng(0).permutation(400)
+    np.savez(root / "splits.npz", train=order[:80], val=order[80:200], test=order[200:])
+    return root
+

@@ -335,11 +335,16 @@ def _number(value: float) -> str:
     return f"{value:.6g}"
 
 
-def format_table(rows: list[Row]) -> str:
+METRIC_HEADS = {"accuracy": "acc", "rocauc": "ROC-AUC", "micro_f1": "micro-F1"}  # the table's column words
+
+
+def format_table(rows: list[Row], metric: str = "accuracy") -> str:
     """The rows as a fixed-width table, best first, with the best configuration named below (one
-    run per configuration: no ± spread; epochs as integers where the mean is whole)."""
+    run per configuration: no ± spread; epochs as integers where the mean is whole); ``metric``: the
+    task's (:attr:`jaxgcn.core.tasks.Task.metric`), named in the val and test columns."""
+    word = METRIC_HEADS.get(metric, metric)
     head = f"{'lr':>8s} {'wd':>8s} {'drop':>5s} {'hid':>4s} {'lay':>3s} {'opt':>8s} {'runs':>4s} " \
-           f"{'val acc':>15s} {'test acc':>15s} {'epochs':>6s}"
+           f"{'val ' + word:>15s} {'test ' + word:>15s} {'epochs':>6s}"
     lines = [head, "-" * len(head)]
     for r in rows:
         c = r.config

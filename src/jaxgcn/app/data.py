@@ -166,7 +166,8 @@ def _read_graph(request: DataRequest, require_labels: bool) -> RawGraph:
     r = request
     if r.edges is not None:
         if require_labels and r.labels is None:
-            raise ValueError("--labels FILE is needed with --edges: a CSV node,label")
+            raise ValueError("--labels FILE is needed with --edges: a CSV node,label (or, for several labels per "
+                             "node, node,labels or node,<label1>,<label2>,...)")
         paths = [Path(p) for p in (r.edges, r.features, r.labels) if p is not None]
 
         def parse() -> RawGraph:

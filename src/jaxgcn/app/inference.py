@@ -24,7 +24,8 @@ from jaxgcn.io import outputs, reports
 from jaxgcn.store import checkpoint
 from jaxgcn.store.checkpoint import SPLIT_CODES, Checkpoint
 from jaxgcn.datasets import Prepared, RawGraph, prepare
-from jaxgcn.io.metrics import Classification, classification
+from jaxgcn.datasets.loading import unlabelled_nodes
+from jaxgcn.io.metrics import Classification, LabelScores, classification, label_scores
 from jaxgcn.core.models import Execution, GCNConfig, gcn, precision_scope
 from jaxgcn.plan import concrete
 
@@ -262,42 +263,65 @@ def task(ck: Checkpoint, prepared: Prepared) -> Task:
 
 
 def score(ck: Checkpoint, prepared: Prepared, on: str, precision: str | None = None,
-          source: str = "checkpoint") -> Classification:
+          source: str = "checkpoint", threshold: float | None = None) -> Classification | LabelScores:
     """The saved model's metrics on the ``on`` nodes of the prepared graph (``"train"|"val"|"test"``:
-    that split; anything else: every labelled node), in ``precision`` (:func:`logits`). A single-label
-    model's only: another task's is refused, naming ``source``."""
+    that split; anything else: every labelled node), in ``precision`` (:func:`logits`): a single-label
+    model's :class:`~jaxgcn.io.metrics.Classification`, a multi-label model's
+    :class:`~jaxgcn.io.metrics.LabelScores` (its labels predicted above ``threshold``, default 0.5;
+    given for a single-label model, refused naming ``source``)."""
     learned = task(ck, prepared)
-    if learned.name != "multiclass":
-        raise ValueError(f"{source}: a {learned.name} model; `jaxgcn evaluate` scores single-label models (its "
-                         f"confusion matrix and per-class F1). Its {tasks.TITLES.get(learned.metric)} per split is in "
-                         "`jaxgcn train --json`, and `jaxgcn predict` writes its probabilities per label")
-    predicted = np.asarray(logits(ck, prepared, precision=precision)).argmax(axis=1)
+    if learned.name == "multiclass":
+        check_threshold(threshold, source)
+    out = np.asarray(logits(ck, prepared, precision=precision))
     d = prepared.data
     labels = np.asarray(d.labels)
     mask = {"test": d.test_mask, "val": d.val_mask, "train": d.train_mask}.get(on)
-    chosen = labels >= 0 if mask is None else (np.asarray(mask).reshape(-1, labels.size)[0] > 0)
-    return classification(labels[chosen], predicted[chosen], ck.meta["n_classes"])
+    n = labels.shape[0]
+    chosen = ~unlabelled_nodes(labels) if mask is None else (np.asarray(mask).reshape(-1, n)[0] > 0)
+    if learned.name == "multiclass":
+        return classification(labels[chosen], out.argmax(axis=1)[chosen], ck.meta["n_classes"])
+    auc, defined = (np.asarray(a) for a in tasks.label_aucs(jax.numpy.asarray(out[chosen]),
+                                                             jax.numpy.asarray(labels[chosen])))
+    return label_scores(labels[chosen], sigmoid(out[chosen]), np.where(defined, auc, np.nan),
+                        0.5 if threshold is None else threshold)
 
 
-def write_report(path: str | Path, on: str, names: list[str], metrics: Classification, *, label: str) -> None:
+def check_threshold(threshold: float | None, source: str) -> None:
+    """A ``--threshold`` is a multi-label model's: one given for a single-label model is refused."""
+    if threshold is not None:
+        raise ValueError(f"--threshold {threshold:g}: {source} is a single-label model, which predicts the class "
+                         "of highest probability; the threshold picks a multi-label model's labels (leave it out)")
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Each label's probability, without overflow for large negative logits."""
+    return np.exp(-np.logaddexp(0.0, -np.asarray(logits, np.float64)))
+
+
+def write_report(path: str | Path, on: str, names: list[str], metrics: Classification | LabelScores, *,
+                 label: str) -> None:
     """The evaluation's JSON report (:func:`jaxgcn.io.reports.evaluation_report`) written atomically to
     ``path`` (``label``: what an error calls it)."""
     outputs.write_atomic(path, reports.json_text(reports.evaluation_report(on, names, metrics)), label=label)
 
 
 def predictions_csv(ck: Checkpoint, prepared: Prepared, node_ids: np.ndarray | None,
-                    precision: str | None = None, threshold: float = 0.5) -> tuple[str, int]:
+                    precision: str | None = None, threshold: float | None = None,
+                    source: str = "checkpoint") -> tuple[str, int]:
     """``node,label,prob_<class>...`` CSV text of every node of the prepared graph (named by
     ``node_ids`` ([n_nodes] str), else by position), and the number of nodes; in ``precision`` (:func:`logits`).
     A multi-label model's rows are ``node,labels,prob_<label>...``: the labels whose probability is over
-    ``threshold``, separated by spaces (:meth:`jaxgcn.core.tasks.Task.decode`), and each label's sigmoid."""
+    ``threshold`` (default 0.5; refused for a single-label model, naming ``source``), separated by spaces
+    (:meth:`jaxgcn.core.tasks.Task.decode`), and each label's sigmoid."""
+    learned = task(ck, prepared)
+    if learned.name == "multiclass":
+        check_threshold(threshold, source)
     out = np.asarray(logits(ck, prepared, precision=precision))
     names = class_names(ck)
     ids = node_ids if node_ids is not None else np.arange(out.shape[0]).astype(str)
-    learned = task(ck, prepared)
     if learned.name != "multiclass":
-        chosen = learned.decode(out, threshold) > 0
-        probs = 1.0 / (1.0 + np.exp(-out))
+        chosen = learned.decode(out, 0.5 if threshold is None else threshold) > 0
+        probs = sigmoid(out)
         pred = np.array([" ".join(np.asarray(names)[row]) for row in chosen], dtype=object)
         body = np.column_stack([ids.astype(str), pred.astype(str), np.char.mod("%.6f", probs).astype(str)])
         return ("node,labels," + ",".join(f"prob_{n}" for n in names) + "\n"

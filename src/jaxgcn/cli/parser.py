@@ -210,7 +210,9 @@ def _add_source_args(d: argparse._ArgumentGroup) -> None:
     add_data_root(d)
     d.add_argument("--edges", type=v.path, help="your graph: edge file (CSV src,dst[,weight] or 'src dst' lines); "
                    "with --labels FILE and optionally --features FILE")
-    d.add_argument("--labels", type=v.path, help="with --edges: CSV node,label (names or integers)")
+    d.add_argument("--labels", type=v.path,
+                   help="with --edges: CSV node,label (names or integers); several labels per node: node,labels "
+                        "(a row per node and label) or node,<label1>,<label2>,... (1/0/empty cells)")
     d.add_argument("--features", type=v.count_or_path, default=None,
                    help="with --edges: the features file (node,f0,f1,... or node,feature,value CSV, .npy or "
                         ".npz; absent: one-hot ids); with --dataset synthetic: the feature count (default: "
@@ -564,6 +566,9 @@ def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--precision", choices=PRECISIONS, default=None,
                        help=f"{PRECISION_HELP} (default: the precision the checkpoint was trained in; auto for a "
                             "checkpoint that records none)")
+        p.add_argument("--threshold", type=v.probability, default=None,
+                       help="a multi-label model's labels are those whose probability is above this (default 0.5)"
+                            + ("; its precision, recall and F1 are scored there" if name == "evaluate" else ""))
         p.set_defaults(func=command(name))
 
 

@@ -19,7 +19,8 @@ from jaxgcn.cli.values import STDOUT
 def predictions_csv(args: argparse.Namespace) -> tuple[str, int]:
     """The CSV text of every node of the flags' data under the flags' checkpoint, and the number of nodes."""
     loaded = load_for_checkpoint(args, need_split=False)
-    return inference.predictions_csv(loaded.ck, loaded.prepared, loaded.node_ids, args.precision)
+    return inference.predictions_csv(loaded.ck, loaded.prepared, loaded.node_ids, args.precision,
+                                     threshold=args.threshold, source=f"--checkpoint {args.checkpoint}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxgcn.io import outputs, reports
 from jaxgcn.store import batch_state
@@ -22,6 +23,7 @@ from jaxgcn.cli.config import sweep_base, sweep_grid
 from jaxgcn.cli.data import Loaded, load, split_csv
 from jaxgcn.cli.runtime import is_writer
 from jaxgcn.core.models import GCNConfig
+from jaxgcn.core.tasks import task_of
 from jaxgcn.plan import Plan
 from jaxgcn.io.progress import Progress
 from jaxgcn.sweep import Grid, Row, csv_text, format_table, rows_to_json
@@ -105,7 +107,7 @@ def _sweep(args: argparse.Namespace) -> int:
     rows = _run(args, loaded, grid, seeds, (model_config, train_config, resolved), say)
     if not is_writer():
         return 0
-    print(format_table(rows))
+    print(format_table(rows, task_of(train_config.task, np.asarray(loaded.prepared.data.labels)).metric))
     record = records.for_run(args, loaded.prepared.data)  # what reproduces the sweep (--json's "record")
     _write(args, loaded, grid, train_config, seeds, rows, record, resolved.precision)
     return 0

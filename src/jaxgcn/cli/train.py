@@ -135,7 +135,7 @@ def _train(args: argparse.Namespace, the_job: Job, say: Say) -> int:
     if not writer:
         return 0
     print(summary_line(outcome))
-    restored = restored_line(outcome.runs)
+    restored = restored_line(outcome.runs, tasks.TITLES.get(outcome.metric, outcome.metric))
     if restored:
         (print if the_job.sharded else say)(restored)
     if outcome.hint:

@@ -52,6 +52,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1 (a decision threshold)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1 (a probability threshold, e.g. 0.5)")
+    return value
+
+
 def list_of(kind: Any, what: str, each: Any = None) -> Callable[[str], tuple]:
     """A comma-separated list of ``kind``; ``each`` (an argparse type) then checks every value's range."""
     def parse(text: str) -> tuple:

@@ -187,7 +187,7 @@ class MultiLabel(NamedTuple):
         return loss, _mean_auc(logits, labels, masks)
 
     def decode(self, logits: np.ndarray, threshold: float) -> np.ndarray:
-        return (1.0 / (1.0 + np.exp(-logits)) > threshold).astype(np.int8)
+        return (np.exp(-np.logaddexp(0.0, -np.asarray(logits, np.float64))) > threshold).astype(np.int8)  # sigmoid
 
 
 def _mean_auc(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> jax.Array:
@@ -199,6 +199,14 @@ def _mean_auc(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> jax.Arr
     column = jax.vmap(jax.vmap(rank_auc, in_axes=(1, 1, 1)), in_axes=(1, 1, 1))  # over runs, then labels
     auc, defined = column(logits.astype(jnp.float32), pos, inside - pos)
     return jnp.sum(jnp.where(defined, auc, 0.0), axis=1) / jnp.maximum(jnp.sum(defined, axis=1).astype(auc.dtype), 1.0)
+
+
+def label_aucs(scores: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each label's ROC-AUC over the nodes given (scores [n, L], labels [n, L]: 1, 0, NaN missing) by
+    :func:`rank_auc`, and whether it is defined: two [L] arrays (``evaluate``'s per-label table)."""
+    targets, valid = _targets(labels)
+    pos = valid * targets
+    return jax.vmap(rank_auc, in_axes=(1, 1, 1))(scores.astype(jnp.float32), pos, valid - pos)
 
 
 def _f1_sums(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> jax.Array:

@@ -5,7 +5,10 @@
 - features (optional): dense CSV (``node,f0,f1,...``), sparse triplets CSV (``node,feature,value``),
   ``.npy`` (row i = node i) or a SciPy ``.npz`` matrix; absent -> one-hot node identity features;
 - labels: CSV ``node,label``; labels may be integers or names (names are kept as class names, in
-  sorted order); nodes without a row are unlabelled and never used in a split.
+  sorted order); nodes without a row are unlabelled and never used in a split. Several labels per
+  node (a multi-label task, :class:`jaxgcn.core.tasks.MultiLabel`): ``node,labels`` with one row per
+  (node, label) pair, or ``node,<label1>,<label2>,...`` with a 1/0/empty cell per node and label
+  (see :func:`read_labels`); the targets are then [n, L] float32, NaN where missing.
 
 Node ids may be integers or strings; they are compared as text after trimming spaces, so the same
 id names the same node in all three files. With a features file, every node of the graph must have
@@ -20,14 +23,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
 from jaxgcn.datasets.base import RawGraph
 from jaxgcn.datasets.readers import Table, is_number, read_npy, read_sparse_npz, read_table
-from jaxgcn.core.validate import check_graph_size
+from jaxgcn.core.validate import check_allocation, check_graph_size
 
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -58,13 +61,13 @@ def _columns(table: Table, required: tuple[str, ...], optional: tuple[str, ...] 
     return {c: index[c] for c in required + optional if c in index}
 
 
-def _no_duplicates(ids: np.ndarray, table: Table) -> None:
+def _no_duplicates(ids: np.ndarray, table: Table, hint: str = "") -> None:
     uniq, first, counts = np.unique(ids, return_index=True, return_counts=True)
     if np.any(counts > 1):
         k = int(np.argmax(counts > 1))
         second = np.flatnonzero(ids == uniq[k])[1]
         raise ValueError(f"{table.name}: node {str(uniq[k])!r} appears twice (lines {table.line(int(first[k]))} and "
-                         f"{table.line(int(second))}); give each node one row")
+                         f"{table.line(int(second))}); give each node one row{hint}")
 
 
 def read_edges(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
@@ -206,27 +209,168 @@ def _finite(x: np.ndarray, path: Path, table: Table | None = None) -> np.ndarray
     return x
 
 
+class Labels(NamedTuple):
+    """A labels file as read by :func:`_read_labels`.
+
+    Attributes:
+        ids: [m] node ids (text), each once.
+        targets: [m] int32 class ids (``node,label``), or [m, L] float32 targets (1, 0; NaN missing).
+        names: the class or label names (index = class id or label column).
+        table: the file's table, for messages.
+        rows: [m] the table row of each id (its first), for messages.
+    """
+
+    ids: np.ndarray
+    targets: np.ndarray
+    names: list[str]
+    table: Table
+    rows: np.ndarray
+
+
+LABEL_FORMS = ("node,label (one class per node), node,labels (several labels per node: one row per node and label) "
+               "or node,<label1>,<label2>,... (a 1/0 column per label)")
+
+
 def read_labels(path: str | Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """``(node ids, class ids, class names)``; names sorted (numerically when all are integers)."""
-    return _read_labels(path)[:3]
+    """``(node ids, targets, names)`` of a labels CSV in one of three forms:
+
+    - ``node,label``: one row per node; ``targets`` are [m] int32 class ids, ``names`` the classes,
+      sorted (numerically when all are integers);
+    - ``node,labels``: several labels per node, one row per (node, label) pair (a cell may also hold
+      several names separated by spaces, as ``jaxgcn predict`` writes them; an empty cell lists a node
+      with none of the labels); ``targets`` are [m, L] float32: 1 for a node's listed labels, 0 for
+      the others; ``names`` the labels, sorted as classes are;
+    - ``node,<label1>,<label2>,...`` (two or more columns, no ``label``/``labels``): a cell per node
+      and label holding 1, 0 or nothing (unknown: NaN in ``targets`` [m, L]); ``names`` the headers.
+    """
+    found = _read_labels(path)
+    return found.ids, found.targets, found.names
 
 
-def _read_labels(path: str | Path) -> tuple[np.ndarray, np.ndarray, list[str], Table]:
+def _read_labels(path: str | Path) -> Labels:
     table = read_table(Path(path), "labels")
-    cols = _columns(table, ("node", "label"))
-    ids, labels = table.cells[:, cols["node"]], table.cells[:, cols["label"]]
-    _no_duplicates(ids, table)
+    if table.header is None:
+        raise ValueError(f"{table.name}: no header line; the first line must name the columns: {LABEL_FORMS}")
+    names = [h.lower() for h in table.header]
+    for word in ("node", "label", "labels"):
+        if names.count(word) > 1:
+            at = [i + 1 for i, h in enumerate(names) if h == word]
+            raise ValueError(f"{table.name}: line {table.skip}: the header names column {word!r} twice (columns "
+                             f"{at[0]} and {at[1]}); give each column one name")
+    if "node" not in names:
+        raise ValueError(f"{table.name}: header {','.join(table.header)} lacks column(s) node; expected {LABEL_FORMS}")
+    node = names.index("node")
+    others = [i for i in range(len(names)) if i != node]
+    kinds = [i for i in others if names[i] in ("label", "labels")]
+    if kinds and len(others) > 1:
+        extra = [i for i in others if i != kinds[0]]
+        named = ",".join(table.header[i] for i in extra[:3]) + (",..." if len(extra) > 3 else "")
+        raise ValueError(f"{table.name}: line {table.skip}, column {extra[0] + 1}: the header {','.join(table.header)} "
+                         f"has a {names[kinds[0]]!r} column and other columns ({named}); give {LABEL_FORMS}, not a "
+                         "mix (drop the other columns)")
+    if kinds:
+        return (_one_label if names[kinds[0]] == "label" else _label_rows)(table, node, kinds[0])
+    if len(others) < 2:
+        raise ValueError(f"{table.name}: header {','.join(table.header)} lacks column(s) label; expected "
+                         f"{LABEL_FORMS}")
+    return _label_columns(table, node, others)
+
+
+def _one_label(table: Table, node: int, column: int) -> Labels:
+    """``node,label``: one class per node."""
+    ids, labels = table.cells[:, node], table.cells[:, column]
+    _no_duplicates(ids, table, hint=", or name the column labels (node,labels) for several labels per node, one row "
+                                    "per node and label")
     empty = np.flatnonzero(labels == "")
     if empty.size:
         raise ValueError(f"{table.name}: line {table.line(int(empty[0]))} has an empty label; leave unlabelled "
                          "nodes out")
-    names, classes = np.unique(labels, return_inverse=True)  # sorted as text
+    names, classes = _sorted_names(labels)
+    return Labels(ids, classes.astype(np.int32), names, table, np.arange(ids.size))
+
+
+def _sorted_names(labels: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The distinct names of ``labels`` sorted as text, or by value when all are integers, and the
+    index of each entry's name."""
+    names, index = np.unique(labels, return_inverse=True)  # sorted as text
     if all(_is_int(n) for n in names):  # integer labels: class k is label k's rank by value
         order = np.array(sorted(range(names.size), key=lambda i: int(names[i])), np.int64)
         rank = np.empty_like(order)
         rank[order] = np.arange(order.size)
-        names, classes = names[order], rank[classes]
-    return ids, classes.astype(np.int32), [str(n) for n in names], table
+        names, index = names[order], rank[index]
+    return [str(n) for n in names], index.reshape(-1)
+
+
+def _label_rows(table: Table, node: int, column: int) -> Labels:
+    """``node,labels``: one row per (node, label) pair (a cell may name several labels, separated by
+    spaces; an empty one lists a node with none); each listed node's targets: 1 for its labels, 0 else."""
+    cells = table.cells[:, column]
+    ids, node_of = np.unique(table.cells[:, node], return_inverse=True)
+    rows = np.full(ids.size, table.cells.shape[0])
+    np.minimum.at(rows, node_of, np.arange(node_of.size))
+    if np.any(np.char.find(cells, " ") >= 0):  # predict's form: the names in a cell separated by spaces
+        parts = [cell.split() for cell in cells.tolist()]
+        row_of = np.repeat(np.arange(cells.size), [len(p) for p in parts])
+        given = np.array([name for p in parts for name in p], dtype=str)
+    else:
+        row_of = np.flatnonzero(cells != "")
+        given = cells[row_of]
+    if given.size == 0:
+        raise ValueError(f"{table.name}: every cell of the labels column is empty, so no node has a label; list each "
+                         "node's labels, one row per node and label")
+    names, label_of = _sorted_names(given)
+    check_allocation(4 * ids.size * len(names), table.name, f"{ids.size:,} nodes x {len(names):,} labels",
+                     "give fewer distinct labels")
+    key = node_of[row_of].astype(np.int64) * len(names) + label_of
+    uniq, counts = np.unique(key, return_counts=True)
+    if np.any(counts > 1):
+        dup = np.flatnonzero(key == uniq[np.argmax(counts > 1)])[:2]  # its first two places in ``given``
+        first, second = (table.line(int(r)) for r in row_of[dup])
+        where = f"lines {first} and {second}" if first != second else f"line {first}"
+        raise ValueError(f"{table.name}: node {str(ids[node_of[row_of[dup[0]]]])!r} has label {str(given[dup[0]])!r} "
+                         f"twice ({where}); list each (node, label) pair once")
+    targets = np.zeros((ids.size, len(names)), np.float32)
+    targets[node_of[row_of], label_of] = 1.0
+    return Labels(ids, targets, names, table, rows)
+
+
+def _label_columns(table: Table, node: int, columns: list[int]) -> Labels:
+    """``node,<label1>,<label2>,...``: a 1/0/empty cell per node and label."""
+    names = [table.header[i] for i in columns]
+    for j, name in enumerate(names):
+        if name == "" or name in names[:j]:
+            why = "has no name" if name == "" else f"repeats the label name {name!r}"
+            raise ValueError(f"{table.name}: line {table.skip}, column {columns[j] + 1}: the header's column {why}; "
+                             "name each label column once")
+    ids = table.cells[:, node]
+    _no_duplicates(ids, table)
+    block = table.cells[:, columns]
+    targets = np.full(block.shape, np.nan, np.float32)
+    targets[block == "1"] = 1.0
+    targets[block == "0"] = 0.0
+    other = np.argwhere(np.isnan(targets) & (block != ""))
+    if other.size:  # other spellings of 1 and 0 ("1.0", "0.0"); anything else is refused
+        values = {cell: _target(cell) for cell in np.unique(block[other[:, 0], other[:, 1]]).tolist()}
+        for i, j in other:
+            value = values[block[i, j]]
+            if value is None:
+                raise ValueError(f"{table.name}: line {table.line(int(i))}, column {columns[j] + 1} (label "
+                                 f"{names[j]!r}): {str(block[i, j])!r} is not 1, 0 or empty; a label column holds 1 "
+                                 "(the node has the label), 0 (it has not) or nothing (unknown); one class per node "
+                                 "is a header node,label")
+            targets[i, j] = value
+    if np.all(np.isnan(targets)):
+        raise ValueError(f"{table.name}: every cell of the {len(names)} label columns is empty, so no node has a "
+                         "target; give 1 or 0 where a node's label is known")
+    return Labels(ids, targets, names, table, np.arange(ids.size))
+
+
+def _target(cell: str) -> float | None:
+    """A label cell's target: 1.0 or 0.0 for a number equal to 1 or 0, else None."""
+    if not is_number(cell):
+        return None
+    value = float(cell)
+    return value if value in (0.0, 1.0) else None
 
 
 def _is_int(text: str) -> bool:
@@ -238,11 +382,8 @@ def load_files(edges: str | Path, features: str | Path | None = None, labels: st
     """Read a graph from generic files into a :class:`RawGraph` (no split yet: ``splits`` is empty;
     draw one with :func:`~jaxgcn.datasets.splits.planetoid_split` or read a split file)."""
     src, dst, weights, edge_table = _read_edges(edges)
-    label_table = None
-    if labels is not None:
-        label_ids, classes, class_names, label_table = _read_labels(labels)
-    else:  # prediction on an unlabelled graph
-        label_ids, classes, class_names = np.zeros(0, str), np.zeros(0, np.int32), None
+    found = _read_labels(labels) if labels is not None else None  # None: prediction on an unlabelled graph
+    label_ids = found.ids if found is not None else np.zeros(0, str)
     if features is not None:
         feat_ids, x = read_features(features)
         n = x.shape[0]
@@ -250,12 +391,13 @@ def load_files(edges: str | Path, features: str | Path | None = None, labels: st
         order = np.argsort(node_ids, kind="stable")
         sorted_ids = node_ids[order]
 
-        def index(ids: np.ndarray, table: Table) -> np.ndarray:
+        def index(ids: np.ndarray, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
             pos = np.clip(np.searchsorted(sorted_ids, ids), 0, n - 1)
             missing = np.flatnonzero(sorted_ids[pos] != ids)
             if missing.size:
                 k = int(missing[0])
-                raise ValueError(f"{table.name}: node {str(ids[k])!r} (line {table.line(k)}) has no row in "
+                line = table.line(k if rows is None else int(rows[k]))
+                raise ValueError(f"{table.name}: node {str(ids[k])!r} (line {line}) has no row in "
                                  f"the features file {features}; add its features or drop it (nodes are not created "
                                  "implicitly)")
             return order[pos]
@@ -265,12 +407,15 @@ def load_files(edges: str | Path, features: str | Path | None = None, labels: st
         check_graph_size(n, n, f"edges file {edges}", what=f"one-hot features for {n:,} nodes")
         x = sp.identity(n, dtype=np.float32, format="csr")
 
-        def index(ids: np.ndarray, table: Table) -> np.ndarray:
+        def index(ids: np.ndarray, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
             return np.searchsorted(node_ids, ids)
 
     s, d = index(src, edge_table), index(dst, edge_table)
-    lab = np.full(n, -1, np.int32)
-    if label_table is not None:
-        lab[index(label_ids, label_table)] = classes
+    lab, class_names = np.full(n, -1, np.int32), None
+    if found is not None:
+        if found.targets.ndim == 2:  # several labels per node: a node the file does not list has no target (NaN)
+            lab = np.full((n, found.targets.shape[1]), np.nan, np.float32)
+        lab[index(found.ids, found.table, found.rows)] = found.targets
+        class_names = found.names
     return RawGraph(name or Path(edges).stem, s.astype(np.int64), d.astype(np.int64), x, lab, {}, weights,
                     class_names, node_ids)

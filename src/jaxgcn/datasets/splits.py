@@ -13,13 +13,19 @@ def planetoid_split(labels: np.ndarray, per_class: int = 20, n_val: int = 500, n
 
     Val and test are drawn from the remaining labelled nodes (fewer when the graph is small: val
     gets at most a third of them and test the rest, up to ``n_test``). Unlabelled nodes (-1) are
-    never used. ``class_names`` (index = class id) name the classes in error messages.
+    never used. ``class_names`` (index = class id) name the classes in error messages. Multi-label
+    targets ([n, L]) have no classes to draw from: a ValueError names the flags that give their split.
 
     >>> s = planetoid_split(np.array([0, 1] * 50), per_class=5, n_val=20, n_test=30)
     >>> [len(s[k]) for k in ("train", "val", "test")]
     [10, 20, 30]
     """
     labels = np.asarray(labels)
+    if labels.ndim == 2:
+        raise ValueError(f"the labels are {labels.shape[1]} targets per node (a multi-label task): they have no "
+                         "classes to draw a per-class split from (--train-per-class; own files' default split, "
+                         "--split random); give the split with --train-frac F (a random fraction of the labelled "
+                         "nodes) or --split-file FILE")
     rng = np.random.default_rng(seed)
     classes = np.unique(labels[labels >= 0])
     train = []
@@ -89,10 +95,15 @@ def per_class_split(labels: np.ndarray, train_per_class: int = 20, val_per_class
 
 def fraction_split(labels: np.ndarray, train: float, val: float, test: float, seed: int = 0) -> dict[str, np.ndarray]:
     """Stratified random split by fractions of each class's labelled nodes (unlabelled: none).
+    Multi-label targets ([n, L], NaN missing) have no classes: the fractions are of every labelled node
+    (one with a target), drawn at random.
 
     >>> s = fraction_split(np.array([0] * 10 + [1] * 10), 0.6, 0.2, 0.2)
     >>> [len(s[k]) for k in ("train", "val", "test")]
     [12, 4, 4]
+    >>> s = fraction_split(np.array([[1, 0]] * 15 + [[np.nan, np.nan]] * 5), 0.6, 0.2, 0.2)
+    >>> [len(s[k]) for k in ("train", "val", "test")]
+    [9, 3, 3]
     """
     fracs = {"train": train, "val": val, "test": test}
     for k, f in fracs.items():
@@ -103,8 +114,10 @@ def fraction_split(labels: np.ndarray, train: float, val: float, test: float, se
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in fracs}
-    for c in np.unique(labels[labels >= 0]):
-        members = rng.permutation(np.flatnonzero(labels == c))
+    groups = [np.flatnonzero(~np.all(np.isnan(labels), axis=1))] if labels.ndim == 2 else \
+        [np.flatnonzero(labels == c) for c in np.unique(labels[labels >= 0])]
+    for group in groups:
+        members = rng.permutation(group)
         n_train = int(round(train * members.size))
         n_val = int(round(val * members.size))
         n_test = min(int(round(test * members.size)), members.size - n_train - n_val)

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from jaxgcn.host import machine
-from jaxgcn.io.metrics import Classification
+from jaxgcn.io.metrics import Classification, LabelScores
 
 
 class RunSummary(NamedTuple):
@@ -33,21 +33,24 @@ class RunSummary(NamedTuple):
     restored_epoch: int | None = None  # patience early stopping: the epoch whose params the run returns
 
 
-def restored_line(runs: list[RunSummary]) -> str | None:
-    """With patience early stopping, which epoch's params the runs returned (``None`` otherwise).
+def restored_line(runs: list[RunSummary], metric: str = "accuracy") -> str | None:
+    """With patience early stopping, which epoch's params the runs returned (``None`` otherwise);
+    ``metric``: the task's metric in words (what ``val_acc`` holds).
 
     >>> restored_line([RunSummary(0, 0, 0.81, 0.795, 150, True, 100)])
     'patience: restored the params of epoch 100 (best validation accuracy 0.7950)'
+    >>> restored_line([RunSummary(0, 0, 0.81, 0.795, 150, True, 100)], "ROC-AUC")
+    'patience: restored the params of epoch 100 (best validation ROC-AUC 0.7950)'
     """
     epochs = [r.restored_epoch for r in runs if r.restored_epoch is not None]
     if not epochs:
         return None
     val = float(np.mean([r.val_acc for r in runs]))
     if len(runs) == 1:
-        return f"patience: restored the params of epoch {epochs[0]} (best validation accuracy {val:.4f})"
+        return f"patience: restored the params of epoch {epochs[0]} (best validation {metric} {val:.4f})"
     span = f"{min(epochs)}" if min(epochs) == max(epochs) else f"{min(epochs)}-{max(epochs)}"
-    return (f"patience: restored each run's params of its best validation accuracy (epochs {span}; mean best "
-            f"validation accuracy {val:.4f})")
+    return (f"patience: restored each run's params of its best validation {metric} (epochs {span}; mean best "
+            f"validation {metric} {val:.4f})")
 
 
 # The spread over runs that the summaries and reports give: the population std (divided by the number
@@ -138,8 +141,17 @@ def sweep_report(data: dict[str, Any], grid: Any, train_config: Any, seeds: list
             **({"record": record} if record is not None else {})}
 
 
-def evaluation_report(on: str, class_names: list[str], metrics: Classification) -> dict[str, Any]:
-    """``evaluate --json``: the scored nodes, accuracy, macro-F1 and the per-class metrics."""
+def evaluation_report(on: str, class_names: list[str], metrics: Classification | LabelScores) -> dict[str, Any]:
+    """``evaluate --json``: the scored nodes, accuracy, macro-F1 and the per-class metrics; a multi-label
+    model's mean ROC-AUC (over the labels where it is defined), micro- and macro-F1 at its threshold and
+    the per-label metrics (``auc`` null where undefined)."""
+    if isinstance(metrics, LabelScores):
+        return {"on": on, "nodes": metrics.n, "task": "multilabel", "rocauc": metrics.mean_auc,
+                "labels_defined": int(np.sum(~np.isnan(metrics.auc))), "micro_f1": metrics.micro_f1,
+                "macro_f1": metrics.macro_f1, "threshold": metrics.threshold, "labels": class_names,
+                "auc": [None if np.isnan(a) else float(a) for a in metrics.auc],
+                "precision": metrics.precision.tolist(), "recall": metrics.recall.tolist(), "f1": metrics.f1.tolist(),
+                "positive": metrics.positive.tolist(), "negative": metrics.negative.tolist()}
     return {"on": on, "nodes": metrics.n, "accuracy": metrics.accuracy, "macro_f1": metrics.macro_f1,
             "classes": class_names, "precision": metrics.precision.tolist(), "recall": metrics.recall.tolist(),
             "f1": metrics.f1.tolist(), "confusion": metrics.confusion.tolist()}
