@@ -342,3 +342,26 @@ def test_a_multilabel_sweep_and_a_patience_run_name_the_task_metric(tmp_path, ca
                      "--patience", "5", "--no-compile-cache"]) == 0
     assert any(line.startswith("patience: restored the params of epoch ") and "(best validation ROC-AUC 0." in line
                for line in capsys.readouterr().out.splitlines())
+
+
+def test_a_multilabel_log_names_its_metric_and_plot_curves_labels_by_it(tmp_path, monkeypatch):
+    from cli_run import run_main
+
+    from jaxgcn.io import plots
+
+    root = write_multilabel_npz(tmp_path / "ml")
+    log = tmp_path / "l.jsonl"
+    assert run_main(["train", "--dataset", f"npz:{root}", "--epochs", "30", "--log", log, "--no-compile-cache",
+                     "--quiet"]) == 0
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["metric"] for r in records if "metric" in r] == ["rocauc"] and plots.log_metric(log) == "rocauc"
+    assert list(plots.read_log(log)) == [0] and plots.read_log(log)[0]["epoch"][-1] == 30  # the line is read past
+    drawn = {}
+    curves = plots.training_curves
+    monkeypatch.setattr(plots, "training_curves", lambda *a, **kw: drawn.update(kw) or curves(*a, **kw))
+    assert run_main(["plot", "curves", "--log", log, "--out", tmp_path / "c.png"]) == 0
+    assert drawn["metric"] == "ROC-AUC" and (tmp_path / "c.png").stat().st_size > 0
+    single = tmp_path / "s.jsonl"  # a single-label run's log names no metric: accuracy
+    assert run_main(["train", "--dataset", "synthetic", "--nodes", "200", "--epochs", "5", "--log", single,
+                     "--no-compile-cache", "--quiet"]) == 0
+    assert '"metric"' not in single.read_text() and plots.log_metric(single) == "accuracy"

@@ -19,9 +19,12 @@ from jaxgcn.cli.saved import checkpoint_model, load_for_checkpoint, logits
 def _curves(args: argparse.Namespace) -> Path:
     if not args.log.is_file():
         raise ValueError(f"--log {args.log}: no such file; write it with `jaxgcn train --log {args.log}`")
+    from jaxgcn.core.tasks import TITLES
+
     runs = plots.read_log(args.log, config_id=args.config_id)
+    metric = plots.log_metric(args.log, config_id=args.config_id)
     return plots.training_curves(runs, args.out, title=args.title or f"training curves ({args.log.name}, "
-                                 f"{len(runs)} run{'s' if len(runs) > 1 else ''})")
+                                 f"{len(runs)} run{'s' if len(runs) > 1 else ''})", metric=TITLES.get(metric, metric))
 
 
 def _sweep(args: argparse.Namespace) -> Path:

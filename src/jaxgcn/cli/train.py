@@ -131,7 +131,7 @@ def _train(args: argparse.Namespace, the_job: Job, say: Say) -> int:
     except BaseException:
         progress.done(finished=False)  # an interrupted run stopped no run early: its resume goes on logging
         raise
-    progress.done()
+    progress.done(metric=outcome.metric)
     if not writer:
         return 0
     print(summary_line(outcome))

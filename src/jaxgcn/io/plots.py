@@ -87,6 +87,8 @@ def read_log(path: str | os.PathLike, config_id: str | None = None) -> dict[int,
                 if "settings" in rec:
                     settings[tag] = rec["settings"]
                     continue
+                if "metric" in rec:  # what train_acc/val_acc hold (log_metric)
+                    continue
                 if tag not in seen:
                     seen.append(tag)
                 if config_id is not None and tag != config_id:
@@ -121,10 +123,25 @@ def read_log(path: str | os.PathLike, config_id: str | None = None) -> dict[int,
     return out
 
 
+def log_metric(path: str | os.PathLike, config_id: str | None = None) -> str:
+    """The metric a ``--log`` file's ``train_acc``/``val_acc`` hold: its ``{"metric": ...}`` line (of
+    ``config_id``'s runs when given), ``"accuracy"`` where it has none (a single-label run's)."""
+    with open(path) as f:
+        for line in f:
+            if '"metric"' in line:
+                rec = log_record(line)
+                if isinstance(rec, dict) and isinstance(rec.get("metric"), str) and \
+                        (config_id is None or rec.get("config_id") == config_id):
+                    return rec["metric"]
+    return "accuracy"
+
+
 def training_curves(runs: dict[int, dict[str, np.ndarray]], out: str | os.PathLike, *,
-                    title: str = "training curves", size: tuple[float, float] = (10, 4)) -> Path:
-    """Loss (left) and accuracy (right) against epoch; mean ± std band over runs; a dashed line at
-    the early-stopping epoch (the mean over the runs that stopped early, their range in the legend)."""
+                    title: str = "training curves", size: tuple[float, float] = (10, 4),
+                    metric: str = "accuracy") -> Path:
+    """Loss (left) and ``metric`` (right, its name in words: accuracy, ROC-AUC, ...) against epoch;
+    mean ± std band over runs; a dashed line at the early-stopping epoch (the mean over the runs that
+    stopped early, their range in the legend)."""
     import warnings
 
     plt = _pyplot()
@@ -138,8 +155,9 @@ def training_curves(runs: dict[int, dict[str, np.ndarray]], out: str | os.PathLi
         return table
 
     fig, axes = plt.subplots(1, 2, figsize=size)
-    for ax, pairs, label in ((axes[0], (("loss", "train loss"), ("val_loss", "val loss")), "cross-entropy"),
-                             (axes[1], (("train_acc", "train accuracy"), ("val_acc", "val accuracy")), "accuracy")):
+    loss = "cross-entropy" if metric == "accuracy" else "loss"
+    for ax, pairs, label in ((axes[0], (("loss", "train loss"), ("val_loss", "val loss")), loss),
+                             (axes[1], (("train_acc", f"train {metric}"), ("val_acc", f"val {metric}")), metric)):
         for key, name in pairs:
             with warnings.catch_warnings():  # epochs where every run had stopped are all-NaN columns
                 warnings.simplefilter("ignore", RuntimeWarning)

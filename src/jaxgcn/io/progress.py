@@ -119,6 +119,8 @@ def log_line_problem(line: str) -> str | None:
         return "not a JSON object"
     if "settings" in rec:
         return None if isinstance(rec.get("config_id"), str) else "settings without a config_id"
+    if "metric" in rec:
+        return None if isinstance(rec["metric"], str) else "metric is not a name"
     if not _is_int(rec.get("run")):
         return "no run number"
     if "stopped_early_at" in rec:
@@ -295,10 +297,14 @@ class Progress:
     def _seed(self, run: int) -> int:
         return int(self.seeds[run]) if run < len(self.seeds) else run
 
-    def done(self, finished: bool = True) -> None:
+    def done(self, finished: bool = True, metric: str = "accuracy") -> None:
         """Close the bar and the files; the log gets one ``stopped_early_at`` line per run that ended
         before the last epoch (what ``jaxgcn plot curves`` marks), unless the runs did not finish
-        (``finished`` False: interrupted, or failed), which stopped none of them early."""
+        (``finished`` False: interrupted, or failed), which stopped none of them early; and a line
+        ``{"metric": ...}`` naming what ``train_acc``/``val_acc`` held when the task's metric is not
+        accuracy (:attr:`jaxgcn.core.tasks.Task.metric`; ``plot curves`` labels its axis by it)."""
+        if self.log is not None and finished and metric != "accuracy":
+            self.log.write(json.dumps({"metric": metric, **self.tag}) + "\n")
         if self.log is not None and finished:
             for run, last in sorted(self.last_epoch.items()):
                 if last < self.total:
