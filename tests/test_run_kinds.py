@@ -39,7 +39,7 @@ KINDS = {
     "shard-graph": (["--shard-graph", "--devices", "4", "--epochs", "1500", "--patience", "5000"], 300, 100),
     # several 0/1 labels per node (npz:ml, tiny_datasets.write_multilabel_npz): a batch scored by ROC-AUC
     "multilabel": (["--dataset", "npz:ml", "--lr", "0.005", "--early-stopping", "patience", "--quiet", "--seeds",
-                    "3", "--epochs", "2000", "--patience", "5000"], 500, 100),
+                    "3", "--epochs", "800", "--patience", "5000"], 300, 100),
 }
 
 
