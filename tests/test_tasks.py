@@ -259,15 +259,23 @@ def test_a_resumed_multilabel_run_equals_the_uninterrupted_one_bit_for_bit():
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
-def test_rocauc_on_a_sharded_graph_is_refused_and_micro_f1_trains_as_on_one_device():
+def test_on_a_sharded_graph_rocauc_reads_every_devices_rows_and_micro_f1_sums_their_parts():
     from jaxgcn.distributed.sharded import NODES
-    from jaxgcn.training.step import Step
+    from jaxgcn.training.step import LOCAL, Step
 
-    step = Step(GCNConfig(), TrainConfig(), EXEC, None, NODES)
-    y = jnp.zeros((3, 2))
-    with pytest.raises(ValueError, match=r"the multilabel task's rocauc is not a sum over nodes, so a graph whose "
-                                         r"nodes are split over devices cannot compute it"):
-        step.metrics(jnp.zeros((3, 1, 2)), y, jnp.ones((1, 3)))
+    # ROC-AUC ranks the split's nodes of every device: each device's rows are gathered (two devices'
+    # blocks faked by a gather that appends a copy) and scored as on one device, not summed per block
+    logits = jnp.array([[[2.0, 0.0]], [[1.0, 1.0]], [[0.0, 2.0]]])
+    y = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    twice = NODES._replace(total=lambda t: jax.tree.map(lambda a: 2 * a, t),
+                           gather=lambda x, axis: jnp.concatenate([x, -x if x.ndim == 3 else x], axis=axis))
+    step = Step(GCNConfig(), TrainConfig(), EXEC, None, twice)
+    loss, auc = step.metrics(logits, y, jnp.ones((1, 3)))
+    alone, want = Step(GCNConfig(), TrainConfig(), EXEC, None, LOCAL).metrics(
+        jnp.concatenate([logits, -logits]), jnp.concatenate([y, y]), jnp.ones((1, 6)))
+    assert float(auc[0]) == pytest.approx(float(want[0])) and float(loss[0]) == pytest.approx(float(alone[0]))
+    assert float(auc[0]) != pytest.approx(float(tasks.MultiLabel().metrics(logits, y, jnp.ones((1, 3)),
+                                                                           lambda t: t)[1][0]))
     # micro-F1 is a sum: its parts go through the devices' total (here the identity of one device)
     f1 = Step(GCNConfig(), TrainConfig(task="multilabel-f1"), EXEC, None, NODES._replace(total=lambda t: t))
     loss, score = f1.metrics(jnp.array([[[1.0, -1.0]], [[1.0, 1.0]], [[-1.0, -1.0]]]),
@@ -275,7 +283,7 @@ def test_rocauc_on_a_sharded_graph_is_refused_and_micro_f1_trains_as_on_one_devi
     assert float(score[0]) == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))  # tp 2, fp 1, fn 1
 
 
-def test_the_task_flag_trains_micro_f1_on_a_sharded_graph_and_names_a_mismatch(tmp_path, capsys):
+def test_a_sharded_graph_trains_micro_f1_and_rocauc_as_one_device_and_a_mismatch_is_named(tmp_path, capsys):
     from cli_run import run_main
 
     root = write_multilabel_npz(tmp_path / "ml")
@@ -293,8 +301,14 @@ def test_the_task_flag_trains_micro_f1_on_a_sharded_graph_and_names_a_mismatch(t
                      "0", "--quiet", "--no-compile-cache"]) == 0
     one = capsys.readouterr().out.splitlines()[-1]  # without dropout the sharded run scores as one device's
     assert one.split()[:3] == summary.split()[:3] and float(one.split()[2]) > 0.9
-    refused = sharded("--epochs", "2")
-    assert refused.returncode == 2 and "rocauc is not a sum over nodes" in " ".join(refused.stderr.split())
+    # ROC-AUC: every device's rows gathered, the sharded run scores as one device's too
+    done = sharded("--epochs", "60", "--dropout", "0")
+    summary = done.stdout.splitlines()[-1]
+    assert done.returncode == 0 and summary.startswith("test ROC-AUC ") and "2 devices" in summary, done.stderr[-2000:]
+    assert run_main(["train", "--dataset", f"npz:{root}", "--epochs", "60", "--dropout", "0", "--quiet",
+                     "--no-compile-cache"]) == 0
+    one = capsys.readouterr().out.splitlines()[-1]
+    assert one.split()[:3] == summary.split()[:3] and float(one.split()[2]) > 0.9
     assert run_main(["train", "--dataset", "cora", "--task", "multilabel", "--epochs", "2", "--quiet"]) == 2
     assert ("--task: task='multilabel' reads labels of 2 dimensions, and these have shape (2708,) (one class id "
             "per node); use task 'auto' to let the labels decide") in " ".join(capsys.readouterr().err.split())

@@ -346,7 +346,7 @@ def _add_training_args(p: argparse.ArgumentParser, grid: bool) -> None:
     t.add_argument("--task", choices=("auto", "multiclass", "multilabel", "multilabel-f1"), default="auto",
                    help="what the runs learn: auto (the labels decide: one class id per node is multiclass, "
                         "scored by accuracy; several 0/1 labels per node multilabel, scored by ROC-AUC), or "
-                        "multilabel-f1 (scored by micro-F1, a sum over nodes that --shard-graph can compute)")
+                        "multilabel-f1 (scored by micro-F1, PPI's metric)")
     t.add_argument("--window", type=v.epochs, default=10, help="Kipf's early-stopping window in epochs")
     t.add_argument("--patience", type=v.epochs, default=50, help="epochs without a better validation accuracy "
                    "(--early-stopping patience)")

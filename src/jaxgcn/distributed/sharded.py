@@ -65,8 +65,14 @@ def _device_key(key: jax.Array) -> jax.Array:
     return jax.random.fold_in(key, jax.lax.axis_index(AXIS))
 
 
-# What the one training step does across the node mesh: psum the loss, metric sums and gradients.
-NODES = Collective(total=_device_total, device_key=_device_key)
+def _device_gather(x: jax.Array, axis: int) -> jax.Array:
+    """Every device's block of ``x`` along ``axis``, in device order (inside ``shard_map``)."""
+    return jax.lax.all_gather(x, AXIS, axis=axis, tiled=True)
+
+
+# What the one training step does across the node mesh: psum the loss, metric sums and gradients;
+# gather the rows a metric that is no sum reads.
+NODES = Collective(total=_device_total, device_key=_device_key, gather=_device_gather)
 
 
 def sharded_loss(model_config: GCNConfig, mesh: jax.sharding.Mesh, *, train: bool = False,

@@ -38,10 +38,13 @@ class Collective(NamedTuple):
     Attributes:
         total: sums a pytree over the devices (``psum``): the loss, metric sums and gradients.
         device_key: this device's dropout key from the run's (``fold_in`` of the device index).
+        gather: ``(array, axis)``: every device's block of ``array`` along its node axis ``axis``,
+            in device order (``all_gather``): what a metric that is no sum over nodes (ROC-AUC) reads.
     """
 
     total: Callable[[Any], Any]
     device_key: Callable[[jax.Array], jax.Array]
+    gather: Callable[[jax.Array, int], jax.Array] = lambda x, axis: x
 
 
 LOCAL = Collective(total=lambda tree: tree, device_key=lambda key: key)
@@ -134,12 +137,12 @@ class Step(NamedTuple):
 
     def metrics(self, logits: jax.Array, labels: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Each run's mean loss and the task's metric (accuracy, ROC-AUC, ...) over the masked nodes,
-        summed over devices first (a metric that is no sum needs every node on one device)."""
+        summed over devices first; a metric that is no sum over nodes (ROC-AUC ranks every node of the
+        split) reads every device's rows, gathered onto each, and is then computed as on one device."""
         task = self.task(labels)
         if not task.additive and self.collective is not LOCAL:
-            raise ValueError(f"the {task.name} task's {task.metric} is not a sum over nodes, so a graph whose "
-                             "nodes are split over devices cannot compute it; train on one device, or choose "
-                             "a metric that is a sum (--task multilabel-f1)")
+            gather = self.collective.gather
+            return task.metrics(gather(logits, 0), gather(labels, 0), gather(m, 1), LOCAL.total)
         return task.metrics(logits, labels, m, self.collective.total)
 
     def forward(self, params: Params, data: TrainData, runs: RunInputs, **kwargs: Any) -> jax.Array:
