@@ -282,7 +282,7 @@ def score(ck: Checkpoint, prepared: Prepared, on: str, precision: str | None = N
         return classification(labels[chosen], out.argmax(axis=1)[chosen], ck.meta["n_classes"])
     auc, defined = (np.asarray(a) for a in tasks.label_aucs(jax.numpy.asarray(out[chosen]),
                                                              jax.numpy.asarray(labels[chosen])))
-    return label_scores(labels[chosen], sigmoid(out[chosen]), np.where(defined, auc, np.nan),
+    return label_scores(labels[chosen], tasks.sigmoid(out[chosen]), np.where(defined, auc, np.nan),
                         0.5 if threshold is None else threshold)
 
 
@@ -291,11 +291,6 @@ def check_threshold(threshold: float | None, source: str) -> None:
     if threshold is not None:
         raise ValueError(f"--threshold {threshold:g}: {source} is a single-label model, which predicts the class "
                          "of highest probability; the threshold picks a multi-label model's labels (leave it out)")
-
-
-def sigmoid(logits: np.ndarray) -> np.ndarray:
-    """Each label's probability, without overflow for large negative logits."""
-    return np.exp(-np.logaddexp(0.0, -np.asarray(logits, np.float64)))
 
 
 def write_report(path: str | Path, on: str, names: list[str], metrics: Classification | LabelScores, *,
@@ -321,7 +316,7 @@ def predictions_csv(ck: Checkpoint, prepared: Prepared, node_ids: np.ndarray | N
     ids = node_ids if node_ids is not None else np.arange(out.shape[0]).astype(str)
     if learned.name != "multiclass":
         chosen = learned.decode(out, 0.5 if threshold is None else threshold) > 0
-        probs = sigmoid(out)
+        probs = tasks.sigmoid(out)
         pred = np.array([" ".join(np.asarray(names)[row]) for row in chosen], dtype=object)
         body = np.column_stack([ids.astype(str), pred.astype(str), np.char.mod("%.6f", probs).astype(str)])
         return ("node,labels," + ",".join(f"prob_{n}" for n in names) + "\n"

@@ -38,10 +38,9 @@ def describe_labels(on: str, names: list[str], m: LabelScores) -> list[str]:
     """A multi-label model's lines: the mean ROC-AUC (over the labels it is defined for), micro- and
     macro-F1 at the threshold, then per label its ROC-AUC ("-": no positive or no negative target
     here), precision, recall, F1 and present targets."""
-    defined = int(np.sum(~np.isnan(m.auc)))
-    lines = [f"{on}: {m.n} nodes, {len(names)} labels | ROC-AUC {m.mean_auc:.4f} ({defined} of {len(names)} labels "
-             f"have a positive and a negative target here) | at threshold {m.threshold:g}: micro-F1 {m.micro_f1:.4f}, "
-             f"macro-F1 {m.macro_f1:.4f}",
+    lines = [f"{on}: {m.n} nodes, {len(names)} labels | ROC-AUC {m.mean_auc:.4f} ({m.labels_defined} of {len(names)} "
+             f"labels have a positive and a negative target here) | at threshold {m.threshold:g}: micro-F1 "
+             f"{m.micro_f1:.4f}, macro-F1 {m.macro_f1:.4f}",
              f"{'label':>12} {'ROC-AUC':>7} {'precision':>9} {'recall':>7} {'F1':>7} {'positive':>8} {'negative':>8}"]
     lines += [f"{names[k][:12]:>12} {'-' if np.isnan(m.auc[k]) else f'{m.auc[k]:.4f}':>7} {m.precision[k]:9.4f} "
               f"{m.recall[k]:7.4f} {m.f1[k]:7.4f} {int(m.positive[k]):8d} {int(m.negative[k]):8d}"

@@ -187,26 +187,30 @@ class MultiLabel(NamedTuple):
         return loss, _mean_auc(logits, labels, masks)
 
     def decode(self, logits: np.ndarray, threshold: float) -> np.ndarray:
-        return (np.exp(-np.logaddexp(0.0, -np.asarray(logits, np.float64))) > threshold).astype(np.int8)  # sigmoid
+        return (sigmoid(logits) > threshold).astype(np.int8)
 
 
 def _mean_auc(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> jax.Array:
     """Each run's ROC-AUC averaged over the labels defined in its split ([n, R, L], [n, L], [R, n] ->
     [R]; 0 where none is)."""
-    targets, valid = _targets(labels)
-    inside = masks.T[:, :, None] * valid[:, None, :]  # [n, R, L]
-    pos = inside * targets[:, None, :]
-    column = jax.vmap(jax.vmap(rank_auc, in_axes=(1, 1, 1)), in_axes=(1, 1, 1))  # over runs, then labels
-    auc, defined = column(logits.astype(jnp.float32), pos, inside - pos)
+    auc, defined = jax.vmap(lambda s, m: label_aucs(s, labels, m), in_axes=(1, 0), out_axes=1)(logits, masks)
+    auc, defined = auc.T, defined.T  # [R, L]
     return jnp.sum(jnp.where(defined, auc, 0.0), axis=1) / jnp.maximum(jnp.sum(defined, axis=1).astype(auc.dtype), 1.0)
 
 
-def label_aucs(scores: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Each label's ROC-AUC over the nodes given (scores [n, L], labels [n, L]: 1, 0, NaN missing) by
-    :func:`rank_auc`, and whether it is defined: two [L] arrays (``evaluate``'s per-label table)."""
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Host probabilities of logits (float64), without overflow for large negative logits."""
+    return np.exp(-np.logaddexp(0.0, -np.asarray(logits, np.float64)))
+
+
+def label_aucs(scores: jax.Array, labels: jax.Array, mask: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """Each label's ROC-AUC over the nodes in ``mask`` ([n] 1/0; None: every node) by :func:`rank_auc`
+    (scores [n, L], labels [n, L]: 1, 0, NaN missing), and whether it is defined: two [L] arrays (a
+    run's metric, ``evaluate``'s per-label table)."""
     targets, valid = _targets(labels)
-    pos = valid * targets
-    return jax.vmap(rank_auc, in_axes=(1, 1, 1))(scores.astype(jnp.float32), pos, valid - pos)
+    inside = valid if mask is None else valid * mask[:, None].astype(valid.dtype)
+    pos = inside * targets
+    return jax.vmap(rank_auc, in_axes=(1, 1, 1))(scores.astype(jnp.float32), pos, inside - pos)
 
 
 def _f1_sums(logits: jax.Array, labels: jax.Array, masks: jax.Array) -> jax.Array:

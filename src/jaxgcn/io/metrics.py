@@ -120,6 +120,11 @@ class LabelScores(NamedTuple):
     threshold: float
 
     @property
+    def labels_defined(self) -> int:
+        """The labels whose ROC-AUC is defined on the scored nodes."""
+        return int(np.sum(~np.isnan(self.auc)))
+
+    @property
     def mean_auc(self) -> float:
         """ROC-AUC averaged over the labels where it is defined (0.0 where none is)."""
         defined = ~np.isnan(self.auc)

@@ -147,7 +147,7 @@ def evaluation_report(on: str, class_names: list[str], metrics: Classification |
     the per-label metrics (``auc`` null where undefined)."""
     if isinstance(metrics, LabelScores):
         return {"on": on, "nodes": metrics.n, "task": "multilabel", "rocauc": metrics.mean_auc,
-                "labels_defined": int(np.sum(~np.isnan(metrics.auc))), "micro_f1": metrics.micro_f1,
+                "labels_defined": metrics.labels_defined, "micro_f1": metrics.micro_f1,
                 "macro_f1": metrics.macro_f1, "threshold": metrics.threshold, "labels": class_names,
                 "auc": [None if np.isnan(a) else float(a) for a in metrics.auc],
                 "precision": metrics.precision.tolist(), "recall": metrics.recall.tolist(), "f1": metrics.f1.tolist(),
