@@ -7,6 +7,7 @@ their own modules (``jaxgcn.core.layers``, ``jaxgcn.core.propagate``, ``jaxgcn.t
 >>> import jaxgcn
 >>> prepared = jaxgcn.prepare(jaxgcn.load_dataset("cora"))
 >>> result = jaxgcn.fit(prepared.data, prepared.n_classes, log=None)  # doctest: +SKIP
+>>> probs = jaxgcn.predict("model", "edges.csv", "features.csv")  # a saved model, new nodes  # doctest: +SKIP
 
 ``import jaxgcn`` itself imports nothing heavy (so that ``jaxgcn --help`` answers without JAX):
 each name, ``__version__`` too, is imported from its module on first use (PEP 562). The console
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and reader
     from jaxgcn.training.config import TrainConfig, TrainingDiverged  # noqa: F401
     from jaxgcn.training.loop import FitResult, fit  # noqa: F401
     from jaxgcn.training.runs import BatchResult, Entry, entries_for, fit_runs  # noqa: F401
+    from jaxgcn.app.inference import predict  # noqa: F401
     from jaxgcn.version import __version__  # noqa: F401
 
 # each public name -> the module it comes from
@@ -48,6 +50,7 @@ _FROM = {
     **dict.fromkeys(("TrainConfig", "TrainingDiverged"), "jaxgcn.training.config"),
     **dict.fromkeys(("FitResult", "fit"), "jaxgcn.training.loop"),
     **dict.fromkeys(("BatchResult", "Entry", "entries_for", "fit_runs"), "jaxgcn.training.runs"),
+    "predict": "jaxgcn.app.inference",  # a saved model's probabilities on a graph, in one call
 }
 
 __all__ = ["__version__", *sorted(set(_FROM) - {"__version__"})]

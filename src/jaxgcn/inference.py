@@ -10,5 +10,5 @@ from __future__ import annotations
 
 from jaxgcn.app.inference import (  # noqa: F401
     Adapted, IdentityFeaturesNeeded, InflatedScore, NoSavedSplit, Saved, as_trained, check_features, checkpoint_model,
-    class_names, evaluation_split, identity_features, logits, positions, predictions_csv, prepare_as_trained,
-    saved_codes, score, write_report)
+    class_names, evaluation_split, has_labels, identity_features, logits, model_task, positions, predict,
+    predictions_csv, prepare_as_trained, probabilities, saved_codes, score, task_name, task_note, write_report)

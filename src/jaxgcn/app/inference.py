@@ -31,8 +31,9 @@ from jaxgcn.plan import concrete
 
 __all__ = [
     "Adapted", "IdentityFeaturesNeeded", "InflatedScore", "NoSavedSplit", "Saved", "as_trained", "check_features",
-    "checkpoint_model", "class_names", "evaluation_split", "identity_features", "logits", "positions",
-    "predictions_csv", "prepare_as_trained", "saved_codes", "score", "write_report",
+    "checkpoint_model", "class_names", "evaluation_split", "has_labels", "identity_features", "logits", "model_task",
+    "positions", "predict", "predictions_csv", "prepare_as_trained", "probabilities", "saved_codes", "score",
+    "task_name", "task_note", "write_report",
 ]
 
 
@@ -205,7 +206,8 @@ def as_trained(ck: Checkpoint, raw: RawGraph, *, path: str | Path, scoring: bool
                draw_split: Callable[[RawGraph], dict[str, np.ndarray]] | None = None,
                labels_source: str | Path | None = None, say: Callable[[str], None] = print) -> Saved:
     """``raw`` applied to the saved model ``ck`` (``path``: its directory, named in messages) as it was
-    trained, in this order: the one-hot node-id columns (:func:`identity_features`), the feature count
+    trained, in this order: its labels' form checked against the model's task (:func:`model_task`;
+    :func:`task_note`), the one-hot node-id columns (:func:`identity_features`), the feature count
     checked (:func:`check_features`, ``features_fix`` ending its message), ``draw_split``'s split when
     given (a random split drawn as train draws it), with ``scoring`` (evaluate) the split that scores
     it honestly (:func:`evaluation_split`), then the checkpoint's normalizations
@@ -213,13 +215,17 @@ def as_trained(ck: Checkpoint, raw: RawGraph, *, path: str | Path, scoring: bool
 
     Raises:
         IdentityFeaturesNeeded, NoSavedSplit, InflatedScore: for the caller to word in its own terms.
-        ValueError: other data this model cannot be applied to.
+        ValueError: other data this model cannot be applied to (labels of the other task's form: one
+            line naming the checkpoint ``path`` and its task).
     """
     def told(adapted: Adapted) -> RawGraph:
         if adapted.note is not None:
             say(adapted.note)
         return adapted.raw
 
+    # the model's own task, whatever these labels are: labels of the other form are refused first
+    model_task(ck, raw.labels, source=f"checkpoint {path}", labels_source=labels_source or raw.name)
+    told(Adapted(raw, task_note(ck, raw.labels, source=f"checkpoint {path}")))
     raw = told(identity_features(ck, raw, one_hot_now=one_hot_now, path=path, source=source))
     check_features(ck, raw, path=path, fix=features_fix)
     if draw_split is not None:
@@ -256,10 +262,82 @@ def class_names(ck: Checkpoint) -> list[str]:
     return ck.meta["class_names"] or [str(c) for c in range(ck.meta["n_classes"])]
 
 
-def task(ck: Checkpoint, prepared: Prepared) -> Task:
-    """What the saved model learned: its recorded task (``auto`` before the field), for these labels."""
-    train = ck.meta.get("train")
-    return task_of(train.get("task", "auto") if isinstance(train, dict) else "auto", prepared.data.labels)
+def task_name(meta: dict[str, Any]) -> str | None:
+    """The task a checkpoint's model learned (its ``checkpoint.json``: ``meta``): its recorded
+    ``task.name``; ``multiclass`` before the task seam (no ``train.task``: the only task there was);
+    None where ``train.task`` is ``auto`` (saved before the task was resolved: the labels decide).
+
+    >>> task_name({"task": {"name": "multilabel"}}), task_name({"train": {}}), task_name({"train": {"task": "auto"}})
+    ('multilabel', 'multiclass', None)
+    """
+    if isinstance(meta.get("task"), dict):
+        return meta["task"]["name"]
+    name = meta["train"].get("task", "multiclass") if isinstance(meta.get("train"), dict) else "multiclass"
+    return None if name == "auto" else name
+
+
+def has_labels(labels: Any) -> bool:
+    """Whether ``labels`` say anything: multi-label targets ([n, L], any), or class ids ([n]) of which
+    one at least is not -1 (a graph read without labels has only -1: nothing to check them against).
+
+    >>> has_labels(np.full(3, -1)), has_labels(np.array([-1, 2])), has_labels(np.zeros((3, 2)))
+    (False, True, True)
+    """
+    labels = np.asarray(labels)
+    return labels.ndim == 2 or bool(np.any(labels >= 0))
+
+
+def _labels_form(labels: np.ndarray) -> str:
+    return "one class per node (single-label)" if labels.ndim == 1 else f"{labels.shape[1]} labels per node " \
+        "(multi-label)"
+
+
+def model_task(ck: Checkpoint, labels: Any = None, *, source: str = "the checkpoint",
+               labels_source: str | Path | None = None) -> Task:
+    """THE task a saved model is applied with (``evaluate``, ``predict``), whatever labels come with
+    the data: the one its checkpoint records (:func:`task_name`). A checkpoint
+    that recorded ``auto`` (saved before the task was resolved at save time) is decided as it was
+    trained, by the labels' shape, when ``labels`` have any (:func:`has_labels`); without any it is
+    taken as single-label, the only reading such data allows (:func:`task_note` says so).
+
+    Args:
+        ck: the loaded checkpoint (``source``: what messages call it, e.g. ``checkpoint DIR``).
+        labels: the data's labels ([n] class ids or [n, L] targets), or None.
+        labels_source: what messages call the labels (a file, a dataset).
+
+    Raises:
+        ValueError: labels of the other form than the model's task reads (class ids for a
+            multi-label model, several labels per node for a single-label one), or a task this
+            jaxgcn does not have; one line naming the checkpoint and its task.
+    """
+    name = task_name(ck.meta)
+    labelled = labels is not None and has_labels(labels)
+    if name is None:  # "auto" recorded: the labels chose when it trained, as they choose here
+        return task_of("auto", np.asarray(labels) if labelled else np.empty(0))
+    if name not in tasks.TASKS:
+        raise ValueError(f"{source}: task {name!r} is not one of this jaxgcn's tasks ({', '.join(tasks.TASKS)}); "
+                         f"apply it with the jaxgcn that saved it ({ck.meta.get('version')})")
+    learned = tasks.TASKS[name]
+    want = getattr(learned, "label_ndim", None)
+    if labelled and want is not None and np.ndim(labels) != want:
+        have = np.asarray(labels)
+        kind, form = (("multi-label", "a 1/0 target per label (node,labels rows, or a 1/0 column per label)")
+                      if want == 2 else ("single-label", "one class per node (node,label)"))
+        raise ValueError(f"{labels_source or 'the labels'}: {_labels_form(have)}, but {source} holds a {kind} "
+                         f"model (task {name!r}, metric {tasks.TITLES.get(learned.metric, learned.metric)}, "
+                         f"{ck.meta['n_classes']} {'labels' if want == 2 else 'classes'}); give its labels as "
+                         f"{form}; predicting needs none")
+    return learned
+
+
+def task_note(ck: Checkpoint, labels: Any, *, source: str = "the checkpoint") -> str | None:
+    """What to tell the user when :func:`model_task` had to guess: a checkpoint that records ``auto``
+    applied to data without labels is taken as single-label (None: nothing to tell)."""
+    if task_name(ck.meta) is not None or (labels is not None and has_labels(labels)):
+        return None
+    return (f"{source} records task 'auto' (saved by jaxgcn {ck.meta.get('version')}, which kept the task the "
+            "labels chose unrecorded) and this data has no labels: applied as a single-label model; save it "
+            "again with this jaxgcn, which records its task")
 
 
 def score(ck: Checkpoint, prepared: Prepared, on: str, precision: str | None = None,
@@ -269,7 +347,7 @@ def score(ck: Checkpoint, prepared: Prepared, on: str, precision: str | None = N
     model's :class:`~jaxgcn.io.metrics.Classification`, a multi-label model's
     :class:`~jaxgcn.io.metrics.LabelScores` (its labels predicted above ``threshold``, default 0.5;
     given for a single-label model, refused naming ``source``)."""
-    learned = task(ck, prepared)
+    learned = model_task(ck, prepared.data.labels, source=source)
     if learned.name == "multiclass":
         check_threshold(threshold, source)
     out = np.asarray(logits(ck, prepared, precision=precision))
@@ -300,29 +378,84 @@ def write_report(path: str | Path, on: str, names: list[str], metrics: Classific
     outputs.write_atomic(path, reports.json_text(reports.evaluation_report(on, names, metrics)), label=label)
 
 
+def probabilities(ck: Checkpoint, prepared: Prepared, precision: str | None = None,
+                  learned: Task | None = None) -> np.ndarray:
+    """The saved model's probabilities on every node of the prepared graph, [n_nodes, n_classes]
+    float64, in ``precision`` (:func:`logits`): a single-label model's softmax (each row sums to 1),
+    a multi-label model's sigmoid per label (independent: rows need not sum to 1). ``learned``: the
+    model's task (default :func:`model_task` on the prepared labels)."""
+    return _outputs(ck, prepared, precision, learned or model_task(ck, prepared.data.labels))[1]
+
+
+def _outputs(ck: Checkpoint, prepared: Prepared, precision: str | None, learned: Task) -> tuple[np.ndarray, np.ndarray]:
+    """The logits and :func:`probabilities` ([n_nodes, n_classes] each)."""
+    out = np.asarray(logits(ck, prepared, precision=precision))
+    if learned.name == "multiclass":
+        return out, np.asarray(jax.nn.softmax(out, axis=-1), np.float64)  # float32 softmax, exactly widened
+    return out, tasks.sigmoid(out)
+
+
 def predictions_csv(ck: Checkpoint, prepared: Prepared, node_ids: np.ndarray | None,
                     precision: str | None = None, threshold: float | None = None,
                     source: str = "checkpoint") -> tuple[str, int]:
     """``node,label,prob_<class>...`` CSV text of every node of the prepared graph (named by
     ``node_ids`` ([n_nodes] str), else by position), and the number of nodes; in ``precision`` (:func:`logits`).
-    A multi-label model's rows are ``node,labels,prob_<label>...``: the labels whose probability is over
-    ``threshold`` (default 0.5; refused for a single-label model, naming ``source``), separated by spaces
-    (:meth:`jaxgcn.core.tasks.Task.decode`), and each label's sigmoid."""
-    learned = task(ck, prepared)
+    The model's own task decides (:func:`model_task`, whatever labels the data has): a multi-label
+    model's rows are ``node,labels,prob_<label>...``: the labels whose probability is over
+    ``threshold`` (default 0.5; refused for a single-label model, naming ``source``), separated by
+    spaces (:meth:`jaxgcn.core.tasks.Task.decode`), and each label's sigmoid."""
+    learned = model_task(ck, prepared.data.labels, source=source)
     if learned.name == "multiclass":
         check_threshold(threshold, source)
-    out = np.asarray(logits(ck, prepared, precision=precision))
-    names = class_names(ck)
+    out, probs = _outputs(ck, prepared, precision, learned)
+    names = np.asarray(class_names(ck), dtype=object)
     ids = node_ids if node_ids is not None else np.arange(out.shape[0]).astype(str)
-    if learned.name != "multiclass":
+    if learned.name == "multiclass":
+        head, pred = "label", names[probs.argmax(axis=1)]
+    else:
         chosen = learned.decode(out, 0.5 if threshold is None else threshold) > 0
-        probs = tasks.sigmoid(out)
-        pred = np.array([" ".join(np.asarray(names)[row]) for row in chosen], dtype=object)
-        body = np.column_stack([ids.astype(str), pred.astype(str), np.char.mod("%.6f", probs).astype(str)])
-        return ("node,labels," + ",".join(f"prob_{n}" for n in names) + "\n"
-                + "\n".join(",".join(row) for row in body) + "\n", probs.shape[0])
-    probs = np.asarray(jax.nn.softmax(out, axis=-1))
-    pred = np.asarray(names, dtype=object)[probs.argmax(axis=1)]
+        head, pred = "labels", np.array([" ".join(names[row]) for row in chosen], dtype=object)
     body = np.column_stack([ids.astype(str), pred.astype(str), np.char.mod("%.6f", probs).astype(str)])
-    text = "node,label," + ",".join(f"prob_{n}" for n in names) + "\n" + "\n".join(",".join(row) for row in body) + "\n"
-    return text, probs.shape[0]
+    text = f"node,{head}," + ",".join(f"prob_{n}" for n in names) + "\n" + "\n".join(",".join(row) for row in body)
+    return text + "\n", probs.shape[0]
+
+
+def predict(checkpoint_dir: str | Path, graph: RawGraph | str | Path, features: str | Path | None = None, *,
+            run: int | None = None, precision: str | None = None,
+            say: Callable[[str], None] = print) -> np.ndarray:
+    """A saved model's probabilities on a graph, in one call: [n_nodes, n_classes] float64 in the
+    graph's node order, the class or label order of :func:`class_names`. A single-label model's
+    rows are its softmax (they sum to 1; the prediction is their arg-max); a multi-label model's are
+    each label's sigmoid (the labels predicted are those over a threshold, e.g. ``probs > 0.5``).
+    The model's own task decides (:func:`model_task`); the graph needs no labels.
+
+    Args:
+        checkpoint_dir: what ``jaxgcn train --save`` wrote (a several-run save: the best validation
+            run, or ``run``).
+        graph: a :class:`~jaxgcn.datasets.RawGraph` (``jaxgcn.load_dataset``,
+            ``jaxgcn.datasets.files.load_files``), or an edges file read with ``features`` (a
+            features file; None: one-hot node ids, for a model trained on those).
+        precision: the float32 matmul precision (None: the checkpoint's, :func:`logits`).
+        say: where notes go (a checkpoint's run chosen, nodes a one-hot model never saw).
+
+    Raises:
+        ValueError: data this model cannot be applied to (other features; labels of the other form).
+
+    >>> import jaxgcn
+    >>> probs = jaxgcn.predict("model", "edges.csv", "features.csv")  # doctest: +SKIP
+    >>> probs.shape, probs.argmax(axis=1)  # doctest: +SKIP
+    ((120, 3), array([2, 0, 1, ...]))
+    """
+    directory, note = checkpoint.resolve_run(checkpoint_dir, run)
+    if note is not None:
+        say(note)
+    ck = checkpoint.load(directory)
+    if isinstance(graph, RawGraph):
+        raw, one_hot_now = graph, bool(ck.meta.get("identity_features"))  # given as the model was trained
+    else:
+        from jaxgcn.datasets.files import load_files
+
+        raw, one_hot_now = load_files(graph, features), features is None
+    saved = as_trained(ck, raw._replace(splits={}), path=directory, scoring=False, one_hot_now=one_hot_now,
+                       source=None if isinstance(graph, RawGraph) else graph, say=say)
+    return probabilities(ck, saved.prepared, precision, model_task(ck, raw.labels, source=f"checkpoint {directory}"))

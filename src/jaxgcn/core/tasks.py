@@ -264,3 +264,13 @@ def task_of(name: str, labels: Any) -> Task:
         raise ValueError(f"task={name!r} reads labels of {ndim} dimension{'s' if ndim > 1 else ''}, and these "
                          f"have shape {tuple(labels.shape)} ({form}); use task 'auto' to let the labels decide")
     return task
+
+
+def resolve(name: str, label_ndim: int) -> Task:
+    """The task a run of ``TrainConfig.task`` ``name`` learns on labels of ``label_ndim`` dimensions
+    (1: class ids, 2: targets per label): what a checkpoint records, never ``auto``.
+
+    >>> resolve("auto", 2).name, resolve("multilabel-f1", 2).metric, resolve("auto", 1).name
+    ('multilabel', 'micro_f1', 'multiclass')
+    """
+    return TASKS[name] if name in TASKS else task_of(name, np.empty((0,) * label_ndim))

@@ -1,7 +1,8 @@
 """Self-describing, atomic, verified checkpoints: params as npz (``allow_pickle=False``) plus JSON.
 
 A checkpoint directory holds ``params-<n>.npz`` and ``checkpoint.json``. The JSON names the
-params file, its SHA-256 and size, the model and training configs, class names, feature
+params file, its SHA-256 and size, the model and training configs, the task the model learned
+(``task``: its name and metric as the run resolved them, never ``auto``), class names, feature
 preprocessing, epoch, best metric and package version, and a SHA-256 fingerprint of the prepared
 data the model was trained on (features, labels, graph, split: :func:`data_fingerprint`); node ids
 (when the graph came from files naming its nodes) are in ``node_ids-<n>.npy`` and the training
@@ -239,6 +240,7 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     ``state-<n>.npz`` layout of earlier versions is only read (:func:`load_state`, for a release).
     """
     from jaxgcn.core.models import record  # the models import JAX: only where a checkpoint is written
+    from jaxgcn.core.tasks import resolve
     if state is not None and write_state is None:
         raise ValueError("checkpoint.save: state= needs write_state= (e.g. a jaxgcn.store.batch_state.saver(directory, "
                          "..., single=True) writing slice 0), the one resumable-state format; the state-<n>.npz "
@@ -252,6 +254,8 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
     number = 1 + max((int(m[1]) for p in previous if (m := re.fullmatch(r"params-(\d+)\.npz", p.name))), default=0)
     params_path = directory / f"params-{number}.npz"
     write_atomic(params_path, blob, follow=False)  # a link planted at a name inside is replaced, never followed
+    learned = resolve(getattr(train_config, "task", "auto"), 2 if info.get("task") == "multilabel" else 1)
+    task = {"name": learned.name, "metric": learned.metric}  # resolved: never "auto"
     names: dict[str, str | None] = {"node_ids_file": None, "split_file": None}
     sides: dict[str, dict[str, Any]] = {}  # each side file's size and SHA-256, as the params'
 
@@ -267,7 +271,8 @@ def save(directory: str | Path, params: dict[str, Any], *, model_config: Any, tr
         "format": FORMAT, "version": __version__,
         "params_file": params_path.name, "params_sha256": hashlib.sha256(blob).hexdigest(),
         "params_bytes": len(blob), "node_ids_file": names["node_ids_file"],
-        "model": dataclasses.asdict(model_config), "train": dataclasses.asdict(train_config),
+        "model": dataclasses.asdict(model_config), "train": {**dataclasses.asdict(train_config), "task": task["name"]},
+        "task": task,  # what evaluate and predict apply, whatever labels they are given
         "execution": record(execution) if execution is not None else None,
         "n_features": int(info["n_features"]), "n_classes": int(info["n_classes"]),
         "class_names": info.get("class_names"), "feature_norm": info.get("feature_norm"),
@@ -306,7 +311,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
     "norm": ((str, type(None)), False), "dataset": ((str, type(None)), False),
     "extra": ((dict,), False), "split": ((str, type(None)), False),
     "data_sha256": ((dict, type(None)), False), "identity_features": ((bool,), False),
-    "execution": ((dict, type(None)), False), "files": ((dict,), False),
+    "execution": ((dict, type(None)), False), "files": ((dict,), False), "task": ((dict,), False),
 }
 # the model fields that decide the params' names and shapes must be recorded; the rest default
 _MODEL_REQUIRED = ("hidden", "layers", "bias", "residual", "layer_norm")
@@ -354,6 +359,11 @@ def _check_schema(meta: dict[str, Any], path: Path) -> None:
         if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int)
                 and re.fullmatch(r"[0-9a-f]{64}", str(entry.get("sha256")))):
             raise _bad(path, f"files[{name!r}] is {entry!r}, expected {{\"bytes\": N, \"sha256\": HEX}}")
+    task, name = meta.get("task"), meta["train"].get("task", "auto")  # whether jaxgcn has it: the reader's to say
+    if task is not None and not (set(task) == {"name", "metric"} and all(isinstance(v, str) for v in task.values())):
+        raise _bad(path, f"task is {task!r}, expected {{\"name\": NAME, \"metric\": METRIC}}")
+    if not isinstance(name, str):
+        raise _bad(path, f"train.task is {name!r}, expected a task's name")
     _check_precision(meta, path)
     model_config(meta, path)
 
