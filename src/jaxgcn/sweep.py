@@ -122,6 +122,18 @@ def grid_values(entry: Entry) -> dict[str, Any]:
     return {k: getattr(where[k], k) for k in GRID_KEYS}
 
 
+def group_configs(entries: list[Entry]) -> list[dict[str, Any]]:
+    """The program axes (:data:`jaxgcn.core.hyper.PROGRAM_AXES`) of each group, in the order
+    :func:`run_entries` runs them: what tells one sweep's groups apart (a saved sweep records it
+    with each finished group's results, and a resume checks it against the group at that key).
+
+    >>> group_configs(lower(Grid(hidden=(32, 16), layers=(3, 2)), [0]))[:2]
+    [{'hidden': 32, 'layers': 2, 'optimizer': 'adam'}, {'hidden': 16, 'layers': 2, 'optimizer': 'adam'}]
+    """
+    return [{k: grid_values(entries[members[0]])[k] for k in hyper.PROGRAM_AXES}
+            for members in _groups(entries).values()]
+
+
 def run_entries(
     data: TrainData,
     n_classes: int,

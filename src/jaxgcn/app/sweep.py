@@ -27,7 +27,7 @@ from jaxgcn.app.data import Loaded
 from jaxgcn.training.runs import Entry
 from jaxgcn.core.models import Execution, GCNConfig, record
 from jaxgcn.plan import Plan, program_key
-from jaxgcn.sweep import Grid, Row, chunk_sizes, layout as sweep_layout, lower, run_grid
+from jaxgcn.sweep import Grid, Row, chunk_sizes, group_configs, layout as sweep_layout, lower, run_grid
 from jaxgcn.training.config import TrainConfig
 
 REPORT = "sweep.json"  # what a finished saved sweep holds: its --json report (with the record) ...
@@ -60,10 +60,11 @@ def resumed(directory: Path, settings: dict[str, Any], fingerprint: dict[str, st
 
 
 def check_progress(directory: Path, manifest: dict[str, Any], layout: dict[str, list[int]], n_runs: int,
-                   epochs: int) -> None:
+                   epochs: int, groups: list[dict[str, Any]]) -> None:
     """Each saved slice is one of this sweep's slices at an epoch its runs can be at, and each
-    finished group one of its groups with one result per run that a run can end with: an edited
-    key would resume runs from another slice's state, or take another group's results."""
+    finished group one of its groups (``groups``: their :func:`jaxgcn.sweep.group_configs`, which
+    its recorded ``done_groups`` entry must be) with one result per run that a run can end with: an
+    edited key would resume runs from another slice's state, or take another group's results."""
     for key, entry in manifest["slices"].items():
         if not (key == str(int(key)) and int(key) in layout["slices"]):
             raise _bad(directory, f"slice key {key[:20]!r} is not the first run of one of the sweep's slices")
@@ -73,11 +74,20 @@ def check_progress(directory: Path, manifest: dict[str, Any], layout: dict[str, 
     for key, results in manifest.get("done", {}).items():
         if not (key == str(int(key)) and int(key) in layout["groups"]):
             raise _bad(directory, f"done key {key[:20]!r} is not the first run of one of the sweep's groups")
-        size = ends[layout["groups"].index(int(key))] - int(key)
+        at = layout["groups"].index(int(key))
+        held = manifest.get("done_groups", {}).get(key)
+        if held != groups[at]:  # results moved under another group's key (two groups of one size)
+            raise _bad(directory, f"done group {key} holds the results of {_group_text(held)}, but the sweep's group "
+                                  f"at run {key} is {_group_text(groups[at])}")
+        size = ends[at] - int(key)
         if len(results) != size or not all(0 <= v <= 1 and 0 <= t <= 1 and isinstance(e, int) and 1 <= e <= epochs
                                            for v, t, e in results):
             raise _bad(directory, f"done group {key} does not hold {size} runs' [val_acc, test_acc, epochs] "
                                   f"(accuracies in 0-1, epochs in 1-{epochs})")
+
+
+def _group_text(group: dict[str, Any] | None) -> str:
+    return "no recorded group" if group is None else ", ".join(f"{k} {v}" for k, v in group.items())
 
 
 class Store:
@@ -88,13 +98,15 @@ class Store:
     Args:
         directory: ``--save DIR``; ``saver``: its :func:`jaxgcn.store.batch_state.saver`.
         layout: the first runs of the groups and slices (:func:`jaxgcn.sweep.layout`).
+        groups: each group's program axes, by its first run (recorded with its results).
         checkpoint_every: save every started slice's state every K epochs (None: groups only).
         resume: the folder resumed and its checked manifest (None: a new sweep).
     """
 
     def __init__(self, directory: Path, saver: batch_state.Saver, layout: dict[str, list[int]],
-                 checkpoint_every: int | None = None, resume: tuple[Path, dict[str, Any]] | None = None) -> None:
-        self.directory, self.saver, self.layout = directory, saver, layout
+                 checkpoint_every: int | None = None, resume: tuple[Path, dict[str, Any]] | None = None,
+                 groups: dict[int, dict[str, Any]] | None = None) -> None:
+        self.directory, self.saver, self.layout, self.groups = directory, saver, layout, groups or {}
         self.checkpoint_every, self.resume = checkpoint_every, resume
 
     def kept(self, first: int, n: int) -> np.ndarray | None:
@@ -119,12 +131,14 @@ class Store:
     def finish(self, first: int, results: np.ndarray) -> None:
         """Record the group starting at run ``first`` as finished (its slices' state goes)."""
         firsts = [s for s in self.layout["slices"] if first <= s < first + len(results)]
-        self.saver.finish(first, [[float(v), float(t), int(e)] for v, t, e in results], firsts)
+        self.saver.finish(first, [[float(v), float(t), int(e)] for v, t, e in results], firsts,
+                          self.groups.get(first, {}))
 
 
 def open_store(directory: Path, *, settings: dict[str, Any], layout: dict[str, Any], fingerprint: dict[str, str],
                options: dict[str, Any] | None, checkpoint_every: int | None,
-               resume: tuple[Path, dict[str, Any]] | None, say: Callable[[str], None]) -> Store:
+               resume: tuple[Path, dict[str, Any]] | None, say: Callable[[str], None],
+               groups: list[dict[str, Any]] | None = None) -> Store:
     """The :class:`Store` of a sweep saving into ``directory`` (``resume``: the folder it continues
     and its manifest, checked with :func:`resumed` and :func:`check_progress`); ``settings`` and
     ``layout`` (what a resume must match), the data's ``fingerprint`` and the command's ``options``
@@ -141,9 +155,10 @@ def open_store(directory: Path, *, settings: dict[str, Any], layout: dict[str, A
                if epochs else ""))
         # the finished groups' results go on into another folder; the slice files stay where they are
         same = Path(where).resolve() == Path(directory).resolve()
-        previous = manifest if same else {"slices": {}, "done": manifest.get("done", {})}
+        previous = manifest if same else {"slices": {}, "done": manifest.get("done", {}),
+                                          "done_groups": manifest.get("done_groups", {})}
     saver = batch_state.saver(directory, extra=extra, fingerprint=fingerprint, previous=previous)
-    return Store(directory, saver, layout, checkpoint_every, resume)
+    return Store(directory, saver, layout, checkpoint_every, resume, dict(zip(layout["groups"], groups or [])))
 
 
 class Saving(NamedTuple):
@@ -194,8 +209,10 @@ def _store(save: Path, loaded: Loaded, grid: Grid, seeds: list[int], splits: int
     else:
         chunks = chunk_sizes(data, n_classes, entries, execution=execution, memory_budget=memory_budget)
     layout = {"chunks": chunks, **sweep_layout(data, entries, chunks, execution=execution)}
+    groups = group_configs(entries)
     if resume is not None:
-        check_progress(resume[0], resume[1], layout, len(entries), train_config.epochs)
+        check_progress(resume[0], resume[1], layout, len(entries), train_config.epochs, groups)
     store = open_store(save, settings=settings, layout=layout, fingerprint=fingerprint,
-                       options=saving.options, checkpoint_every=saving.checkpoint_every, resume=resume, say=say)
+                       options=saving.options, checkpoint_every=saving.checkpoint_every, resume=resume, say=say,
+                       groups=groups)
     return {"chunks": chunks, "store": store}

@@ -61,6 +61,7 @@ class Saver:
             self.manifest["single_run"] = True
         if previous is not None and "done" in previous:
             self.manifest["done"] = dict(previous["done"])
+            self.manifest["done_groups"] = dict(previous.get("done_groups", {}))
 
     def __call__(self, first: int, state: Any) -> None:
         where, manifest = self.where, self.manifest
@@ -84,17 +85,20 @@ class Saver:
             if unused is not None:
                 (where / unused).unlink(missing_ok=True)
 
-    def finish(self, key: int, results: list[list[float]], firsts: list[int]) -> None:
-        """Record a finished sweep group's results (one list per run) under ``key`` (its first run);
-        its slices (``firsts``) leave the manifest, then their files go: the results replace them."""
+    def finish(self, key: int, results: list[list[float]], firsts: list[int], group: dict[str, Any]) -> None:
+        """Record a finished sweep group's results (one list per run) under ``key`` (its first run),
+        and in ``done_groups`` under the same key which group they are (``group``: its program axes,
+        checked on resuming against the group that starts at ``key``); its slices (``firsts``) leave
+        the manifest, then their files go: the results replace them."""
         owned_dir(self.where)
         remove_stale_temps(self.where)
         slices = self.manifest["slices"]
         gone = [slices[str(f)]["file"] for f in firsts if str(f) in slices]
         kept = {k: v for k, v in slices.items() if int(k) not in firsts}
         done = {**self.manifest.get("done", {}), str(key): results}
-        self._write({**self.manifest, "slices": kept, "done": done})
-        self.manifest.update(slices=kept, done=done)
+        groups = {**self.manifest.get("done_groups", {}), str(key): group}
+        self._write({**self.manifest, "slices": kept, "done": done, "done_groups": groups})
+        self.manifest.update(slices=kept, done=done, done_groups=groups)
         for name in gone:
             (self.where / name).unlink(missing_ok=True)
 
@@ -120,6 +124,11 @@ def load(directory: str | Path) -> dict[str, Any]:
             for k, v in done.items())):
         raise _bad(path, "its done (a sweep's finished groups) is not a list of [val_acc, test_acc, epochs] per "
                          "run of each group")
+    groups = manifest.get("done_groups", {})
+    if not (isinstance(groups, dict) and all(isinstance(v, dict) and all(
+            isinstance(x, (str, int)) and not isinstance(x, bool) for x in v.values()) for v in groups.values())):
+        raise _bad(path, "its done_groups (which group each finished group's results are) is not a table of "
+                         "hidden, layers and optimizer per group")
     return manifest
 
 
