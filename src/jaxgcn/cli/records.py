@@ -38,10 +38,13 @@ NOT_OPTIONS = ("command", "func", "setup", "argv", "dataset_origin")  # namespac
 DISPLAY = ("quiet", "verbose", "log_every", "log_append", "no_compile_cache", "debug")
 NOT_RESUMED = (*DISPLAY, "join_timeout")
 RESUMED_FREE = ("save", "checkpoint_every", "log", "data_root", "data_dir", "edges", "features", "labels",
-                "split_file")
-# What a resumed run keeps writing as the run did: its --log (the resumed run adds its new epochs);
-# another --log given with --resume takes them instead.
-RESUMED_OUTPUTS = ("checkpoint_every", "log")
+                "split_file", "json", "csv", "save_split", "tensorboard")
+# What a resumed run keeps writing as the run did: its --log and --tensorboard (the resumed run adds
+# its new epochs) and the files the interrupted command would have written at its end (--json,
+# sweep's --csv, --save-split); another path given with --resume takes them instead.
+RESUMED_OUTPUTS = ("checkpoint_every", "log", "json", "csv", "save_split", "tensorboard")
+# the outputs written at the end, named by a resumed run's note (resumed_notes)
+END_OUTPUTS = (("--json", "json"), ("--csv", "csv"), ("--save-split", "save_split"))
 # evaluate, predict and plot --checkpoint DIR without --dataset or --edges: the recorded options that
 # choose the graph (the split is the one the checkpoint saved; normalizations come from it too)
 DATA_CHOICE = ("dataset", "data_dir", "ogb_split", "features", "nodes", "classes", "avg_degree", "homophily",
@@ -51,6 +54,12 @@ DATA_CHOICE = ("dataset", "data_dir", "ogb_split", "features", "nodes", "classes
 CHECKPOINT_JSON = ("checkpoint.json", "batch-state/state.json")
 # where a --save folder's model records its options: one run's checkpoint, a batch's state, or its first run
 SAVED_JSON = (CHECKPOINT_JSON[0], CHECKPOINT_JSON[1], "run-000/checkpoint.json")
+# The data options that apply to one source only (jaxgcn.app.data.DataRequest.source): a run's record,
+# checkpoint and --log settings name its own source's, not the parser's defaults for the others (an
+# own-files run is no --dataset cora run, nor a synthetic graph of 2000 --nodes, on the public --split)
+NAMED_ONLY = ("dataset", "data_dir", "ogb_split")
+SYNTHETIC_ONLY = ("nodes", "classes", "avg_degree", "homophily")
+FILES_ONLY = ("edges", "labels")
 SWEEP_JSON = "sweep.json"  # a finished `sweep --save DIR`'s report (jaxgcn.app.sweep.REPORT), its record inside
 # options that do not make another model: outputs, display, the files that set defaults, where data is cached
 NOT_COMPARED = (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS, "data_root")
@@ -245,6 +254,15 @@ def _resume_defaults(command: argparse.ArgumentParser, args: argparse.Namespace)
     kept = {k: v for k, v in options.items()
             if k in RESUMED_OUTPUTS or k not in (*NOT_REPLAYED, *NOT_RESUMED, *FILE_OPTIONS)}
     return {**to_defaults(command, kept, f"--resume {resume}"), "save": args.resume}
+
+
+def resumed_notes(args: argparse.Namespace) -> list[str]:
+    """``--resume DIR``: a line per file the resumed command writes at its end (restored from the
+    interrupted command's record, as its --log is, or given again), so that none goes unsaid."""
+    if getattr(args, "resume", None) is None:
+        return []
+    return [f"{flag} {getattr(args, dest)}: the resumed {args.command} writes it at its end"
+            for flag, dest in END_OUTPUTS if getattr(args, dest, None) is not None]
 
 
 def saved_command(meta: dict[str, Any] | None) -> str:
@@ -448,9 +466,32 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+def not_applied(given: dict[str, Any]) -> tuple[str, ...]:
+    """The data options of ``given`` (a command's options) that did not apply to its data: another
+    source's, and ``--split`` (the dataset's protocol or random splits) where the split is given
+    (own files, ``--split-file``, ``--train-frac``). A command that reads no data: none.
+
+    >>> not_applied({"edges": "e.csv", "dataset": "cora"})
+    ('dataset', 'data_dir', 'ogb_split', 'nodes', 'classes', 'avg_degree', 'homophily', 'split')
+    >>> not_applied({"edges": None, "dataset": "cora", "split_file": None, "train_frac": None})
+    ('edges', 'labels', 'features', 'nodes', 'classes', 'avg_degree', 'homophily')
+    """
+    if "edges" not in given:
+        return ()
+    if given["edges"] is not None:
+        return (*NAMED_ONLY, *SYNTHETIC_ONLY, "split")
+    split = ("split",) if given.get("split_file") is not None or given.get("train_frac") is not None else ()
+    if given.get("dataset") == "synthetic":  # --features is its feature count
+        return (*FILES_ONLY, "data_dir", "ogb_split", *split)
+    return (*FILES_ONLY, "features", *SYNTHETIC_ONLY, *split)
+
+
 def options(args: argparse.Namespace) -> dict[str, Any]:
-    """Every option of the parsed command by its parser name (``weight_decay``), as JSON values."""
-    return {k: _json_value(v) for k, v in sorted(vars(args).items()) if k not in (*NOT_OPTIONS, *FILE_OPTIONS)}
+    """Every option of the parsed command that applied to its run, by its parser name
+    (``weight_decay``), as JSON values: not the data options of another source (:func:`not_applied`)."""
+    every = {k: _json_value(v) for k, v in sorted(vars(args).items()) if k not in (*NOT_OPTIONS, *FILE_OPTIONS)}
+    drop = not_applied(every)
+    return {k: v for k, v in every.items() if k not in drop}
 
 
 def record(args: argparse.Namespace, data: Any | None) -> dict[str, Any]:

@@ -104,6 +104,8 @@ def _sweep(args: argparse.Namespace) -> int:
     total = n_configs * len(seeds) * args.splits
     say(f"sweep: {n_configs} configuration{'s' if n_configs != 1 else ''} x {len(seeds)} "
         f"seed{'s' if len(seeds) != 1 else ''} x {args.splits} split(s) = {total} run{'s' if total != 1 else ''}")
+    for note in records.resumed_notes(args):
+        say(note)
     rows = _run(args, loaded, grid, seeds, (model_config, train_config, resolved), say)
     if not is_writer():
         return 0

@@ -120,6 +120,8 @@ def _train(args: argparse.Namespace, the_job: Job, say: Say) -> int:
     seeds = [s for _ in range(args.splits) for s in the_job.seed_list]
     if args.resume is not None and args.log is not None:
         say(f"--log {args.log}: the resumed run adds its new epochs to it")
+    for note in records.resumed_notes(args):
+        say(note)
     progress = Progress(the_job.train.epochs, every=args.log_every, quiet=args.quiet or not writer,
                         log_file=args.log if writer else None, tensorboard=args.tensorboard if writer else None,
                         seeds=seeds, config=log_settings(args))
