@@ -14,7 +14,9 @@ checkout itself is never modified), runs the row's tests there with the copy's `
 
 Rows run ``--jobs`` at a time (default: the CPUs this process may use, at most 4), each job with its
 own copy of the tree, and are reported in the table's order: on 2 cores the pass takes about half
-the time of one row after another (512 rows).
+the time of one row after another (512 rows). Each job's pytest runs are forked from a server process
+that has imported NumPy, SciPy, JAX, optax, pytest and scikit-learn once (never jaxgcn or the tests):
+a row no longer pays those imports, about 3 of a quick row's 5-8 CPU-seconds.
 
 The exit status is 0 only when every row was killed. A C++ row changes ``kernels/spmm.cc``, whose
 hash is part of the kernel's cache key, so the kernel is rebuilt for that mutant (a few seconds).
@@ -111,31 +113,131 @@ def copy_tree(dest: Path) -> Path:
     return root
 
 
-def run_tests(root: Path, args: str, env: dict[str, str], timeout: float) -> tuple[str, str]:
+def run_tests(server: Server, args: str, timeout: float) -> tuple[str, str]:
     """('pass' | 'fail' | 'timeout' | 'error', detail) of one pytest invocation in the copy."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *shlex.split(args)]
-    try:
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    rc, out = server.pytest(["-q", "-x", "-n", "0", "-p", "no:cacheprovider", *shlex.split(args)], timeout)
+    if rc is None:
         return "timeout", f"{args}: no result after {timeout:.0f} s"
-    out = proc.stdout + proc.stderr
-    if proc.returncode == 0:
+    if rc == 0:
         return "pass", args
-    if proc.returncode < 0:  # the planted bug crashed the test process: the suite goes red too
+    if rc < 0:  # the planted bug crashed the test process: the suite goes red too
         last = re.findall(r"^(tests/\S+|src/\S+) ", out, re.M)
-        return "fail", f"crashed with signal {-proc.returncode}" + (f" after {last[-1]}" if last else "")
+        return "fail", f"crashed with signal {-rc}" + (f" after {last[-1]}" if last else "")
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out, re.M)
-    if proc.returncode == 1 and failed:
+    if rc == 1 and failed:
         return "fail", failed[0]
     tail = " | ".join(line for line in out.strip().splitlines()[-4:])
-    return "error", f"{args}: pytest exited {proc.returncode}: {tail[-600:]}"
+    return "error", f"{args}: pytest exited {rc}: {tail[-600:]}"
+
+
+# The third-party modules every row's pytest imports (about 3 CPU-seconds a process, over half of a
+# quick row): a server process per copy imports them once and forks one pytest run per request.
+# Nothing of the copy (jaxgcn, tests/) is imported before the fork, so each run reads the files as
+# the row left them; JAX's backend is first made in the forked child, never in the server.
+# No pytest plugin (hypothesis's, xdist's): each run's pytest imports those itself, since a plugin
+# imported before cannot be assert-rewritten (a warning, an error under the suite's filters).
+PRELOAD = ("numpy", "scipy.sparse", "scipy.stats", "jax", "jax.numpy", "optax", "pytest", "_pytest.python",
+           "sklearn.metrics", "filelock", "platformdirs", "pooch")
+
+
+def serve() -> int:
+    """The server's loop (``--serve``, started by :class:`Server` in a copy): read one JSON request a
+    line (pytest arguments, an output file, a timeout), fork, run ``pytest.main`` in the child with its
+    output in that file, and answer with the child's exit code (negative: killed by that signal; null:
+    killed at the timeout, with every process it started)."""
+    import importlib
+    import json
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional test dependency: the run imports what it needs itself
+            pass
+    leaked = sorted(n for n in sys.modules if n.split(".")[0] in ("jaxgcn", "conftest", "cli_run"))
+    if leaked:
+        raise SystemExit(f"mutants server: {leaked} imported before a row's files are planted")
+    sys.path[0] = os.getcwd()  # as `python -m pytest` in the copy has it
+    answers = sys.stdout
+    for line in sys.stdin:
+        request = json.loads(line)
+        answers.flush()
+        with open(request["out"], "wb") as out:
+            pid = os.fork()
+            if pid == 0:  # the child: one pytest run, then exit without the server's cleanup
+                code = 3
+                try:
+                    os.setsid()
+                    null = os.open(os.devnull, os.O_RDONLY)
+                    os.dup2(null, 0)
+                    os.dup2(out.fileno(), 1)
+                    os.dup2(out.fileno(), 2)
+                    sys.stdin = open(os.devnull)  # noqa: SIM115 (the child exits below)
+                    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+                    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+                    import pytest
+
+                    code = int(pytest.main(request["args"]))
+                except BaseException as exc:  # noqa: BLE001 (reported in the output, the code says it failed)
+                    print(f"mutants server: the pytest run raised {exc!r}", file=sys.stderr)
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+        answers.write(json.dumps({"rc": _wait(pid, request["timeout"])}) + "\n")
+        answers.flush()
+    return 0
+
+
+def _wait(pid: int, timeout: float) -> int | None:
+    """The exit code of child ``pid`` (negative: the signal that ended it), or None when it ran past
+    ``timeout`` seconds and was killed with its process group."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pid, 9)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.02)
+
+
+class Server:
+    """One ``--serve`` process in a copy of the tree (its ``src`` first on the path), asked for one
+    pytest run at a time."""
+
+    def __init__(self, root: Path, env: dict[str, str]):
+        self.root = root
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve"], cwd=root, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def pytest(self, args: list[str], timeout: float) -> tuple[int | None, str]:
+        """(exit code or None at the timeout, the run's output)."""
+        import json
+
+        out = self.root.parent / "pytest-output.txt"
+        self.proc.stdin.write(json.dumps({"args": args, "out": str(out), "timeout": timeout}) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise SystemExit(f"mutants server in {self.root} exited ({self.proc.wait()})")
+        return json.loads(answer)["rc"], out.read_text(errors="replace")
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def _env(root: Path, tmp: Path) -> dict[str, str]:
     """The environment of the pytest runs in the copy ``root``: its own package first (checked: not the
     checkout's editable install), a kernel cache shared by the copies (builds are locked, one per source)
     and no persistent compilation cache (each pytest run compiles into its own fresh one,
-    tests/conftest.py: no program compiled for one mutant, or the unmutated tree, is reused by another)."""
+    tests/conftest.py: no program compiled for one mutant, or the unmutated tree, is reused by another).
+    The copy's server (:class:`Server`) starts with it, and every run it forks inherits it."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])}
     where = subprocess.run([sys.executable, "-c", "import jaxgcn; print(jaxgcn.__file__)"], env=env, cwd=root,
                            capture_output=True, text=True, check=True).stdout.strip()
@@ -146,14 +248,14 @@ def _env(root: Path, tmp: Path) -> dict[str, str]:
     return env
 
 
-def run_mutant(m: Mutant, root: Path, env: dict[str, str], timeout: float) -> tuple[str, str]:
+def run_mutant(m: Mutant, root: Path, server: Server, timeout: float) -> tuple[str, str]:
     """Plant ``m`` in the copy, run its tests until one fails, and put the file back."""
     target = root / m.file
     original = target.read_text()
     target.write_text(original.replace(m.find, m.replace, 1))
     try:
         for args in m.tests:
-            outcome, detail = run_tests(root, args, env, m.timeout or timeout)
+            outcome, detail = run_tests(server, args, m.timeout or timeout)
             if outcome in ("fail", "timeout"):
                 return "killed", detail
             if outcome == "error":
@@ -168,11 +270,14 @@ def main() -> int:
     parser.add_argument("--table", type=Path, action="append", help="a mutation table (default tests/mutants.toml)")
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these rows")
     parser.add_argument("--list", action="store_true", help="print the rows and exit")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # a copy's pytest server
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per pytest invocation (default 900)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="rows run at once, each in its own copy of the tree (default: the CPUs this process "
                              "may use, at most 4)")
     args = parser.parse_args()
+    if args.serve:
+        return serve()
     mutants = [m for table in (args.table or [REPO / "tests" / "mutants.toml"]) for m in load_table(table)]
     unknown = sorted(set(args.only) - {m.name for m in mutants})
     if unknown:
@@ -187,7 +292,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="jaxgcn-mutants-") as tmp:
         # one copy of the tree per job: a row plants its bug in the copy its job owns while it runs
         roots = [copy_tree(Path(tmp) / f"copy-{j}") for j in range(jobs)]
-        envs = [_env(root, Path(tmp)) for root in roots]
+        servers = [Server(root, _env(root, Path(tmp))) for root in roots]
         idle: queue.Queue[int] = queue.Queue()
         for j in range(jobs):
             idle.put(j)
@@ -196,7 +301,7 @@ def main() -> int:
             j = idle.get()
             try:
                 t0 = time.monotonic()
-                verdict, detail = run_mutant(m, roots[j], envs[j], args.timeout)
+                verdict, detail = run_mutant(m, roots[j], servers[j], args.timeout)
                 return m, verdict, detail, time.monotonic() - t0
             finally:
                 idle.put(j)
@@ -208,6 +313,8 @@ def main() -> int:
             for m, verdict, detail, seconds in pool.map(run_one, mutants):  # reported in the table's order
                 results.append((m, verdict))
                 print(f"{verdict:8s} {seconds:6.1f} s  {m.name:42s} {detail}", flush=True)
+        for server in servers:
+            server.close()
     bad = [(m, v) for m, v in results if v != "killed"]
     print(f"mutants: {len(results) - len(bad)} of {len(results)} killed in {time.monotonic() - start:.0f} s")
     for m, verdict in bad:
