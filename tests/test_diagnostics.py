@@ -136,7 +136,8 @@ def test_self_loops_line_forms():
              "degree": {"min": 1, "median": 1.0, "mean": 1.0, "p99": 1.0, "max": 2}, "features": 2,
              "feature_nonzeros": 2, "feature_density": 0.3, "classes": {"a": 2, "b": 1}, "unlabelled_nodes": 0,
              "split_sizes": {"train": 1}, "directed": False}
-    assert describe(stats)[1] == ("  input: 2 edge entries; 0 duplicates merged, 1 one-way edges symmetrized; "
+    assert describe(stats)[1] == ("  input: 2 edge entries as listed, 1 distinct without self-loops (the count "
+                                  "`jaxgcn datasets` lists); 0 duplicates merged, 1 one-way edges symmetrized; "
                                   "1 self-loop in the input: their weights kept on the diagonal")
 
 

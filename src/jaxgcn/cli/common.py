@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Callable
 
 from jaxgcn.io import outputs
+from jaxgcn.cli.records import CHECKPOINT_JSON
 from jaxgcn.cli.values import INT32_MAX, STDOUT
 from jaxgcn.datasets.base import check_own_files
 from jaxgcn.datasets.catalogue import SEVERAL_SPLIT_PROTOCOLS, check_name, lookup, refuse_unsupported
 from jaxgcn.io.progress import check_log
+from jaxgcn.store.manifest import peek_manifest
 
 # Every output of every command: (flag, attribute, kind). file: replaced atomically; append: --log;
 # checkpoint/partitions: a directory jaxgcn owns (replaced only when it holds that kind of output); dir: any.
@@ -55,10 +57,24 @@ def inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     return found
 
 
+# what each input flag names, as the readers call it; and the command that writes it
+READERS = {"--edges": "edges", "--features": "features", "--labels": "labels", "--split-file": "split"}
+WRITTEN_BY = {"--log": "jaxgcn train --log", "--sweep-json": "jaxgcn sweep --json"}
+SAVED_BY = "pass the folder that `jaxgcn train --save DIR` wrote (the one holding checkpoint.json)"
+
+
 def check_inputs(args: argparse.Namespace) -> None:
-    """An existing input file that cannot be read (permissions, an I/O error) is named before any work;
-    missing files and wrong formats are for the readers to report."""
+    """Every input the arguments name is there (a file; ``--checkpoint``: a folder holding a checkpoint)
+    and an existing file can be read (permissions, an I/O error), all before JAX is imported and any
+    data read; a directory given for a file and wrong formats are for the readers to report."""
     for flag, path in inputs(args):
+        if flag == "--checkpoint":
+            check_checkpoint(path)
+            continue
+        if not os.path.exists(path):
+            if flag in READERS:  # the readers' wording (jaxgcn.datasets.readers.check_file), named by its flag
+                raise ValueError(f"{flag}: {READERS[flag]} file {path}: not found; check the path")
+            raise ValueError(f"{flag} {path}: no such file; write it with `{WRITTEN_BY[flag]} {path}`")
         if not path.is_file():
             continue
         try:
@@ -67,6 +83,42 @@ def check_inputs(args: argparse.Namespace) -> None:
         except OSError as err:
             raise ValueError(f"{flag} {path}: cannot be read ({err.strerror}); check that the file is readable "
                              "(its permissions, the disk)") from None
+
+
+def check_checkpoint(path: Path) -> None:
+    """``--checkpoint DIR``: a folder that holds one run's checkpoint (``checkpoint.json``) or a
+    several-run save's ``runs.json``; whether they can be read is for the loader to say."""
+    if not path.exists():
+        raise ValueError(f"--checkpoint {path}: not a checkpoint directory (no such folder); {SAVED_BY}")
+    if not path.is_dir():
+        raise ValueError(f"--checkpoint {path}: a file, not a checkpoint directory; {SAVED_BY}")
+    if not any((path / name).exists() for name in (CHECKPOINT_JSON[0], "runs.json")):
+        raise ValueError(f"--checkpoint {path}: not a checkpoint directory (no {CHECKPOINT_JSON[0]}); {SAVED_BY}")
+
+
+def check_resume(args: argparse.Namespace) -> None:
+    """``--resume DIR``: a folder, and for ``train`` one with state to resume, refused before JAX is
+    imported, any data prepared or a "logging to" line printed. A finished run's checkpoint (saved at
+    its end: no run state, no batch state) has nothing to resume. A several-run save, a finished sweep
+    and a damaged batch state are refused while parsing (:func:`jaxgcn.cli.records.refuse_nothing_to_resume`)."""
+    resume = getattr(args, "resume", None)
+    if resume is None:
+        return
+    resume = Path(resume)
+    fix = ("give the folder that `jaxgcn train --save DIR --checkpoint-every K` wrote" if args.command == "train"
+           else "give the folder of an interrupted `jaxgcn sweep --save DIR`")
+    if not resume.exists():
+        raise ValueError(f"--resume {resume}: no such folder, nothing to resume; {fix}")
+    if not resume.is_dir():
+        raise ValueError(f"--resume {resume}: a file, not a checkpoint directory; {fix}")
+    if args.command != "train" or (resume / CHECKPOINT_JSON[1]).exists():
+        return
+    meta = peek_manifest(resume / CHECKPOINT_JSON[0])
+    if meta is None and not (resume / CHECKPOINT_JSON[0]).exists() and not (resume / "runs.json").exists():
+        raise ValueError(f"--resume {resume}: not a checkpoint directory (no {CHECKPOINT_JSON[0]}); {fix}")
+    if meta is not None and not meta.get("state_file"):
+        raise ValueError(f"--resume {resume}: holds no run state to resume (it was saved at the end of a finished "
+                         f"run); score it with `jaxgcn evaluate --checkpoint {resume}`, or train again")
 
 
 def _check_output(args: argparse.Namespace, flag: str, path: Path, kind: str) -> str:
@@ -278,7 +330,7 @@ def check_sweep_save(args: argparse.Namespace) -> None:
 # parsed arguments and raises a ValueError naming the flag. A check that needs no data belongs here.
 BEFORE_JAX: list[Callable[[argparse.Namespace], None]] = [
     check_dataset, check_own_files_early, check_numbers, check_ranges, check_split_flags_early, check_inputs,
-    check_outputs_early, check_sweep_save]
+    check_resume, check_outputs_early, check_sweep_save]
 
 
 def before_jax(args: argparse.Namespace) -> None:

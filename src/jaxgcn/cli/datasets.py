@@ -10,9 +10,10 @@ from jaxgcn.datasets.download import data_root, dataset_dir, is_cached
 
 
 # what the table's edge count is, beside the count `train` and `info` print (docs/datasets.md says it too)
-EDGE_ENTRIES = ("edge entries: as the source publishes them, before cleaning (where it lists both directions of an "
-                "edge, both count); train and info print the undirected edges of the cleaned graph: cora's 10,556 "
-                "entries are 5,278 undirected edges")
+EDGE_ENTRIES = ("edge entries: the source's distinct directed edges without self-loops, as PyG and OGB publish them "
+                "(an edge listed both ways counts twice); `jaxgcn info` prints the same count beside the entries as "
+                "listed, and train and info the undirected edges of the cleaned graph: cora's 10,556 entries are "
+                "5,278 undirected edges")
 
 
 def _megabytes(n: int | None, approx: bool = False) -> str:

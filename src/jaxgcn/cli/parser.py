@@ -396,7 +396,7 @@ def _add_save_args(o: argparse._ArgumentGroup, grid: bool) -> None:
     o.add_argument("--save", type=v.path, help=save)
     o.add_argument("--overwrite", action="store_true", help=overwrite)
     o.add_argument("--checkpoint-every", type=v.positive_int, default=None, help=every)
-    o.add_argument("--resume", type=v.path, default=None, help=resume)
+    o.add_argument("--resume", type=v.checkpoint_path, default=None, help=resume)
 
 
 def _add_job_args(g: argparse._ArgumentGroup, grid: bool) -> None:
@@ -485,7 +485,7 @@ def _add_plot_args(p: Any, kinds: tuple[str, ...]) -> None:
         p.add_argument("--config-id", default=None, help="plot only the runs of this configuration (the "
                        "config_id of the --log lines) when the file holds several (train --log-append)")
     if "embeddings" in kinds:
-        p.add_argument("--checkpoint", type=v.path, help="a directory written by train --save")
+        p.add_argument("--checkpoint", type=v.checkpoint_path, help="a directory written by train --save")
         p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
         p.add_argument("--method", choices=("pca", "tsne"), default="pca",
                        help="2-D projection (tsne needs scikit-learn)")
@@ -548,9 +548,11 @@ RUN_HELP = ("which run of a checkpoint saved with --seeds N / --splits K (0-base
 def _add_checkpoint_commands(sub: argparse._SubParsersAction) -> None:
     """``evaluate`` and ``predict``: a saved model on a dataset."""
     for name, text in (("evaluate", "metrics of a saved model on a dataset's split"),
-                       ("predict", "class predictions of a saved model, written as CSV")):
+                       ("predict", "a saved model's predicted labels for every node (its class, or a "
+                                   "multi-label model's labels), written as CSV")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--checkpoint", type=v.path, required=True, help="a directory written by train --save")
+        p.add_argument("--checkpoint", type=v.checkpoint_path, required=True,
+                       help="a directory written by train --save")
         p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
         add_data_args(p)
         # evaluate scores on a split (the model's own, or one the flags draw); predict labels every node

@@ -110,6 +110,20 @@ def path(text: str) -> Path:
     return Path(os.path.expanduser(text))
 
 
+SAVED_FILES = ("checkpoint.json", "runs.json")  # what names a checkpoint folder when given in its place
+
+
+def checkpoint_path(text: str) -> Path:
+    """``--checkpoint``/``--resume``: a checkpoint folder, ``~`` expanded as :func:`path` does; the
+    ``checkpoint.json`` (or a several-run save's ``runs.json``) inside one names that folder.
+
+    >>> str(checkpoint_path("runs/m")), str(checkpoint_path("runs/m/checkpoint.json"))
+    ('runs/m', 'runs/m')
+    """
+    given = path(text)
+    return given.parent if given.name in SAVED_FILES else given
+
+
 def count_or_path(text: str) -> str:
     """``--features``: a feature count (``64``) or a file, whose ``~`` is expanded as :func:`path` does."""
     return os.path.expanduser(text)

@@ -32,6 +32,14 @@ class TrainData(NamedTuple):
             :attr:`jaxgcn.core.ops.Ops.prepare`: the kernel's row plans and cut features,
             :class:`jaxgcn.core.native_ops.NativePrepared`), a pytree the training step reads; set by
             :func:`with_focus`. None: nothing (XLA's ops, or no ``prepare`` given).
+
+    The masks are float32 because the compiled loop multiplies by them (``logits[mask]`` breaks
+    jit); :meth:`mask` is the boolean view to select with, :attr:`edge_index` the cleaned graph's
+    edges in PyG's layout:
+
+    >>> d = TrainData(None, None, np.array([2, 0, 1]), *np.eye(3, dtype=np.float32))
+    >>> d.labels[d.mask("test")].tolist(), d.mask("train").tolist()
+    ([1], [True, False, False])
     """
 
     graph: Graph
@@ -43,6 +51,19 @@ class TrainData(NamedTuple):
     focus: jax.Array | None = None
     focus_pos: jax.Array | None = None
     aux: Any = None
+
+    def mask(self, split: str) -> np.ndarray:
+        """Host bool ``[n_nodes]`` (``[n_splits, n_nodes]`` for stacked splits): the nodes of ``split``
+        ("train", "val" or "test"), so that ``data.labels[data.mask("test")]`` selects them."""
+        if split not in SPLIT_CODES:
+            raise ValueError(f"split={split!r}: choose one of {', '.join(map(repr, SPLIT_CODES))}")
+        return np.asarray(getattr(self, f"{split}_mask")) != 0
+
+    @property
+    def edge_index(self) -> np.ndarray:
+        """[2, n_edges] int32: the prepared graph's off-diagonal edges, row 0 the senders and row 1 the
+        receivers (PyG's layout; self-loops live in ``graph.self_weights``)."""
+        return np.stack([np.asarray(self.graph.senders), np.asarray(self.graph.receivers)])
 
 
 def with_focus(data: TrainData, hops: int = 0, prepare: Callable[[TrainData, int], Any] | None = None) -> TrainData:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from jaxgcn.datasets.base import RawGraph
+from jaxgcn.datasets.base import RawGraph, split_ids
 from jaxgcn.datasets.bundled import BUNDLED, load_bundled
 from jaxgcn.datasets.catalogue import CATALOGUE, available, check_name, lookup  # noqa: F401 - its face
 from jaxgcn.datasets.download import data_root as download_root
@@ -256,6 +256,7 @@ def clean(raw: RawGraph, *, norm: str = "sym", symmetrize: bool = True, add_self
     edges cleaned (and reordered), the split masks built and the adjacency normalized. What the
     plan sizes the backend on (:func:`jaxgcn.plan.backend_for`: ``graph.n_nodes``, ``graph.n_edges``)."""
     n_nodes = _check_features_labels(raw)
+    raw = raw._replace(splits=split_ids(raw.splits, n_nodes, raw.name))  # boolean masks as node ids
     graph, report = from_edges(raw.senders, raw.receivers, raw.weights, n_nodes=n_nodes,
                                symmetrize=symmetrize, add_self_loops=add_self_loops, source=raw.name)
     if graph.n_edges == 0:
