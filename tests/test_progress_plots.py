@@ -290,7 +290,7 @@ def test_plot_curves_refuses_a_deeply_nested_line_naming_it(tmp_path, capsys, de
     assert run_main(["plot", "curves", "--log", log, "--out", tmp_path / "c.png"]) == 2
     assert unwrap(capsys.readouterr().err) == (
         f"jaxgcn: error: {log}, line 2: not a jaxgcn training-log record (nested deeper than 32 levels: "
-        f"{deep[:60]!r}); give the JSON-lines file that Progress(log_file=...) writes\n")
+        f"{deep[:60]!r}); give the JSON-lines file that `jaxgcn train --log deep.jsonl` writes\n")
     assert not (tmp_path / "c.png").exists()
 
 

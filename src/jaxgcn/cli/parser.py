@@ -489,6 +489,8 @@ def _add_plot_args(p: Any, kinds: tuple[str, ...]) -> None:
         p.add_argument("--run", type=v.run_index, default=None, help=RUN_HELP)
         p.add_argument("--method", choices=("pca", "tsne"), default="pca",
                        help="2-D projection (tsne needs scikit-learn)")
+        p.add_argument("--label", metavar="NAME_OR_INDEX", help="a multi-label model: colour the nodes by this "
+                       "label (its name, or its column from 0): has it, has it not, missing")
     if "sweep" in kinds:
         p.add_argument("--sweep-json", type=v.path, help="a file written by sweep --json")
         p.add_argument("--x", default="lr", help="hyperparameter on the x axis")

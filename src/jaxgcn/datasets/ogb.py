@@ -152,10 +152,9 @@ def _read_binary_layout(raw: Path) -> _OgbArrays:
 
 def multilabel_targets(labels: np.ndarray, file: str, row_word: str) -> np.ndarray:
     """[n_nodes, n_labels] float32 targets (1, 0; NaN = missing) from a table of several 0/1 columns;
-    integer tables mark a missing target with -1."""
-    if np.issubdtype(labels.dtype, np.integer):
-        labels = np.where(labels == -1, np.nan, labels.astype(np.float64))
+    a missing target is -1 (integer or float tables) or NaN (float tables), as the docs say."""
     labels = np.asarray(labels, np.float64)
+    labels = np.where(labels == -1, np.nan, labels)
     bad = ~np.isnan(labels) & (labels != 0) & (labels != 1)
     if np.any(bad):
         row, col = (int(i) for i in np.argwhere(bad)[0])
@@ -229,7 +228,8 @@ def load_arrays(root: str | Path, *, seed: int = 0, train_per_class: int = 20, n
                 n_test: int = 1000) -> RawGraph:
     """Read a graph saved as arrays: ``adjacency.npz`` (``scipy.sparse.save_npz``; entry ``[i, j]``
     is an edge j -> i), ``features.npy`` (dense, row i = node i) or ``features.npz`` (SciPy sparse),
-    ``labels.npy`` (int, -1 = unlabelled) and optional ``splits.npz`` (arrays ``train``, ``val``,
+    ``labels.npy`` (int, -1 = unlabelled; or [nodes, labels] multi-label targets 1/0, -1 or NaN where
+    missing) and optional ``splits.npz`` (arrays ``train``, ``val``,
     ``test`` of node ids; absent: a Planetoid-style random split drawn with ``seed``, of
     ``train_per_class`` nodes per class, ``n_val`` and ``n_test``, as far as the labels allow).
     """
@@ -283,7 +283,14 @@ def _read_splits(root: Path) -> dict[str, np.ndarray]:
     wrong = [k for k in ("train", "val", "test") if z[k].ndim != 1 or (z[k].size and z[k].dtype.kind not in "iu")]
     if wrong:
         raise ValueError(f"{root / 'splits.npz'}: {', '.join(wrong)} must be 1-D arrays of integer node ids")
-    return {k: np.asarray(z[k], np.int64) for k in ("train", "val", "test")}
+    splits = {k: np.asarray(z[k], np.int64) for k in ("train", "val", "test")}
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        shared = np.flatnonzero(np.isin(splits[a], splits[b]))
+        if shared.size:
+            count = np.unique(splits[a][shared]).size
+            raise ValueError(f"{root / 'splits.npz'}: {a} and {b} share {count} node(s), the first node "
+                             f"{int(splits[a][shared[0]])}; a node belongs to one set: remove it from all but one")
+    return splits
 
 
 def _multilabel_arrays(root: Path, adj: sp.coo_matrix, features: Any, labels: np.ndarray) -> RawGraph:

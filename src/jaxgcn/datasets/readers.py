@@ -138,12 +138,13 @@ def _first_line(text: str, what: str, path: Path) -> tuple[str, int, int]:
 
 def _is_header(cells: list[str], delimiter: str | None, text: str, after: int) -> bool:
     """A CSV's first line is a header when a cell is not a number. A whitespace edge list's is when
-    it names src and dst, or when it is all words above a line of numbers ("from to" over "1 2")."""
+    it names src and dst, or a node column, or when it is all words above a line of numbers ("from to"
+    over "1 2")."""
     words = [c for c in cells if not is_number(c)]
     if delimiter is not None:
         return bool(words)
-    if {"src", "dst"} <= {c.lower() for c in cells}:
-        return True
+    if {"src", "dst"} <= {c.lower() for c in cells} or "node" in {c.lower() for c in cells}:
+        return True  # an edge list's header, or a labels or features file's (node,...)
     if len(words) != len(cells):
         return False
     try:
@@ -188,6 +189,16 @@ def _check_width(data: bytes, n_columns: int, delimiter: str | None, path: Path,
                      "should be short names)")
 
 
+def _empty_tab_cell(line: str, number: int) -> str:
+    """Where a tab-separated line has an empty cell (two tabs in a row, or one at an end), which
+    whitespace splitting drops: that is why its row is short."""
+    empty = [k for k, cell in enumerate(line.split("\t")) if not cell.strip()] if "\t" in line else []
+    if not empty:
+        return ""
+    return (f" (line {number}, column {empty[0] + 1} is empty: tabs with nothing between them; fill the cell, or give "
+            "every line the same tabs, as many as the first line's, so each empty cell keeps its column)")
+
+
 def _ragged(text: str, delimiter: str | None, skip: int, path: Path, what: str) -> str:
     """The message for rows of different lengths: the first line that differs, by line number."""
     first = None
@@ -198,9 +209,31 @@ def _ragged(text: str, delimiter: str | None, skip: int, path: Path, what: str) 
         if first is None:
             first = (number, n)
         elif n != first[1]:
-            return (f"{what} file {path}: line {number} has {n} column(s) but line {first[0]} has {first[1]}; "
-                    "every row needs the same number of columns")
+            return (f"{what} file {path}: line {number} has {n} column(s) but line {first[0]} has {first[1]}"
+                    f"{_empty_tab_cell(line, number)}; every row needs the same number of columns")
     return f"{what} file {path}: rows have different numbers of columns; every row needs the same number of columns"
+
+
+def _load_cells(text: str, delimiter: str | None, skip: int, lines: int) -> np.ndarray:
+    """NumPy's C reader over the text, told how many rows there can be: without ``max_rows`` it
+    reads str cells in blocks of 50,000 rows of Python objects, allocated whole (20,000 columns of
+    an 8 MB file asked for 7.45 GiB), so the block is bounded by the lines the file has."""
+    with warnings.catch_warnings():  # "input contained no data": reported by the caller, as an error
+        warnings.simplefilter("ignore", UserWarning)
+        return np.loadtxt(io.StringIO(text), dtype=str, delimiter=delimiter, skiprows=skip, ndmin=2,
+                          comments=None, max_rows=max(lines - skip, 1))
+
+
+def _tab_cells(text: str, first: str, skip: int, lines: int, width: int | None) -> np.ndarray | None:
+    """The table split at each tab, when the first line holds tabs and every line as many (``width``
+    cells, when given): a tab-separated file with empty cells, which whitespace splitting would
+    shift left. None when tabs do not make the rows even."""
+    if "\t" not in first or (width is not None and first.count("\t") + 1 != width):
+        return None
+    try:
+        return _load_cells(text, "\t", skip, lines)
+    except ValueError:
+        return None
 
 
 def read_table(path: str | Path, what: str) -> Table:
@@ -220,19 +253,23 @@ def read_table(path: str | Path, what: str) -> Table:
     _check_width(data, len(cells), delimiter, path, what)
     del data
     skip = blank + (header is not None)
+    lines = text.count("\n") + (not text.endswith("\n"))
     try:
-        with warnings.catch_warnings():  # "input contained no data": reported below, as an error
-            warnings.simplefilter("ignore", UserWarning)
-            table = np.loadtxt(io.StringIO(text), dtype=str, delimiter=delimiter, skiprows=skip, ndmin=2,
-                               comments=None)
+        table = _load_cells(text, delimiter, skip, lines)
     except ValueError:
-        raise ValueError(_ragged(text, delimiter, skip, path, what)) from None
+        table = _tab_cells(text, first, skip, lines, None) if delimiter is None else None
+        if table is None:
+            raise ValueError(_ragged(text, delimiter, skip, path, what)) from None
+        delimiter = "\t"
     if table.size == 0:
         raise ValueError(f"{what} file {path}: no data rows below the header")
+    if header is not None and table.shape[1] != len(header) and delimiter is None:
+        tabbed = _tab_cells(text, first, skip, lines, len(header))  # tab-separated with empty cells
+        if tabbed is not None:
+            table, delimiter = tabbed, "\t"
     if header is not None and table.shape[1] != len(header):
         raise ValueError(f"{what} file {path}: the header {','.join(header)} names {len(header)} column(s) but "
                          f"line {skip + 1} has {table.shape[1]}; give every line the header's columns")
-    lines = text.count("\n") + (not text.endswith("\n"))
     dense = table.shape[0] == lines - skip
     table = np.char.strip(table)
     if '"' in text:

@@ -14,6 +14,7 @@ Every figure is written atomically (a temporary file renamed into place) at a fi
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -67,12 +68,47 @@ def _mixed_runs(path: str | os.PathLike, seen: list[str | None], settings: dict[
             "train each configuration into its own --log file")
 
 
-def read_log(path: str | os.PathLike, config_id: str | None = None) -> dict[int, dict[str, np.ndarray]]:
+LOG_VALUES = ("loss", "train_acc", "val_loss", "val_acc")  # numbers, or null where a run had none
+
+
+def _whole_number(rec: dict[str, Any], key: str, where: str, fix: str) -> int:
+    """``rec[key]`` (run, epoch, stopped_early_at) as an int; a value that is no finite whole number
+    (``Infinity``, ``1.5``, ``"3"``) is a one-line error naming the field and the value as written."""
+    value = rec[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value):
+        raise ValueError(f"{where}: field {key!r} is {json.dumps(value)[:40]}, not a whole number; {fix}")
+    return int(value)
+
+
+def _check_values(rec: dict[str, Any], where: str, fix: str) -> None:
+    """The metric fields of a log line are numbers or null (a JSON string there is no curve)."""
+    for key in LOG_VALUES:
+        value = rec.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{where}: field {key!r} is {json.dumps(value)[:40]}, not a number; {fix}")
+
+
+def _json_report(path: str | os.PathLike) -> bool:
+    """Whether the file is one JSON document (a ``--json`` report, written indented), not JSON lines."""
+    try:
+        if os.path.getsize(path) > 2**26:
+            return False
+        with open(path) as f:
+            return isinstance(log_record(f.read()), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def read_log(path: str | os.PathLike, config_id: str | None = None, *,
+             writer: str = "Progress(log_file=...)") -> dict[int, dict[str, np.ndarray]]:
     """A ``--log`` JSON-lines file -> {run: {"epoch", "loss", "train_acc", "val_loss", "val_acc"
     [, "stopped_early_at"]}} (arrays). A later block of lines for the same run (a second training
     of the same settings appended to the file) replaces it. Lines of trainings with different
     settings (their ``config_id``, see :mod:`jaxgcn.io.progress`) are refused, naming the settings
-    that differ, unless ``config_id`` picks the runs of one of them."""
+    that differ, unless ``config_id`` picks the runs of one of them. ``writer``: what writes such a
+    file, for the messages (the command line names ``jaxgcn train --log FILE``)."""
+    fix = f"give the JSON-lines file that {writer} writes"
     runs: dict[int, list[dict[str, Any]]] = {}
     stops: dict[int, int] = {}
     settings: dict[str | None, Any] = {}
@@ -93,15 +129,21 @@ def read_log(path: str | os.PathLike, config_id: str | None = None) -> dict[int,
                     seen.append(tag)
                 if config_id is not None and tag != config_id:
                     continue
+                where = f"{path}, line {number}"
                 if "stopped_early_at" in rec:
-                    stops[int(rec["run"])] = int(rec["stopped_early_at"])
+                    stops[_whole_number(rec, "run", where, fix)] = _whole_number(rec, "stopped_early_at", where, fix)
                     continue
-                run, epoch = int(rec["run"]), int(rec["epoch"])
+                run, epoch = _whole_number(rec, "run", where, fix), _whole_number(rec, "epoch", where, fix)
+                _check_values(rec, where, fix)
             except (KeyError, TypeError, ValueError, AttributeError) as err:  # JSONDecodeError is a ValueError
+                if str(err).startswith(f"{path}, line"):
+                    raise
+                if isinstance(err, json.JSONDecodeError) and _json_report(path):
+                    raise ValueError(f"{path}: one JSON document (a report, such as `jaxgcn train --json` writes), "
+                                     f"not a training log of one JSON line per epoch; {fix}") from None
                 why = f"{err}: " if isinstance(err, TooDeep) else ""
                 raise ValueError(f"{path}, line {number}: not a jaxgcn training-log record ({why}"
-                                 f"{line.strip()[:60]!r}); give the JSON-lines file that Progress(log_file=...) "
-                                 "writes") from None
+                                 f"{line.strip()[:60]!r}); {fix}") from None
             rows = runs.setdefault(run, [])
             if rows and epoch <= rows[-1]["epoch"]:
                 rows.clear()  # a new training appended to the same file
@@ -113,8 +155,9 @@ def read_log(path: str | os.PathLike, config_id: str | None = None) -> dict[int,
     if config_id is None and len(seen) > 1:
         raise ValueError(_mixed_runs(path, seen, settings))
     if not runs:
-        raise ValueError(f"{path}: no records; train with Progress(log_file={str(path)!r}) first")
-    keys = ("epoch", "loss", "train_acc", "val_loss", "val_acc")
+        first = f"Progress(log_file={str(path)!r})" if writer.startswith("Progress(") else writer
+        raise ValueError(f"{path}: no records; train with {first} first")
+    keys = ("epoch", *LOG_VALUES)
     out = {run: {k: np.array([np.nan if r.get(k) is None else r[k] for r in rows], np.float64) for k in keys}
            for run, rows in sorted(runs.items())}
     for run, epoch in stops.items():
@@ -201,22 +244,61 @@ def project_2d(h: np.ndarray, method: str = "pca", seed: int = 0) -> np.ndarray:
     raise ValueError(f"method={method!r} must be pca or tsne")
 
 
+def label_classes(targets: np.ndarray, label: str | int,
+                  names: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """One label of multi-label ``targets`` [n, L] (1, 0; NaN missing) as classes to colour by: 1 where
+    a node has it, 0 where it has not, -1 where its target is missing; and the two classes' names.
+
+    ``label``: the label's name in ``names`` (a name wins over an index), or its column (0 = the first).
+
+    >>> label_classes(np.array([[1, 0], [np.nan, 1]]), "pop", ["rock", "pop"])
+    (array([0, 1]), ['not pop', 'pop'])
+    """
+    targets = np.asarray(targets)
+    n_labels = targets.shape[1]
+    names = list(names) if names is not None and len(names) == n_labels else [str(k) for k in range(n_labels)]
+    text = str(label)
+    if text in names:
+        k = names.index(text)
+    elif text.isdigit() and int(text) < n_labels:
+        k = int(text)
+    else:
+        shown = ", ".join(names[:10]) + (", ..." if n_labels > 10 else "")
+        raise ValueError(f"label={text!r} is not a label of the model; give one of its {n_labels} label names "
+                         f"({shown}) or a column from 0 to {n_labels - 1}")
+    column = np.asarray(targets[:, k], np.float64)
+    classes = np.where(np.isnan(column), -1, column > 0.5).astype(np.int64)
+    return classes, [f"not {names[k]}", names[k]]
+
+
 def embeddings(h: np.ndarray, labels: np.ndarray, out: str | os.PathLike, *, class_names: list[str] | None = None,
-               method: str = "pca", title: str = "node embeddings", size: tuple[float, float] = (7, 6)) -> Path:
+               method: str = "pca", title: str = "node embeddings", size: tuple[float, float] = (7, 6),
+               label: str | int | None = None) -> Path:
     """Scatter of the 2-D projection of the embeddings ``h`` [n, d], one colour per class
-    (``labels`` < 0: unlabelled, grey)."""
+    (``labels`` [n] < 0: unlabelled, grey). Multi-label ``labels`` [n, L] (1, 0; NaN missing) are
+    coloured by one ``label`` (its name in ``class_names`` or its column, :func:`label_classes`): the
+    nodes that have it, those that have not, and those whose target is missing."""
+    labels = np.asarray(labels)
+    if labels.ndim == 2:
+        if label is None:
+            raise ValueError(f"labels: {labels.shape[1]} labels per node (a multi-label task) give no one class to "
+                             "colour a node by; pass label=NAME_OR_INDEX to colour the nodes by one of them")
+        labels, class_names = label_classes(labels, label, class_names)
+    elif label is not None:
+        raise ValueError(f"label={label!r} picks one label of multi-label targets; these labels are one class per "
+                         "node, which colour the nodes: leave label out")
+    labels = labels.astype(np.int64)
     plt = _pyplot()
     xy = project_2d(h, method)
-    labels = np.asarray(labels)
     fig, ax = plt.subplots(figsize=size)
     unl = labels < 0
     if unl.any():
-        ax.scatter(xy[unl, 0], xy[unl, 1], s=3, c="lightgrey", label="unlabelled")
+        ax.scatter(xy[unl, 0], xy[unl, 1], s=3, c="lightgrey", label="missing" if label is not None else "unlabelled")
     cmap = plt.get_cmap("tab10" if labels.max(initial=0) < 10 else "tab20")
-    for c in np.unique(labels[~unl]):
+    for c in np.unique(labels[~unl]).tolist():
         pick = labels == c
         name = class_names[c] if class_names and c < len(class_names) else str(c)
-        ax.scatter(xy[pick, 0], xy[pick, 1], s=4, color=cmap(int(c) % cmap.N), label=name)
+        ax.scatter(xy[pick, 0], xy[pick, 1], s=4, color=cmap(c % cmap.N), label=name)
     ax.set_xlabel(f"{method.upper()} 1")
     ax.set_ylabel(f"{method.upper()} 2")
     ax.set_title(title)
@@ -249,6 +331,35 @@ def _number(text: str) -> float | None:
         return None
 
 
+def check_configurations(configurations: list[Any], metric: str = "val_acc_mean") -> None:
+    """Refuse configurations a heatmap cannot draw, naming the first bad one (counted from 1): each an
+    object with ``metric`` (a number, or null for a configuration that did not finish) and the swept
+    hyperparameters of the first, each a number or a string, one kind per hyperparameter."""
+    if not configurations:
+        raise ValueError("the sweep has no configurations")
+    first = configurations[0] if isinstance(configurations[0], dict) else {}
+    swept = [k for k in GRID_KEYS if k in first]
+    kinds: dict[str, tuple[str, int]] = {}
+    for i, c in enumerate(configurations, 1):
+        if not isinstance(c, dict):
+            raise ValueError(f"configuration {i} is {json.dumps(c)[:40]}, not an object of hyperparameters and "
+                             f"{metric}")
+        missing = [k for k in (*swept, metric) if k not in c]
+        if missing:
+            raise ValueError(f"configuration {i} lacks {', '.join(missing)}; every configuration of a sweep --json "
+                             f"file names its hyperparameters ({', '.join(swept)}) and {metric}")
+        value = c[metric]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"configuration {i}: {metric} is {json.dumps(value)[:40]}, not a number")
+        for k in swept:
+            v = c[k]
+            kind = "name" if isinstance(v, str) else "number" if isinstance(v, (int, float)) else None
+            if kind is None or kinds.setdefault(k, (kind, i))[0] != kind:
+                seen = f"; configuration {kinds[k][1]} gives a {kinds[k][0]}" if kind is not None else ""
+                raise ValueError(f"configuration {i}: {k} is {json.dumps(v)[:40]}, not a number or a name as a "
+                                 f"sweep writes it{seen}")
+
+
 def sweep_cells(configurations: list[dict[str, Any]], x: str, y: str,
                 fix: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], dict[str, list[Any]]]:
     """The configurations a (``x``, ``y``) heatmap of a sweep draws, and what each cell is the best over.
@@ -262,8 +373,7 @@ def sweep_cells(configurations: list[dict[str, Any]], x: str, y: str,
         the configurations kept, and ``{name: values}`` of the other swept hyperparameters that
         still take several values among them: a cell is the best of its configurations over those.
     """
-    if not configurations:
-        raise ValueError("the sweep has no configurations")
+    check_configurations(configurations)
     known = [k for k in GRID_KEYS if k in configurations[0]]
     for param, key in (("x", x), ("y", y)):
         if key not in configurations[0]:
@@ -301,6 +411,8 @@ def sweep_heatmap(configurations: list[dict[str, Any]], x: str, y: str, out: str
     ys = sorted({c[y] for c in configurations})
     grid = np.full((len(ys), len(xs)), np.nan)
     for c in configurations:
+        if c[metric] is None:  # a configuration without a score (it diverged): an empty cell, not a zero
+            continue
         i, j = ys.index(c[y]), xs.index(c[x])
         grid[i, j] = c[metric] if np.isnan(grid[i, j]) else max(grid[i, j], c[metric])
     fig, ax = plt.subplots(figsize=size)
