@@ -183,7 +183,7 @@ def own_files(tmp_path_factory):
     return d
 
 
-def test_an_own_files_run_records_its_files_not_another_sources_defaults(own_files, tmp_path):
+def test_an_own_files_run_records_its_files_not_another_sources_defaults(own_files, tmp_path, capsys):
     d = own_files
     own = ["train", "--edges", d / "e.csv", "--labels", d / "l.csv", "--train-per-class", "4", "--val", "8", "--test",
            "16", "--epochs", "10", "--no-compile-cache", "--quiet"]
@@ -196,6 +196,11 @@ def test_an_own_files_run_records_its_files_not_another_sources_defaults(own_fil
         assert not set(OTHER_SOURCES["files"]) & set(options), sorted(options)
         assert (options["edges"], options["labels"], options["train_per_class"]) == (str(d / "e.csv"),
                                                                                        str(d / "l.csv"), 4)
+    # a run on other data is refused the folder of this model, whose options name no --dataset
+    capsys.readouterr()
+    assert run_main(["train", "--dataset", "synthetic", "--epochs", "1", "--save", tmp_path / "ck"]) == 2
+    assert f"--save {tmp_path / 'ck'}: holds the model of another run, trained with --edges {d / 'e.csv'}" in \
+        unwrap(capsys.readouterr().err)
     # the record re-runs the same run on the same files
     assert run_main(["train", "--from-record", tmp_path / "r.json", "--json", tmp_path / "b.json", "--quiet"]) == 0
     assert results(tmp_path / "b.json") == results(tmp_path / "r.json")

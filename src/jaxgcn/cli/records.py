@@ -395,7 +395,9 @@ def refuse_another_runs_model(parser: argparse.ArgumentParser, args: argparse.Na
     if meta is None:
         return  # no model there (a folder of something else is for the output checks to judge)
     refuse_other_command(f"--save {save}", meta, args.command, "give another folder, or --overwrite to replace it")
-    recorded, mine = recorded_options(meta), options(args)
+    # every option of this run, defaults of other sources included: a model saved on own files (which
+    # records no --dataset) is another run's for a --dataset run (no --edges), whose --edges is None
+    recorded, mine = recorded_options(meta), options(args, applied=False)
     actions = {a.dest: a for a in _command_parser(parser, args.command)._actions if a.option_strings}
     differ = [] if recorded is None else sorted(
         d for d in mine if d in recorded and d in actions and d not in NOT_COMPARED and recorded[d] != mine[d])
@@ -486,11 +488,12 @@ def not_applied(given: dict[str, Any]) -> tuple[str, ...]:
     return (*FILES_ONLY, "features", *SYNTHETIC_ONLY, *split)
 
 
-def options(args: argparse.Namespace) -> dict[str, Any]:
+def options(args: argparse.Namespace, *, applied: bool = True) -> dict[str, Any]:
     """Every option of the parsed command that applied to its run, by its parser name
-    (``weight_decay``), as JSON values: not the data options of another source (:func:`not_applied`)."""
+    (``weight_decay``), as JSON values: not the data options of another source (:func:`not_applied`;
+    ``applied=False``: those too)."""
     every = {k: _json_value(v) for k, v in sorted(vars(args).items()) if k not in (*NOT_OPTIONS, *FILE_OPTIONS)}
-    drop = not_applied(every)
+    drop = not_applied(every) if applied else ()
     return {k: v for k, v in every.items() if k not in drop}
 
 
