@@ -210,3 +210,24 @@ def test_info_counts_each_labels_targets_over_every_node_and_per_split(models, c
     assert f"  labels: 3 per node (multi-label; positive/negative targets): {line}; 6 nodes without a target" in out
     train = ", ".join(f"{n} {c['positive']}/{c['negative']}" for n, c in stats["split_labels"]["train"].items())
     assert f"    train split: {train}" in out
+
+
+def test_a_model_trained_for_micro_f1_predicts_new_nodes_without_labels(models, capsys):
+    """`train --task multilabel-f1` records that task (the run's, resolved as `--task multilabel` is); predict
+    without labels applies it and names no --task, a flag predict does not have."""
+    from jaxgcn.store.checkpoint import save
+    from jaxgcn.core.models import GCNConfig
+    from jaxgcn.training.config import TrainConfig
+
+    root, files, _ = models
+    f1 = edit(root, "multi", lambda m: m.update(task={"name": "multilabel-f1", "metric": "micro_f1"}))
+    assert run_main(["predict", "--checkpoint", f1, *files, "--out", root / "f1.csv"]) == 0
+    assert run_main(["predict", "--checkpoint", root / "multi", *files, "--out", root / "m.csv"]) == 0
+    assert rows(root / "f1.csv")[0] == "node,labels,prob_jazz,prob_pop,prob_rock"
+    assert rows(root / "f1.csv") == rows(root / "m.csv")  # the same params: the same labels and probabilities
+    assert "--task" not in capsys.readouterr().err
+    info = {"n_features": 3, "n_classes": 3, "task": "multilabel"}
+    params = {"layer_0": {"w": np.zeros((3, 2), np.float32)}, "layer_1": {"w": np.zeros((2, 3), np.float32)}}
+    meta = json.loads(save(root / "f1-saved", params, model_config=GCNConfig(hidden=2),
+                           train_config=TrainConfig(task="multilabel-f1"), info=info, epoch=1, metrics={}).read_text())
+    assert meta["task"] == {"name": "multilabel-f1", "metric": "micro_f1"} and meta["train"]["task"] == "multilabel-f1"

@@ -1,5 +1,6 @@
 """``jaxgcn evaluate``: a saved model's accuracy, macro-F1, per-class metrics and confusion matrix (a
-multi-label model's ROC-AUC, micro- and macro-F1, and per-label metrics).
+multi-label model's ROC-AUC, micro- and macro-F1, and per-label metrics): the task is the
+checkpoint's, and labels of the other task's form are refused naming it.
 
 The flags name the checkpoint and the data (:mod:`jaxgcn.cli.saved`); the scores and the JSON report
 are :mod:`jaxgcn.app.inference`'s; this module prints them."""

@@ -1,4 +1,6 @@
-"""``jaxgcn predict``: a saved model's class and class probabilities per node, as CSV.
+"""``jaxgcn predict``: a saved model's class and class probabilities per node, as CSV; a multi-label
+model's labels over ``--threshold`` and each label's probability. The task is the checkpoint's,
+whatever labels come with the data (new nodes need none).
 
 The flags name the checkpoint and the data (:mod:`jaxgcn.cli.saved`); the CSV is
 :func:`jaxgcn.app.inference.predictions_csv`; this module writes it to ``--out`` or stdout."""
