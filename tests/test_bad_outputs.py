@@ -91,6 +91,10 @@ def _setup(tmp_path: Path) -> None:
     os.symlink("/dev/full", tmp_path / "full-link")
     (tmp_path / "e.csv").write_text("src,dst\n0,1\n")
     (tmp_path / "l.csv").write_text("node,label\n0,a\n1,b\n")
+    # a folder that passes the before-JAX look at --checkpoint (it holds a checkpoint.json): the output
+    # paths are refused before the checkpoint is read
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "checkpoint.json").write_text("{}\n")
 
 
 OUTPUT_CASES = [
