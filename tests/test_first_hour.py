@@ -118,7 +118,10 @@ def test_sweep_of_one_run_reads_right_and_says_when_a_group_starts(tmp_path, cap
     out = capsys.readouterr().out.splitlines()
     assert "sweep: 1 configuration x 1 seed x 1 split(s) = 1 run" in out
     start = out.index("group 1/1 (layers 2, adam, hidden 16): training 1 run")
-    assert out[start + 1].startswith("group 1/1 (layers 2, adam, hidden 16): 1 runs in one program | compile ")
+    assert out[start + 1] == "group 1/1: 1 configuration x 1 run = 1 run; compiling its program ..."
+    assert out[start + 2].startswith("Epoch   3 | runs training 0/1 | val mean ")  # the last epoch's line
+    assert out[start + 3].startswith("group 1/1 (layers 2, adam, hidden 16): 1 runs in one program | compile ")
+    assert out[start + 4].startswith("group 1/1 done in ")
     row, best = out[-2], out[-1]
     assert "±" not in row and "±" not in best  # one run has no spread
     assert re.fullmatch(r"\s+0\.01\s+0\.0005\s+0\.5\s+16\s+2\s+adam\s+1\s+\d\.\d{4}\s+\d\.\d{4}\s+3", row), row

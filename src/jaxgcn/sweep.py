@@ -14,6 +14,7 @@ import csv
 import dataclasses
 import io
 import itertools
+import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -148,6 +149,7 @@ def run_entries(
     progress: Any = None,
     chunks: list[int] | None = None,
     store: Any = None,
+    log_every: int = 0,
 ) -> list[Outcome]:
     """Run every entry; return their outcomes in the order of ``entries``.
 
@@ -164,6 +166,12 @@ def run_entries(
     ``progress`` (a :class:`jaxgcn.io.progress.Progress`) shows each chunk's epochs. Every program runs
     as ``execution`` says (the :class:`jaxgcn.plan.Plan` the application resolved, or a request the
     plan decides here, once: backend, ops, dropout stream, first-layer order, shared by all entries).
+
+    ``log`` gets a line when each group starts and one when each of its chunks ends; with
+    ``log_every`` > 0 (``jaxgcn sweep``) a group also says, before its program compiles (the
+    silent seconds of a group), how many configurations and runs it trains; without a
+    ``progress`` display its epochs every ``log_every`` (train's plain lines); and, on one
+    process, when it ends, its time and best configuration (:func:`group_summary`).
 
     ``store`` (one process only) keeps a sweep's progress: ``store.kept(first, n)`` gives a group's
     [n, 3] results kept from an earlier, interrupted sweep (None: train it), ``store.hooks(first)``
@@ -195,7 +203,8 @@ def run_entries(
         else:
             results[rows, :3] = _run_group(data, n_classes, [entries[j] for j in mine], rows, model, train,
                                            execution, name=(g + 1, len(groups)), chunk=sizes[g], budget=budget,
-                                           log=log, progress=progress, store=store, runs_as=runs_as)
+                                           log=log, progress=progress, store=store, runs_as=runs_as,
+                                           log_every=log_every, summary=process_count == 1)
         results[rows, 3] = 1.0
     if combine is not None:
         results = np.asarray(combine(results))
@@ -251,13 +260,16 @@ def layout(data: TrainData, entries: list[Entry], chunks: list[int], *,
 def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[int], model: GCNConfig,
                train: TrainConfig, execution: Execution, *, name: tuple[int, int], chunk: int, budget: int | None,
                log: Callable[[str], None] | None, progress: Any, store: Any,
-               runs_as: Plan | None = None) -> np.ndarray:
+               runs_as: Plan | None = None, log_every: int = 0, summary: bool = False) -> np.ndarray:
     """[len(group), 3] val_acc, test_acc, epochs_run of one program's entries (``rows``: their rows
     in the result array, which the progress display and the store count in), in chunks of ``chunk``
     runs (what fits in ``budget`` bytes; None: the chunks a resumed sweep started with). ``runs_as``:
     the :class:`~jaxgcn.plan.Plan` ``execution`` was decided by, which each chunk runs as (its row plans
-    taken, not built again: :func:`jaxgcn.plan.focused`)."""
+    taken, not built again: :func:`jaxgcn.plan.focused`); ``log_every`` and ``summary``: the group's
+    progress lines (:func:`run_entries`)."""
     g, n_groups = name
+    started = time.perf_counter()
+    detail = log if log_every > 0 else None
     if chunk < len(group) and log is not None:
         need = batch_bytes(data, model, 1, n_classes, execution) * len(group) / 2**30
         over = f"the {budget / 2**30:.1f} GiB budget" if budget is not None else "the budget the sweep started with"
@@ -269,20 +281,56 @@ def _run_group(data: TrainData, n_classes: int, group: list[Entry], rows: list[i
     out = np.zeros((len(group), 3))
     for start in range(0, len(group), chunk):
         part = group[start:start + chunk]
+        if detail is not None:
+            detail(f"group {g}/{n_groups}: {_configurations(part)}; compiling its program ...")
         if progress is not None:
             progress.start_slice(rows[start], f"group {g}/{n_groups}, {len(part)} runs")
         hooks = {} if store is None else store.hooks(rows[start])
+        every = progress.every if progress is not None else log_every if detail is not None else 0
         result = fit_runs(data, n_classes, part, execution=execution if runs_as is None else runs_as,
-                          log_every=progress.every if progress is not None else 0, progress=progress, **hooks)
+                          log_every=every, log=detail if progress is None else None, progress=progress, **hooks)
         out[start:start + len(part)] = np.stack([result.metrics["val_acc"], result.metrics["test_acc"],
                                                  result.epochs_run], axis=1)
         if log is not None:
             log(f"group {g}/{n_groups} (layers {model.layers}, {train.optimizer}, hidden {model.hidden}): "
                 f"{len(part)} runs in one program | compile {result.compile_seconds:.1f}s | train "
                 f"{result.train_seconds:.1f}s | val mean {np.mean(result.metrics['val_acc']):.4f}")
+    if detail is not None and summary:
+        detail(group_summary((g, n_groups), group, out[:, 0], time.perf_counter() - started))
     if store is not None:
         store.finish(rows[0], out)
     return out
+
+
+_PER_RUN_KEYS = tuple(k for k in GRID_KEYS if k not in hyper.PROGRAM_AXES)  # what differs within a group
+
+
+def _configurations(part: list[Entry]) -> str:
+    """``2 configurations x 3 runs = 6 runs``: what one chunk of a group trains."""
+    n = len({tuple(grid_values(e).values()) for e in part})
+    each = len(part) // n
+    return (f"{n} configuration{'s' if n != 1 else ''} x {each} run{'s' if each != 1 else ''} = "
+            f"{len(part)} run{'s' if len(part) != 1 else ''}")
+
+
+def group_summary(name: tuple[int, int], group: list[Entry], val: np.ndarray, seconds: float) -> str:
+    """The line that ends group ``name`` (its number, of how many): its wall time and its best
+    configuration by mean validation score over its runs (``val``: [len(group)]), named by the axes
+    that differ within a group (learning rate, L2 factor, dropout).
+
+    >>> entries = lower(Grid(lr=(0.01, 0.05)), [0, 1])
+    >>> group_summary((1, 2), entries, np.array([0.5, 0.7, 0.8, 0.8]), 3.21)
+    'group 1/2 done in 3.2s | best val mean 0.8000: lr 0.05, weight_decay 0.0005, dropout 0.5 (2 runs)'
+    """
+    scores: dict[tuple[Any, ...], list[float]] = {}
+    for entry, v in zip(group, val):
+        values = grid_values(entry)
+        scores.setdefault(tuple(values[k] for k in _PER_RUN_KEYS), []).append(float(v))
+    best = max(scores, key=lambda k: np.mean(scores[k]))  # of equal means, the first in the grid's order
+    named = ", ".join(f"{k} {v:g}" for k, v in zip(_PER_RUN_KEYS, best))
+    runs = len(scores[best])
+    return (f"group {name[0]}/{name[1]} done in {seconds:.1f}s | best val mean {np.mean(scores[best]):.4f}: "
+            f"{named} ({runs} run{'s' if runs != 1 else ''})")
 
 
 def run_grid(
@@ -303,6 +351,7 @@ def run_grid(
     progress: Any = None,
     chunks: list[int] | None = None,
     store: Any = None,
+    log_every: int = 0,
 ) -> list[Row]:
     """Run every configuration of ``grid`` for every seed and split; return rows sorted by mean
     validation accuracy (best first): :func:`lower`, then :func:`run_entries` (whose docstring
@@ -313,7 +362,7 @@ def run_grid(
     entries = lower(grid, seeds, n_splits, model_config=model_config, config=config)
     outcomes = run_entries(data, n_classes, entries, execution=execution, memory_budget=memory_budget, log=log,
                            process_index=process_index, process_count=process_count, combine=combine,
-                           progress=progress, chunks=chunks, store=store)
+                           progress=progress, chunks=chunks, store=store, log_every=log_every)
     per_config = len(seeds) * n_splits  # lower's order: configuration, then seed, then split
     rows = []
     for start in range(0, len(entries), per_config):

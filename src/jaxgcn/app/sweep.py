@@ -174,11 +174,13 @@ class Saving(NamedTuple):
 
 def run(loaded: Loaded, grid: Grid, seeds: list[int], configs: tuple[GCNConfig, TrainConfig, Plan], *,
         splits: int = 1, memory_budget: int | None = None, saving: Saving = Saving(),
-        say: Callable[[str], None] = print, progress: Any = None, share: dict[str, Any] | None = None) -> list[Row]:
+        say: Callable[[str], None] = print, progress: Any = None, share: dict[str, Any] | None = None,
+        log_every: int = 0) -> list[Row]:
     """The rows of ``grid`` x ``seeds`` x ``splits`` on the loaded data (:func:`jaxgcn.sweep.run_grid`),
     from the base ``configs`` (model, training, the plan every program runs by); ``share``: a
     ``--distributed`` job's ``process_index``, ``process_count`` and ``combine``; ``saving``:
-    where the progress goes and what is resumed (:class:`Store`)."""
+    where the progress goes and what is resumed (:class:`Store`); ``log_every``: the groups' progress
+    lines (:func:`jaxgcn.sweep.run_entries`)."""
     model_config, train_config, resolved = configs
     entries = lower(grid, seeds, splits, model_config=model_config, config=train_config)
     decided = (model_config, train_config, resolved.execution)
@@ -187,7 +189,7 @@ def run(loaded: Loaded, grid: Grid, seeds: list[int], configs: tuple[GCNConfig, 
     prepared = loaded.prepared
     return run_grid(prepared.data, prepared.n_classes, grid, seeds, n_splits=splits, model_config=model_config,
                     config=train_config, execution=resolved, memory_budget=memory_budget, log=say,
-                    progress=progress, **(share or {}), **kept)
+                    progress=progress, log_every=log_every, **(share or {}), **kept)
 
 
 def _store(save: Path, loaded: Loaded, grid: Grid, seeds: list[int], splits: int, entries: list[Entry],

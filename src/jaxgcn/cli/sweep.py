@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace, loaded: Loaded, grid: Grid, seeds: list[int],
     saving = app_sweep.Saving(args.save, args.checkpoint_every, args.resume, records.options(args))
     try:
         return app_sweep.run(loaded, grid, seeds, configs, splits=args.splits, memory_budget=args.memory_budget,
-                             saving=saving, say=say, progress=bar, share=share)
+                             saving=saving, say=say, progress=bar, share=share, log_every=args.log_every)
     finally:
         if bar is not None:
             bar.done()
