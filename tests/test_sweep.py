@@ -156,7 +156,10 @@ def test_memory_budget_splits_a_group_into_chunks_with_the_same_results(prepared
 def test_processes_each_run_a_share_and_combine_to_the_whole_table(prepared, swept):
     # What `sweep --distributed` does with jax.distributed, with the two processes played in turn:
     # each runs every 2nd run of each group; the combined table equals the one-process sweep.
+    # Two of GRID's groups (layers 2, hidden 8 and 16: 4 runs each) show it; the 3-layer groups
+    # would only compile the same split twice more.
     rows, _ = swept
+    grid = Grid(lr=GRID.lr, hidden=GRID.hidden, layers=(2,))
     captured = {}
 
     def first(local):
@@ -165,18 +168,18 @@ def test_processes_each_run_a_share_and_combine_to_the_whole_table(prepared, swe
         done[:, 3] = 1.0  # let this half return; its rows are checked through process 0 below
         return done
 
-    run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, execution=EXEC, config=BASE, log=None,
+    run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, execution=EXEC, config=BASE, log=None,
              process_index=1, process_count=2, combine=first)
-    shared = run_grid(prepared.data, prepared.n_classes, GRID, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
+    shared = run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
                       log=None, process_index=0, process_count=2, combine=lambda local: local + captured[1])
     # a combine that drops the other process's runs is refused (one group of the grid shows it)
     with pytest.raises(RuntimeError, match=r"runs have no result \(process 0 of 2"):
         run_grid(prepared.data, prepared.n_classes, Grid(lr=(0.01,), hidden=(8,), layers=(2,)), SEEDS,
                  model_config=MODEL, execution=EXEC, config=BASE, log=None, process_index=0, process_count=2,
                  combine=lambda local: local)
-    n_runs = len(GRID.configs()) * len(SEEDS)
-    assert captured[1][:, 3].sum() == n_runs // 2  # process 1 ran half of the runs
-    assert len(shared) == len(rows)
+    n_runs = len(grid.configs()) * len(SEEDS)
+    assert n_runs == 8 and captured[1][:, 3].sum() == n_runs // 2  # process 1 ran half of the runs
+    assert len(shared) == 4 and {r.config["hidden"] for r in shared} == {8, 16}
     for r in shared:
         whole = find(rows, **r.config)
         for a, b in zip(r.runs, whole.runs):
@@ -283,22 +286,21 @@ def test_a_weight_decay_list_starting_at_zero_keeps_the_l2_term_of_the_other_run
     assert len({r.runs[0]["val_acc"] for r in rows}) == 2
 
 
-def test_run_entries_on_part_of_a_cora_sweep_equals_the_sweep():
-    cora = datasets.prepare(datasets.load_dataset("cora"))
-    grid, config = Grid(lr=(0.01, 0.05), hidden=(8, 16)), TrainConfig(epochs=20)
-    model, execution = GCNConfig(), Execution(backend=cora.backend)
-    rows = run_grid(cora.data, cora.n_classes, grid, SEEDS, model_config=model, config=config, execution=execution,
-                    log=None)
-    entries = lower(grid, SEEDS, model_config=model, config=config)
-    part = [e for e in entries if e.model.hidden == 8][::-1]  # another padded width, in another order
-    outcomes = run_entries(cora.data, cora.n_classes, part, execution=execution, log=None)
-    assert len(outcomes) == 4
+def test_run_entries_on_part_of_a_cora_sweep_equals_the_sweep(prepared, swept):
+    # (Named for the Cora sweep it first ran; the property is the part's, not Cora's: the module's
+    # 300-node sweep shows it, and its rows are already trained.)
+    rows, _ = swept
+    entries = lower(GRID, SEEDS, model_config=MODEL, config=BASE)
+    part = [e for e in entries if e.model.hidden == 8 and e.model.layers == 2][::-1]  # one group, in another order
+    outcomes = run_entries(prepared.data, prepared.n_classes, part, execution=EXEC, log=None)
+    assert len(outcomes) == 4 and [e.seed for e in part] == [1, 0, 1, 0]
     for e, o in zip(part, outcomes):
         (run,) = [run for run in find(rows, **grid_values(e)).runs if run["seed"] == e.seed]
         assert o.val_acc == pytest.approx(run["val_acc"], abs=1e-6)
         assert o.test_acc == pytest.approx(run["test_acc"], abs=1e-6)
         assert o.epochs_run == run["epochs_run"]
-    assert rows[0].val_mean > 0.5  # 7 classes: the runs learned something
+    # 3 classes, chance 1/3: every run learned something (measured 0.96, 0.97, 0.93 and 0.50, the slow lr 0.01)
+    assert min(o.val_acc for o in outcomes) > 0.45 and max(o.val_acc for o in outcomes) > 0.9
 
 
 # --- reports ----------------------------------------------------------------------------------------
