@@ -42,15 +42,19 @@ def test_per_run_products_and_weight_gradients_equal_the_dense_formula(n, f, bud
     w = jax.random.normal(jax.random.key(0), (f, 3, 4))
     dense = per_run_dense(x, values)
     want = np.einsum("rnf,fro->nro", dense, np.asarray(w))
-    got = matmul_runs(lists, jnp.asarray(values), w, budget=budget)
-    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
     c = jax.random.normal(jax.random.key(1), (n, 3, 4))
-    grad = jax.grad(lambda w: jnp.sum(c * matmul_runs(lists, jnp.asarray(values), w, budget=budget)))(w)
+
+    @jax.jit  # the product, its weight gradient and the shared values' product: one compile, not one per op
+    def products(lists, values, w):
+        grad = jax.grad(lambda w: jnp.sum(c * matmul_runs(lists, values, w, budget=budget)))(w)
+        return matmul_runs(lists, values, w, budget=budget), grad, matmul_runs(lists, None, w, budget=budget)
+
+    got, grad, shared = products(lists, jnp.asarray(values), w)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
     want_grad = np.einsum("rnf,nro->fro", dense, np.asarray(c))
     np.testing.assert_allclose(np.asarray(grad), want_grad, rtol=1e-5, atol=1e-5)
     assert not np.asarray(grad)[f // 3].any()  # the unused feature
     # evaluation: the stored values shared by every run
-    shared = matmul_runs(lists, None, w, budget=budget)
     np.testing.assert_allclose(np.asarray(shared), np.einsum("nf,fro->nro", x.toarray(), np.asarray(w)),
                                rtol=1e-5, atol=1e-5)
 
