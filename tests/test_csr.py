@@ -88,7 +88,7 @@ def test_gradients_equal_the_dense_formula():
     def fused(b, vals):
         return jnp.sum(jnp.tanh(spmm(m, b, vals)) ** 2)
 
-    for got, want in zip(jax.grad(fused, (0, 1))(b, vals), jax.grad(dense, (0, 1))(b, vals)):
+    for got, want in zip(jax.jit(jax.grad(fused, (0, 1)))(b, vals), jax.jit(jax.grad(dense, (0, 1)))(b, vals)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
 
 
@@ -160,10 +160,11 @@ def test_gradient_skips_zero_rows_of_the_cotangent_exactly(symmetric):
     rows[::37] = 1.0
     b = jnp.asarray(np.random.default_rng(11).standard_normal((400, 5)).astype(np.float32))
     csr_mod.reset_kernel_counters()
-    got = jax.grad(lambda b: jnp.sum(rows * jnp.sin(spmm(m, b))))(b)
+    grad = jax.jit(jax.grad(lambda b: jnp.sum(rows * jnp.sin(spmm(m, b)))))  # one compile per width
+    got = grad(b).block_until_ready()  # run (jit's dispatch is asynchronous) before the counters are read
     counters = csr_mod.kernel_counters()
     dense = jnp.asarray(a.toarray().astype(np.float32))
-    want = jax.grad(lambda b: jnp.sum(rows * jnp.sin(dense @ b)))(b)
+    want = jax.jit(jax.grad(lambda b: jnp.sum(rows * jnp.sin(dense @ b))))(b)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
     assert np.count_nonzero(np.abs(np.asarray(got)).sum(axis=1)) < 400  # rows no train node reaches stay 0
     # the forward product reads every row; the gradient (one run: a scatter of g's live rows) never
@@ -172,7 +173,7 @@ def test_gradient_skips_zero_rows_of_the_cotangent_exactly(symmetric):
     # with 16 runs sharing the values, the gather over the (transposed) pattern skips them
     csr_mod.reset_kernel_counters()
     wide = jnp.tile(b, (1, 4))
-    got = jax.grad(lambda b: jnp.sum(rows * jnp.sin(spmm(m, b))))(wide)
+    got = grad(wide).block_until_ready()
     np.testing.assert_allclose(np.asarray(got), np.tile(np.asarray(want), (1, 4)), rtol=1e-5, atol=1e-6)
     counters = csr_mod.kernel_counters()
     assert (counters["calls"], counters["skip_calls"], counters["skipped_rows"]) == (2, 1, 400 - 11)
@@ -218,7 +219,7 @@ def test_one_run_gradient_scatter_equals_the_transposed_gather_bit_for_bit(width
     dense = a.toarray().T + (np.diag(np.asarray(diag)) if with_diag else 0)
     np.testing.assert_allclose(np.asarray(got), dense @ np.asarray(g, np.float64), rtol=1e-5, atol=1e-5)
     # its own gradients (second order of a product), against finite differences
-    check_grads(lambda v, g: jnp.sum(jnp.tanh(csr_mod._spmm_t(*operands, v, g, diag)) ** 2), (vals, g / 4),
+    check_grads(jax.jit(lambda v, g: jnp.sum(jnp.tanh(csr_mod._spmm_t(*operands, v, g, diag)) ** 2)), (vals, g / 4),
                 order=1, modes=("rev",), atol=1e-2, rtol=1e-2, eps=1e-2)
 
 
@@ -245,7 +246,7 @@ def test_xla_product_equals_the_kernel_with_gradients(monkeypatch):
     fused = jax.grad(lambda v: jnp.sum(spmm(a, v) * g))(b)
     xla = jax.grad(lambda v: jnp.sum(spmm_xla(a, v) * g))(b)
     np.testing.assert_allclose(xla, fused, atol=1e-5)
-    check_grads(lambda v: spmm_xla(a, v), (b,), order=1, modes=("rev",), atol=1e-2, rtol=1e-2)
+    check_grads(jax.jit(lambda v: spmm_xla(a, v)), (b,), order=1, modes=("rev",), atol=1e-2, rtol=1e-2)
     expected = spmm(a, b)
     monkeypatch.setattr(csr_mod, "_status", lambda: (False, "no kernel here"))
     monkeypatch.setattr(csr_mod, "spmm", None)  # the fallback never reaches the kernel
@@ -497,7 +498,7 @@ def test_run_matmul_gradients_match_finite_differences_to_second_order():
     rng = np.random.default_rng(2)
     x = jnp.asarray(rng.standard_normal((11, 3, 5)), jnp.float32) / 2
     w = jnp.asarray(rng.standard_normal((5, 3, 4)), jnp.float32) / 2
-    check_grads(lambda x, w: jnp.sum(jnp.tanh(run_matmul(x, w)) ** 2), (x, w), order=2, modes=("rev",),
+    check_grads(jax.jit(lambda x, w: jnp.sum(jnp.tanh(run_matmul(x, w)) ** 2)), (x, w), order=2, modes=("rev",),
                 atol=1e-2, rtol=1e-2, eps=1e-2)
 
 
@@ -509,7 +510,7 @@ def test_run_matmul_gradient_is_exactly_zero_where_the_cotangent_is():
     w = jnp.asarray(rng.standard_normal((16, 2, 7)), jnp.float32)
     keep = np.zeros((50, 1, 1), np.float32)
     keep[[3, 17, 40]] = 1.0
-    dx, dw = jax.grad(lambda x, w: jnp.sum(keep * run_matmul(x, w) ** 2), (0, 1))(x, w)
+    dx, dw = jax.jit(jax.grad(lambda x, w: jnp.sum(keep * run_matmul(x, w) ** 2), (0, 1)))(x, w)
     assert set(np.flatnonzero(np.abs(np.asarray(dx)).sum(axis=(1, 2)))) == {3, 17, 40}
     want = jax.grad(lambda w: jnp.sum(keep * _per_run_einsum(x, w) ** 2))(w)
     np.testing.assert_allclose(np.asarray(dw), np.asarray(want), rtol=1e-4, atol=1e-4)
@@ -615,17 +616,22 @@ def test_diagonal_equals_scipy_with_gradients(n, runs, h):
     want_out = np.concatenate([(dense[r] + np.diag(d)) @ np.asarray(b[:, r * h:(r + 1) * h], np.float64)
                                for r in range(runs)], axis=1)
     vals = None if runs == 1 else jnp.asarray(values)  # one run: a's own (symmetric) values
-    got_out = spmm(m, b, vals, diag=jnp.asarray(d))
-    np.testing.assert_allclose(np.asarray(got_out), want_out, rtol=1e-4, atol=1e-4)
     rows = (rng.random((n, 1)) < 0.1).astype(np.float32)  # a masked loss: the gradient skips zero rows
-    got_b, got_d = jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(spmm(m, b, vals, diag=d))), (0, 1))(
-        b, jnp.asarray(d))
+
+    @jax.jit  # the product and its gradients: one compile, not one per op
+    def product_and_grads(b, d):
+        grads = jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(spmm(m, b, vals, diag=d))), (0, 1))(b, d)
+        return spmm(m, b, vals, diag=d), grads
+
+    got_out, (got_b, got_d) = product_and_grads(b, jnp.asarray(d))
+    np.testing.assert_allclose(np.asarray(got_out), want_out, rtol=1e-4, atol=1e-4)
 
     def dense_product(b, d):
         return jnp.concatenate([jnp.asarray(dense[r], jnp.float32) @ b[:, r * h:(r + 1) * h] for r in range(runs)],
                                axis=1) + d[:, None] * b
 
-    want_b, want_d = jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(dense_product(b, d))), (0, 1))(b, jnp.asarray(d))
+    want_b, want_d = jax.jit(jax.grad(lambda b, d: jnp.sum(rows * jnp.sin(dense_product(b, d))), (0, 1)))(
+        b, jnp.asarray(d))
     np.testing.assert_allclose(np.asarray(got_b), np.asarray(want_b), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.asarray(got_d), np.asarray(want_d), rtol=1e-4, atol=1e-4)
 
