@@ -695,8 +695,8 @@ def test_spmm_given_has_the_gradients_of_spmm(symmetric):
         return
     product = spmm_pair(a, b, values)[0]  # as the step before computes it
     np.testing.assert_allclose(np.asarray(product), np.asarray(spmm(a, b, values)), rtol=1e-6, atol=1e-6)
-    given_grads = jax.grad(lambda b, v: loss(spmm_given(a, b, v, product)), (0, 1))(b, values)
-    spmm_grads = jax.grad(lambda b, v: loss(spmm(a, b, v)), (0, 1))(b, values)
+    given_grads = jax.jit(jax.grad(lambda b, v: loss(spmm_given(a, b, v, product)), (0, 1)))(b, values)
+    spmm_grads = jax.jit(jax.grad(lambda b, v: loss(spmm(a, b, v)), (0, 1)))(b, values)
     for got, want in zip(given_grads, spmm_grads):
         assert got.shape == want.shape
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
@@ -743,7 +743,7 @@ def test_the_hidden_dropout_kernel_keeps_the_hashed_masks(runs):
         inverse = np.float32(1) / np.float32(1 - rate)
         np.testing.assert_array_equal(got[:, r][kept], np.asarray(h)[:, r][kept] * inverse)
     w = jnp.asarray(rng.standard_normal(h.shape), jnp.float32)
-    grad = jax.grad(lambda h: jnp.sum(w * _drop_hidden(on, h, keys, run_inputs)))(h)
+    grad = jax.jit(jax.grad(lambda h: jnp.sum(w * _drop_hidden(on, h, keys, run_inputs))))(h)
     dropped_w = jax.jit(lambda w: _drop_hidden(on, w, keys, run_inputs))(w)
     np.testing.assert_array_equal(np.asarray(grad), np.asarray(dropped_w))
 
@@ -766,7 +766,8 @@ def test_the_hidden_dropout_kernel_applies_relu_with_its_gradient():
     assert np.isnan(got[0, 0]).any() and (got[1:] >= 0).all() and (got[1:] == 0).mean() > 0.6  # relu, then ~half
     w = jnp.asarray(rng.standard_normal(h.shape), jnp.float32)
     finite = jnp.nan_to_num(h, nan=1.0)
-    grads = [np.asarray(jax.grad(lambda h, e=e: jnp.sum(w * _drop_hidden(e, h, keys, run_inputs, relu=True)))(finite))
+    grads = [np.asarray(jax.jit(jax.grad(lambda h, e=e: jnp.sum(w * _drop_hidden(e, h, keys, run_inputs, relu=True))))(
+                 finite))
              for e in (on, off)]
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)
     assert (grads[0][np.asarray(finite) <= 0] == 0).all()
