@@ -288,23 +288,31 @@ def test_a_sharded_graph_trains_micro_f1_and_rocauc_as_one_device_and_a_mismatch
 
     root = write_multilabel_npz(tmp_path / "ml")
 
-    def sharded(*extra: str) -> subprocess.CompletedProcess:  # its own process: --devices 2 makes 2 CPU devices
-        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        return subprocess.run([sys.executable, "-m", "jaxgcn.cli", "train", "--dataset", f"npz:{root}",
-                               "--shard-graph", "--devices", "2", "--quiet", *extra], capture_output=True, text=True,
-                              env={**env, "JAX_PLATFORMS": "cpu"}, timeout=300)
+    # One process of its own (--devices 2 makes 2 CPU devices) runs both sharded trainings, micro-F1
+    # then ROC-AUC, each as the console script does (main() reading sys.argv): one interpreter start
+    # and JAX import instead of two. The first sets the 2 devices; the second finds JAX running on them.
+    common = ["jaxgcn", "train", "--dataset", f"npz:{root}", "--shard-graph", "--devices", "2", "--quiet", "--epochs",
+              "60", "--dropout", "0"]
+    script = ("import sys\nfrom jaxgcn.cli import main\n"
+              f"sys.argv = {[*common, '--task', 'multilabel-f1']!r}\nprint('RC', main(), flush=True)\n"
+              f"sys.argv = {common!r}\nprint('RC', main(), flush=True)\n")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**env, "JAX_PLATFORMS": "cpu"}, timeout=300)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and [line for line in lines if line.startswith("RC ")] == ["RC 0", "RC 0"], (
+        done.stderr[-2000:])
+    f1_summary, auc_summary = (lines[i - 1] for i, line in enumerate(lines) if line.startswith("RC "))
 
-    done = sharded("--epochs", "60", "--task", "multilabel-f1", "--dropout", "0")
-    summary = done.stdout.splitlines()[-1]
-    assert done.returncode == 0 and summary.startswith("test micro-F1 ") and "2 devices" in summary
+    summary = f1_summary
+    assert summary.startswith("test micro-F1 ") and "2 devices" in summary
     assert run_main(["train", "--dataset", f"npz:{root}", "--epochs", "60", "--task", "multilabel-f1", "--dropout",
                      "0", "--quiet", "--no-compile-cache"]) == 0
     one = capsys.readouterr().out.splitlines()[-1]  # without dropout the sharded run scores as one device's
     assert one.split()[:3] == summary.split()[:3] and float(one.split()[2]) > 0.9
     # ROC-AUC: every device's rows gathered, the sharded run scores as one device's too
-    done = sharded("--epochs", "60", "--dropout", "0")
-    summary = done.stdout.splitlines()[-1]
-    assert done.returncode == 0 and summary.startswith("test ROC-AUC ") and "2 devices" in summary, done.stderr[-2000:]
+    summary = auc_summary
+    assert summary.startswith("test ROC-AUC ") and "2 devices" in summary, done.stderr[-2000:]
     assert run_main(["train", "--dataset", f"npz:{root}", "--epochs", "60", "--dropout", "0", "--quiet",
                      "--no-compile-cache"]) == 0
     one = capsys.readouterr().out.splitlines()[-1]
