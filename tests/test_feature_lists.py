@@ -161,8 +161,10 @@ def test_a_tpu_takes_the_kernel_for_the_lists_where_its_tables_fit_vmem(monkeypa
     for fits in (True, False):
         monkeypatch.setattr(pallas_gather, "runs_kernel_fits", lambda *a, fits=fits: fits)
         calls.clear()
-        got = ops.tpu_matmul_runs(lists, jnp.asarray(values), w)
-        grad = jax.grad(lambda w: jnp.sum(c * ops.tpu_matmul_runs(lists, jnp.asarray(values), w)))(w)
+        # the product and its gradient in one program (traced once: the calls are recorded at tracing)
+        got, grad = jax.jit(lambda w: (ops.tpu_matmul_runs(lists, jnp.asarray(values), w),
+                                       jax.grad(lambda w: jnp.sum(c * ops.tpu_matmul_runs(lists, jnp.asarray(values),
+                                                                                          w)))(w)))(w)
         np.testing.assert_allclose(np.asarray(got), np.einsum("rnf,fro->nro", dense, np.asarray(w)),
                                    rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(np.asarray(grad), np.einsum("rnf,nro->fro", dense, np.asarray(c)),
