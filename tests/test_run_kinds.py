@@ -36,7 +36,7 @@ KINDS = {
     # --backend segment --devices 2: the batch on a 2-device mesh (the fused kernel keeps one device)
     "batched": (["--seeds", "3", "--epochs", "3000", "--patience", "400", "--backend", "segment", "--devices", "2"],
                 750, 50),
-    "shard-graph": (["--shard-graph", "--devices", "4", "--epochs", "1500", "--patience", "5000"], 300, 100),
+    "shard-graph": (["--shard-graph", "--devices", "4", "--epochs", "800", "--patience", "5000"], 300, 100),
     # several 0/1 labels per node (npz:ml, tiny_datasets.write_multilabel_npz): a batch scored by ROC-AUC
     "multilabel": (["--dataset", "npz:ml", "--lr", "0.005", "--early-stopping", "patience", "--quiet", "--seeds",
                     "3", "--epochs", "800", "--patience", "5000"], 300, 100),
@@ -140,8 +140,8 @@ def test_a_killed_run_of_each_kind_resumes_to_the_uninterrupted_params(tmp_path,
 
 
 def test_a_killed_two_process_job_resumes_to_the_uninterrupted_params(tmp_path):
-    # 300 epochs (about 6 s of training for the job): killed after epoch 100, with 200 still to go
-    args = [*SYNTHETIC, "--epochs", "300", "--patience", "5000"]
+    # 200 epochs (about 4 s of training for the job): killed after epoch 100, with 100 still to go
+    args = [*SYNTHETIC, "--epochs", "200", "--patience", "5000"]
     _killed_and_resumed_equals_uninterrupted(tmp_path, args, 100, 25, processes=2)
 
 
