@@ -172,9 +172,10 @@ def test_processes_each_run_a_share_and_combine_to_the_whole_table(prepared, swe
              process_index=1, process_count=2, combine=first)
     shared = run_grid(prepared.data, prepared.n_classes, grid, SEEDS, model_config=MODEL, execution=EXEC, config=BASE,
                       log=None, process_index=0, process_count=2, combine=lambda local: local + captured[1])
-    # a combine that drops the other process's runs is refused (one group of the grid shows it)
+    # a combine that drops the other process's runs is refused (one group of the grid shows it, with
+    # its 2 runs per process: the program process 1 compiled above)
     with pytest.raises(RuntimeError, match=r"runs have no result \(process 0 of 2"):
-        run_grid(prepared.data, prepared.n_classes, Grid(lr=(0.01,), hidden=(8,), layers=(2,)), SEEDS,
+        run_grid(prepared.data, prepared.n_classes, Grid(lr=GRID.lr, hidden=(8,), layers=(2,)), SEEDS,
                  model_config=MODEL, execution=EXEC, config=BASE, log=None, process_index=0, process_count=2,
                  combine=lambda local: local)
     n_runs = len(grid.configs()) * len(SEEDS)
