@@ -287,9 +287,8 @@ def test_a_weight_decay_list_starting_at_zero_keeps_the_l2_term_of_the_other_run
     assert len({r.runs[0]["val_acc"] for r in rows}) == 2
 
 
-def test_run_entries_on_part_of_a_cora_sweep_equals_the_sweep(prepared, swept):
-    # (Named for the Cora sweep it first ran; the property is the part's, not Cora's: the module's
-    # 300-node sweep shows it, and its rows are already trained.)
+def test_run_entries_on_part_of_a_sweep_equals_the_sweep(prepared, swept):
+    # the module's 300-node sweep, its rows already trained (this test used to load and sweep Cora)
     rows, _ = swept
     entries = lower(GRID, SEEDS, model_config=MODEL, config=BASE)
     part = [e for e in entries if e.model.hidden == 8 and e.model.layers == 2][::-1]  # one group, in another order
