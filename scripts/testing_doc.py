@@ -41,9 +41,10 @@ level 1, where the jaxlib knows them): each of their ~3,000 one-op programs comp
 instead of 42–54 ms (150 one-op programs of distinct shapes, on a 2-core AMD EPYC, family 25 model 1).
 
 Time: with an empty `HOME` (cold caches) on a 2-core Intel Xeon, family 6 model 167 (AVX-512), the
-README's test command took <!-- fig: tests.readme_command_s -->477 s<!-- /fig -->,
-<!-- fig: tests.suite_s -->427 s<!-- /fig --> of it the tests (from a clean clone at 8d42583, 1,144
-tests); on a 2-core AMD EPYC, family 25 model 1 (Zen 3, AVX2),
+README's test command took <!-- fig: tests.readme_command_s -->626 s<!-- /fig -->,
+<!-- fig: tests.suite_s -->576 s<!-- /fig --> of it the tests (from a clean clone at f573dfa, 1,788
+tests), and the whole of `.ci/run` <!-- fig: tests.ci_run_s -->2327 s<!-- /fig -->, its mutation pass
+<!-- fig: tests.mutants_s -->1361 s<!-- /fig --> of it; on a 2-core AMD EPYC, family 25 model 1 (Zen 3, AVX2),
 <!-- fig: tests.zen3.readme_command_s -->430 s<!-- /fig --> (at 21b94e0); on a 2-core AMD EPYC,
 family 25 model 17 (AVX-512), <!-- fig: tests.zen4.readme_command_s -->446 s<!-- /fig -->,
 <!-- fig: tests.zen4.suite_s -->398 s<!-- /fig --> of it 1,293 tests (at b79d83a). The slowest
@@ -69,7 +70,9 @@ tests the row names, and reports the row *killed* when a test fails, crashes or 
 row that survives, or whose text no longer occurs exactly once in its file, fails CI
 (`.ci/run` runs the table as its own pass). Run it yourself with `python .ci/mutants.py`
 (`python .ci/mutants.py --only NAME` for one row, `python .ci/mutants.py --list` to print
-them). When you fix a bug or add a guarded path,
+them). Rows run two at a time, each in its own copy of the tree, and each row's pytest run is forked
+from a server process per copy that imported NumPy, SciPy, JAX, optax, pytest and scikit-learn once
+(never jaxgcn or the tests, which each run imports as the row left them). When you fix a bug or add a guarded path,
 add its row: the bug planted back, and the tests that must catch it.
 
 """
