@@ -39,3 +39,47 @@ def unwrap(text: str) -> str:
             lines.append(line)
             first = line
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+# --- killing and interrupting a saving command in-process (the saved-state tests share these) ----------
+
+class Killed(SystemExit):
+    """A process killed right after a save (run_main returns its code, "killed")."""
+
+
+def kill_after_save(monkeypatch, first: int, epoch: int) -> None:
+    """Kill the batch right after the slice whose first run is ``first`` saved its state of ``epoch``."""
+    from jaxgcn.store import batch_state
+
+    real = batch_state.saver
+
+    def saver(*args, **kwargs):
+        save = real(*args, **kwargs)
+
+        def save_then_kill(slice_first, state):
+            save(slice_first, state)
+            if (slice_first, int(state.step)) == (first, epoch):
+                raise Killed("killed")
+        return save_then_kill
+    monkeypatch.setattr(batch_state, "saver", saver)
+
+
+def interrupt_after_groups(monkeypatch) -> None:
+    """Ctrl-C right after each group a sweep finishes has been recorded (so after its first)."""
+    from jaxgcn.store import batch_state
+
+    real = batch_state.Saver.finish
+
+    def finish_then_interrupt(self, *args):
+        real(self, *args)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(batch_state.Saver, "finish", finish_then_interrupt)
+
+
+def refused(argv, capsys) -> str:
+    """Run ``argv``; assert exit 2 and one error line (unwrapped), and return it."""
+    capsys.readouterr()
+    assert run_main(argv) == 2
+    err = unwrap(capsys.readouterr().err)
+    assert len(err.splitlines()) == 1, err
+    return err

@@ -61,6 +61,13 @@ def rows(path):
     return lines[0], [line.split(",") for line in lines[1:]]
 
 
+def predicted(root, model: str, files, out: str, *more):
+    """``predict`` of ``root/model`` into ``root/out``: its header, its rows and their probabilities."""
+    assert run_main(["predict", "--checkpoint", root / model, *files, *more, "--out", root / out]) == 0
+    head, body = rows(root / out)
+    return head, body, np.array([[float(v) for v in r[2:]] for r in body])
+
+
 def test_a_checkpoint_records_the_task_its_run_resolved(models):
     root, _, _ = models
     multi = json.loads((root / "multi" / "checkpoint.json").read_text())
@@ -74,10 +81,8 @@ def test_predict_without_labels_gives_each_labels_probability_and_the_labels_ove
     import jaxgcn
 
     root, files, target = models
-    assert run_main(["predict", "--checkpoint", root / "multi", *files, "--out", root / "p.csv"]) == 0
-    head, body = rows(root / "p.csv")
+    head, body, probs = predicted(root, "multi", files, "p.csv")
     assert head == "node,labels,prob_jazz,prob_pop,prob_rock" and len(body) == N
-    probs = np.array([[float(v) for v in r[2:]] for r in body])
     assert np.abs(probs.sum(axis=1) - 1.0).max() > 0.3  # independent sigmoids, not a softmax
     for r, p in zip(body, probs):
         assert r[1].split() == [name for name, q in zip(LABELS, p) if q > 0.5], r
@@ -88,9 +93,7 @@ def test_predict_without_labels_gives_each_labels_probability_and_the_labels_ove
     assert lib.shape == (N, 3) and lib.dtype == np.float64
     np.testing.assert_allclose(lib, probs, atol=5e-7)
     # --threshold picks the labels over it; with the labels given, the same model and rows
-    assert run_main(["predict", "--checkpoint", root / "multi", *files, "--labels", root / "labels.csv",
-                     "--threshold", "0.3", "--out", root / "p3.csv"]) == 0
-    head3, body3 = rows(root / "p3.csv")
+    head3, body3, _ = predicted(root, "multi", files, "p3.csv", "--labels", root / "labels.csv", "--threshold", "0.3")
     assert head3 == head and [r[2:] for r in body3] == [r[2:] for r in body]
     chosen = [r[1].split() for r in body3]
     assert chosen == [[name for name, q in zip(LABELS, p) if q > 0.3] for p in probs]
@@ -101,10 +104,8 @@ def test_a_single_label_model_still_predicts_one_class_whose_probabilities_sum_t
     import jaxgcn
 
     root, files, _ = models
-    assert run_main(["predict", "--checkpoint", root / "single", *files, "--out", root / "s.csv"]) == 0
-    head, body = rows(root / "s.csv")
+    head, body, probs = predicted(root, "single", files, "s.csv")
     assert head == "node,label,prob_g0,prob_g1,prob_g2" and len(body) == N
-    probs = np.array([[float(v) for v in r[2:]] for r in body])
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=2e-6)
     assert [r[1] for r in body] == [f"g{k}" for k in probs.argmax(axis=1)]
     np.testing.assert_allclose(jaxgcn.predict(root / "single", root / "e.csv", root / "f.csv"), probs, atol=5e-7)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_run import run_main, unwrap
+from cli_run import kill_after_save, run_main, unwrap
 
 from jaxgcn import datasets
 from jaxgcn.store import batch_state, checkpoint
@@ -32,23 +32,6 @@ EVERY = 5
 pytestmark = pytest.mark.usefixtures("cpu_slices")  # sliced as on the CPU, on an accelerator too
 
 
-class Killed(SystemExit):
-    """A process killed right after a checkpoint (run_main returns its code)."""
-
-
-def kill_after_save(monkeypatch, first: int, epoch: int) -> None:
-    """Kill the batch right after the slice whose first run is ``first`` saved its state of ``epoch``."""
-    real = batch_state.saver
-
-    def saver(*args, **kwargs):
-        save = real(*args, **kwargs)
-
-        def save_then_kill(slice_first, state):
-            save(slice_first, state)
-            if (slice_first, int(state.step)) == (first, epoch):
-                raise Killed("killed")
-        return save_then_kill
-    monkeypatch.setattr(batch_state, "saver", saver)
 
 
 def slice_epochs(directory) -> dict[str, int]:

@@ -10,7 +10,7 @@ import json
 import shutil
 
 import pytest
-from cli_run import run_main, unwrap
+from cli_run import interrupt_after_groups, Killed, refused, run_main, unwrap
 
 from jaxgcn.cli import build_parser, records
 from jaxgcn.cli.records import parse_args
@@ -26,18 +26,6 @@ G16 = {"hidden": 16, "layers": 2, "optimizer": "adam"}
 pytestmark = pytest.mark.usefixtures("cpu_slices")
 
 
-class Killed(SystemExit):
-    """A process killed right after a save (run_main returns its code)."""
-
-
-def interrupt_after_groups(monkeypatch) -> None:
-    """Ctrl-C right after each group a sweep finishes has been recorded."""
-    real = batch_state.Saver.finish
-
-    def finish_then_interrupt(self, *args):
-        real(self, *args)
-        raise KeyboardInterrupt
-    monkeypatch.setattr(batch_state.Saver, "finish", finish_then_interrupt)
 
 
 def state(directory) -> dict:
@@ -53,13 +41,6 @@ def interrupted(tmp_path_factory):
         assert run_main([*SWEEP, "--save", d / "a", "--json", d / "a.json", "--csv", d / "a.csv", "--quiet"]) == 130
     return d
 
-
-def refused(argv, capsys) -> str:
-    capsys.readouterr()
-    assert run_main(argv) == 2
-    err = unwrap(capsys.readouterr().err)
-    assert len(err.splitlines()) == 1, err
-    return err
 
 
 @pytest.mark.parametrize("edit, holds", [

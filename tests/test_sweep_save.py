@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from cli_run import run_main, unwrap
+from cli_run import interrupt_after_groups, Killed, refused, run_main
 
 from jaxgcn import sweep
 from jaxgcn.store import batch_state
@@ -28,9 +28,6 @@ SWEEP = ["sweep", "--dataset", "synthetic", "--nodes", "200", "--classes", "3", 
 EVERY = 5
 pytestmark = pytest.mark.usefixtures("cpu_slices")  # sliced as on the CPU, on an accelerator too
 
-
-class Killed(SystemExit):
-    """A process killed right after a save (run_main returns its code)."""
 
 
 def kill_after_slice(monkeypatch, first: int, epoch: int, seen: list | None = None) -> None:
@@ -46,15 +43,6 @@ def kill_after_slice(monkeypatch, first: int, epoch: int, seen: list | None = No
             raise Killed("killed")
     monkeypatch.setattr(batch_state.Saver, "__call__", save_then_kill)
 
-
-def interrupt_after_group(monkeypatch) -> None:
-    """Ctrl-C right after the sweep's first group recorded its results."""
-    real = batch_state.Saver.finish
-
-    def finish_then_interrupt(self, *args):
-        real(self, *args)
-        raise KeyboardInterrupt
-    monkeypatch.setattr(batch_state.Saver, "finish", finish_then_interrupt)
 
 
 def count_programs(monkeypatch) -> list[int]:
@@ -133,7 +121,7 @@ def test_a_sweep_killed_after_a_group_without_checkpoints_resumes_to_the_same_ta
                                                                                     capsys):
     ck = tmp_path / "ck"
     with monkeypatch.context() as m:
-        interrupt_after_group(m)
+        interrupt_after_groups(m)
         capsys.readouterr()
         assert run_main([*SWEEP, "--save", ck, "--quiet"]) == 130
     assert capsys.readouterr().err == (f"jaxgcn: interrupted; the last checkpoint is in {ck} (1 finished group): "
@@ -217,13 +205,6 @@ def killed(tmp_path_factory):
         assert run_main([*SWEEP, "--save", d, "--checkpoint-every", EVERY, "--quiet"]) == "killed"
     return d
 
-
-def refused(argv, capsys) -> str:
-    capsys.readouterr()
-    assert run_main(argv) == 2
-    err = unwrap(capsys.readouterr().err)
-    assert len(err.splitlines()) == 1, err
-    return err
 
 
 def edited(killed, tmp_path, edit) -> object:
